@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Idempotent fresh-machine setup: nightly rust-src, bpf-linker (against the nightly
+# toolchain's own LLVM), and the few Debian packages the tests use.
+# Fast when everything is already present.
+set -euo pipefail
+
+log() { echo "setup: $*" >&2; }
+
+# --- Debian packages (tests: sudo for the user-drop test, jq for output checks) ---
+need_apt=()
+command -v sudo >/dev/null 2>&1 || need_apt+=(sudo)
+command -v jq >/dev/null 2>&1 || need_apt+=(jq)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    log "installing ${need_apt[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >/dev/null || log "apt-get update failed (continuing)"
+    apt-get install -y -qq "${need_apt[@]}" >/dev/null
+  else
+    log "missing ${need_apt[*]} and cannot apt-get install them (not root?)"
+  fi
+fi
+
+# --- nightly toolchain with rust-src (aya-build runs `rustup run nightly cargo build -Z build-std`) ---
+if ! rustup toolchain list | grep -q '^nightly'; then
+  log "installing the nightly toolchain"
+  rustup toolchain install nightly --profile minimal
+fi
+if ! rustup component list --toolchain nightly --installed 2>/dev/null | grep -q '^rust-src'; then
+  log "adding rust-src to nightly"
+  rustup component add rust-src --toolchain nightly
+fi
+
+# --- bpf-linker 0.13.0 built against nightly's libLLVM (the default features want LLVM 23) ---
+sysroot=$(rustc +nightly --print sysroot)
+llvm_so=$(ls "$sysroot"/lib/libLLVM.so.*-rust-* 2>/dev/null | head -n1 || true)
+if [ -z "$llvm_so" ]; then
+  echo "setup: no libLLVM.so.*-rust-* in $sysroot/lib; cannot build bpf-linker" >&2
+  exit 1
+fi
+llvm_dir="${CARGO_HOME:-$HOME/.cargo}/bpf-linker-llvm"
+stamp="$llvm_dir/.built-for"
+mkdir -p "$llvm_dir/lib"
+ln -sf "$llvm_so" "$llvm_dir/lib/libLLVM.so"
+ln -sf "$llvm_so" "$llvm_dir/lib/$(basename "$llvm_so")"
+want="bpf-linker 0.13.0 $(basename "$llvm_so")"
+if command -v bpf-linker >/dev/null 2>&1 && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+  :
+else
+  log "building bpf-linker 0.13.0 against $(basename "$llvm_so") (1-2 min)"
+  LLVM_PREFIX="$llvm_dir" cargo install bpf-linker --version 0.13.0 --locked \
+    --no-default-features --features llvm-22 --force
+  echo "$want" > "$stamp"
+fi
+log "ok"

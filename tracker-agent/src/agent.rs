@@ -1,0 +1,389 @@
+//! The tracking session: picks the engine, starts or attaches to the tree, samples on
+//! a fixed grid, forwards signals, and writes the final sample and summary.
+
+use std::{
+    collections::HashMap,
+    ffi::OsString,
+    io::Write,
+    os::fd::AsRawFd,
+    time::{Duration, Instant},
+};
+
+use anyhow::{anyhow, bail, Context as _};
+use tokio::{io::unix::AsyncFd, sync::mpsc};
+
+use crate::{
+    cli::Opts,
+    engine::{
+        ebpf::{decode_event, EbpfEngine},
+        procfs::ProcfsEngine,
+        Backend, ReadOpts, TreeTotals,
+    },
+    launcher, output,
+    sampler::Sampler,
+    summary::{Summary, TopCommand},
+};
+
+pub struct Plan {
+    pub opts: Opts,
+    pub interval: f64,
+    pub cmd: Vec<OsString>,
+}
+
+enum Engine {
+    Ebpf(Box<EbpfEngine>),
+    Procfs(ProcfsEngine),
+}
+
+impl Engine {
+    fn backend(&self) -> Backend {
+        match self {
+            Engine::Ebpf(_) => Backend::Ebpf,
+            Engine::Procfs(_) => Backend::Procfs,
+        }
+    }
+    fn read(&mut self, o: ReadOpts) -> anyhow::Result<TreeTotals> {
+        match self {
+            Engine::Ebpf(e) => e.read(o),
+            Engine::Procfs(e) => e.read(o),
+        }
+    }
+    fn bpf_stats(&self) -> Option<(u64, u64)> {
+        match self {
+            Engine::Ebpf(e) if e.stats_enabled() => {
+                let v = e.prog_stats();
+                Some(v.iter().fold((0, 0), |(c, t), (_, rc, rt)| (c + rc, t + rt.as_nanos() as u64)))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// A child the reaper thread collected.
+struct Reaped {
+    pid: u32,
+    status: i32,
+    user_ns: u64,
+    sys_ns: u64,
+    maxrss_kib: u64,
+}
+
+const FORWARDED: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+
+fn forwarded_set() -> libc::sigset_t {
+    // SAFETY: sigset_t is plain data initialised by sigemptyset.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for s in FORWARDED {
+            libc::sigaddset(&mut set, s);
+        }
+        set
+    }
+}
+
+/// Blocks the forwarded signals in this thread and every thread started after it;
+/// one thread then takes them with sigwaitinfo, which also tells who sent them.
+fn block_signals() {
+    let set = forwarded_set();
+    // SAFETY: valid set, no old mask wanted.
+    unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+}
+
+fn spawn_signal_thread(tx: mpsc::UnboundedSender<(i32, bool)>) {
+    std::thread::spawn(move || {
+        let set = forwarded_set();
+        loop {
+            // SAFETY: siginfo_t is plain data filled by the kernel.
+            let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+            let sig = unsafe { libc::sigwaitinfo(&set, &mut info) };
+            if sig < 0 {
+                continue;
+            }
+            // SI_KERNEL: sent by the terminal to the whole foreground group, so the
+            // child has it already; anything sent with kill(2) must be forwarded.
+            let from_tty = info.si_code == libc::SI_KERNEL;
+            if tx.send((sig, from_tty)).is_err() {
+                return;
+            }
+        }
+    });
+}
+
+fn spawn_reaper(tx: mpsc::UnboundedSender<Reaped>) {
+    std::thread::spawn(move || loop {
+        let mut status = 0;
+        // SAFETY: rusage is plain data filled by the kernel.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        let pid = unsafe { libc::wait4(-1, &mut status, 0, &mut ru) };
+        if pid < 0 {
+            match std::io::Error::last_os_error().raw_os_error() {
+                Some(libc::EINTR) => continue,
+                _ => return, // ECHILD: nothing left to wait for
+            }
+        }
+        let ns = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000;
+        let r = Reaped {
+            pid: pid as u32,
+            status,
+            user_ns: ns(ru.ru_utime),
+            sys_ns: ns(ru.ru_stime),
+            maxrss_kib: ru.ru_maxrss.max(0) as u64,
+        };
+        if tx.send(r).is_err() {
+            return;
+        }
+    });
+}
+
+fn exit_code_of(status: i32) -> i32 {
+    if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else if libc::WIFSIGNALED(status) {
+        128 + libc::WTERMSIG(status)
+    } else {
+        1
+    }
+}
+
+fn pid_exists(pid: u32) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// Runs the whole session; returns the exit code the tracker should exit with.
+pub fn execute(plan: Plan) -> anyhow::Result<i32> {
+    let o = &plan.opts;
+    // Everything that can fail on bad input fails here, before anything starts.
+    let resolved = match plan.cmd.first() {
+        Some(c) => match launcher::resolve(c, std::env::var_os("PATH").as_deref()) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                eprintln!("resource-tracker: {e}");
+                return Ok(e.exit_code());
+            }
+        },
+        None => None,
+    };
+    let attach_pid = match (o.pid, resolved.is_some()) {
+        (Some(_), true) => bail!("--pid and a command cannot be used together"),
+        (Some(p), false) => {
+            let p = u32::try_from(p).ok().filter(|&p| p > 0).ok_or_else(|| anyhow!("--pid: '{p}' is not a valid process id"))?;
+            if !pid_exists(p) {
+                bail!("--pid: no process with id {p}");
+            }
+            Some(p)
+        }
+        (None, _) => None,
+    };
+    if attach_pid.is_none() && resolved.is_none() {
+        bail!("nothing to track: give a command after `--` or --pid PID (host-wide sampling without a tree arrives with the host collectors)");
+    }
+    let run_as = launcher::sudo_identity(o.as_root).map_err(|e| anyhow!(e))?;
+    let mut sink = output::Sink::open(o.output.as_deref(), o.quiet)?;
+    let mut summary_file = o.summary.as_deref().map(|p| output::create(p, "summary")).transpose()?;
+    let mut events_file = o
+        .events
+        .as_deref()
+        .map(|p| output::create(p, "events").map(std::io::BufWriter::new))
+        .transpose()?;
+
+    block_signals();
+
+    // Engine.
+    let mut backend_reason = None;
+    let mut engine = if o.no_ebpf {
+        backend_reason = Some("--no-ebpf".to_string());
+        None
+    } else {
+        match EbpfEngine::load(o.max_tasks, o.bpf_stats) {
+            Ok(e) => {
+                log::info!("eBPF engine loaded in {:.0} ms", e.load_ms);
+                Some(e)
+            }
+            Err(e) => {
+                eprintln!("resource-tracker: eBPF unavailable: {e}; falling back to /proc polling (backend procfs)");
+                backend_reason = Some(e.to_string());
+                None
+            }
+        }
+    };
+    if engine.is_none() && resolved.is_some() {
+        // Orphans of the tree come back to us, and wait4 gives their exact usage.
+        // SAFETY: prctl with integer arguments.
+        unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+    }
+
+    let start = Instant::now();
+    let (root, mut engine) = if let (Some(path), Some(_)) = (&resolved, plan.cmd.first()) {
+        let paused = match launcher::spawn_paused(path, &plan.cmd, run_as.as_ref()) {
+            Ok(p) => p,
+            Err(e) => {
+                eprintln!("resource-tracker: {e}");
+                return Ok(e.exit_code());
+            }
+        };
+        let pid = paused.pid;
+        let engine = match engine.take() {
+            Some(mut e) => {
+                if let Err(err) = e.register_root(pid, false) {
+                    paused.abort();
+                    // SAFETY: reaping our own child.
+                    unsafe { libc::waitpid(pid as i32, std::ptr::null_mut(), 0) };
+                    return Err(err.context("registering the command with the eBPF engine"));
+                }
+                Engine::Ebpf(Box::new(e))
+            }
+            None => Engine::Procfs(ProcfsEngine::new(pid, Some(std::process::id()))),
+        };
+        if let Err(e) = paused.release() {
+            eprintln!("resource-tracker: {e}");
+            // SAFETY: reaping our own child.
+            unsafe { libc::waitpid(pid as i32, std::ptr::null_mut(), 0) };
+            return Ok(e.exit_code());
+        }
+        (pid, engine)
+    } else {
+        let pid = attach_pid.ok_or_else(|| anyhow!("no root process"))?;
+        let engine = match engine.take() {
+            Some(mut e) => {
+                e.register_root(pid, true)?;
+                Engine::Ebpf(Box::new(e))
+            }
+            None => Engine::Procfs(ProcfsEngine::new(pid, None)),
+        };
+        (pid, engine)
+    };
+    let backend = engine.backend();
+    let is_run = resolved.is_some();
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")?;
+    let result = rt.block_on(async {
+        let (sig_tx, mut sig_rx) = mpsc::unbounded_channel();
+        spawn_signal_thread(sig_tx);
+        let (reap_tx, mut reap_rx) = mpsc::unbounded_channel();
+        if is_run {
+            spawn_reaper(reap_tx);
+        } else {
+            drop(reap_tx);
+        }
+        let ring = match &mut engine {
+            Engine::Ebpf(e) => match e.ring() {
+                // SAFETY: the RingBuf owns its map fd and lives inside the AsyncFd.
+                Some(r) => Some(unsafe { AsyncFd::register(r) }.map_err(|e| anyhow!("polling the event ring: {e}"))?),
+                None => None,
+            },
+            Engine::Procfs(_) => None,
+        };
+        let mut ring = ring;
+        let mut tops: HashMap<String, (u64, u64)> = HashMap::new();
+        let mut drain = |ring: &mut aya::maps::RingBuf<aya::maps::MapData>, tops: &mut HashMap<String, (u64, u64)>| {
+            while let Some(item) = ring.next() {
+                let Some(ev) = decode_event(&item) else { continue };
+                if let Some(w) = events_file.as_mut() {
+                    if let Ok(line) = serde_json::to_string(&ev) {
+                        let _ = writeln!(w, "{line}");
+                    }
+                }
+                if ev.kind == "exit" && (tops.len() < 10_000 || tops.contains_key(&ev.comm)) {
+                    let e = tops.entry(ev.comm.clone()).or_default();
+                    e.0 += 1;
+                    e.1 += (ev.cpu_secs.unwrap_or(0.0) * 1e9) as u64;
+                }
+            }
+        };
+
+        let read_opts = ReadOpts { pss: o.pss };
+        let mut sampler = Sampler::new(root, backend, o.job_name.clone(), start);
+        let base = engine.read(read_opts)?;
+        sampler.baseline(base, engine.bpf_stats());
+        let period = Duration::from_secs_f64(plan.interval);
+        let mut next = tokio::time::Instant::from_std(start) + period;
+        let mut exit_status: Option<i32> = None;
+        let mut stop_reason: Option<String> = None;
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep_until(next) => {
+                    // Deadline grid: no drift, and a late wake-up skips missed slots.
+                    let now = tokio::time::Instant::now();
+                    while next <= now { next += period; }
+                    if let Some(r) = ring.as_mut() { drain(r.get_mut(), &mut tops); }
+                    let t = engine.read(read_opts)?;
+                    let s = sampler.step(t, Instant::now(), engine.bpf_stats());
+                    sink.write(&s)?;
+                }
+                Some(r) = reap_rx.recv() => {
+                    if r.pid == root {
+                        exit_status = Some(r.status);
+                        break;
+                    }
+                    if let Engine::Procfs(p) = &mut engine {
+                        p.note_reaped(r.pid, r.user_ns, r.sys_ns, r.maxrss_kib);
+                    }
+                }
+                Some((sig, from_tty)) = sig_rx.recv() => {
+                    if is_run {
+                        if !from_tty {
+                            // SAFETY: signalling our own child.
+                            unsafe { libc::kill(root as i32, sig) };
+                        }
+                    } else {
+                        stop_reason = Some(format!("signal {sig}"));
+                        break;
+                    }
+                }
+                guard = async { match ring.as_mut() { Some(r) => r.readable_mut().await, None => std::future::pending().await } } => {
+                    let mut guard = guard.context("waiting on the event ring")?;
+                    drain(guard.get_inner_mut(), &mut tops);
+                    guard.clear_ready();
+                }
+            }
+        }
+        // Let exiting members finish their last context switch so their CPU is final.
+        if let Engine::Ebpf(e) = &engine {
+            let deadline = Instant::now() + Duration::from_millis(250);
+            while e.dying_tasks() > 0 && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        // Orphans the tracker reaped (procfs): collect what is already there.
+        if let Engine::Procfs(p) = &mut engine {
+            while let Ok(r) = reap_rx.try_recv() {
+                p.note_reaped(r.pid, r.user_ns, r.sys_ns, r.maxrss_kib);
+            }
+        }
+        if let Some(r) = ring.as_mut() {
+            drain(r.get_mut(), &mut tops);
+        }
+        let t = engine.read(read_opts)?;
+        let s = sampler.step(t, Instant::now(), engine.bpf_stats());
+        sink.write(&s)?;
+        if let Some(w) = events_file.as_mut() {
+            w.flush().context("writing the events file")?;
+        }
+        let _ = stop_reason;
+        let mut top: Vec<TopCommand> = tops
+            .into_iter()
+            .map(|(comm, (n, ns))| TopCommand { comm, processes: n, cpu_secs: ns as f64 / 1e9 })
+            .collect();
+        top.sort_by(|a, b| b.cpu_secs.total_cmp(&a.cpu_secs));
+        top.truncate(5);
+        Ok::<_, anyhow::Error>((sampler, exit_status, top))
+    });
+    let (sampler, exit_status, top) = result?;
+    let wall = start.elapsed().as_secs_f64();
+    let code = exit_status.map(exit_code_of);
+    let summary = Summary::build(&sampler.stats, wall, code, backend.as_str(), backend_reason, top);
+    if !o.quiet {
+        eprint!("{}", summary.human());
+    }
+    if let Some(f) = summary_file.as_mut() {
+        let name = o.summary.as_ref().map(|p| p.display().to_string()).unwrap_or_default();
+        serde_json::to_writer_pretty(&mut *f, &summary).with_context(|| format!("writing summary file {name}"))?;
+        writeln!(f).with_context(|| format!("writing summary file {name}"))?;
+    }
+    let _ = events_file.as_ref().map(|f| f.get_ref().as_raw_fd());
+    Ok(code.unwrap_or(0))
+}

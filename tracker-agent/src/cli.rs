@@ -1,0 +1,120 @@
+//! Command-line interface. Both `resource-tracker run [FLAGS] -- cmd` and the seed's
+//! `resource-tracker [FLAGS] [--] cmd` are accepted.
+
+use std::{ffi::OsString, path::PathBuf};
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "resource-tracker",
+    version,
+    about = "eBPF-assisted Linux resource tracker for hosts and process trees",
+    args_conflicts_with_subcommands = true,
+    after_help = "Examples:\n  sudo resource-tracker run -- make -j8\n  resource-tracker --pid 1234 --interval 5\n  resource-tracker --summary s.json -- python train.py"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    #[command(flatten)]
+    pub opts: Opts,
+    /// Command to run and track (after `--`).
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
+    pub cmd: Vec<OsString>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run a command and track its whole process tree.
+    Run {
+        #[command(flatten)]
+        opts: Opts,
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true, value_name = "CMD")]
+        cmd: Vec<OsString>,
+    },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    Json,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct Opts {
+    /// Root PID of a running process tree to track.
+    #[arg(short = 'p', long, value_name = "PID")]
+    pub pid: Option<i64>,
+    /// Seconds between samples (fractions allowed, at least 0.1).
+    #[arg(short = 'i', long, value_name = "SECS", default_value = "1", allow_negative_numbers = true)]
+    pub interval: String,
+    /// Output format.
+    #[arg(short = 'f', long, value_enum, default_value_t = Format::Json)]
+    pub format: Format,
+    /// Write samples to FILE instead of stderr.
+    #[arg(short = 'o', long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// No samples and no summary on the terminal.
+    #[arg(short = 'q', long)]
+    pub quiet: bool,
+    /// Label written into every sample as job_name.
+    #[arg(long, value_name = "NAME", env = "TRACKER_JOB_NAME")]
+    pub job_name: Option<String>,
+    /// Write the run summary as one JSON object to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub summary: Option<PathBuf>,
+    /// Write every process fork/exec/exit of the tree as JSON lines to FILE (eBPF only).
+    #[arg(long, value_name = "FILE")]
+    pub events: Option<PathBuf>,
+    /// Do not use eBPF; poll /proc instead.
+    #[arg(long)]
+    pub no_ebpf: bool,
+    /// Under sudo, run the command as root instead of the invoking user.
+    #[arg(long)]
+    pub as_root: bool,
+    /// Also report PSS of the tree (reads smaps_rollup; costs more).
+    #[arg(long)]
+    pub pss: bool,
+    /// Enable the kernel's BPF run-time statistics to report the programs' own cost.
+    #[arg(long)]
+    pub bpf_stats: bool,
+    /// Capacity of the kernel task map (threads of the tree alive at once).
+    #[arg(long, value_name = "N", default_value_t = tracker_common::DEFAULT_MAX_TASKS)]
+    pub max_tasks: u32,
+}
+
+/// Parses and checks `--interval`: a finite number of seconds, at least 0.1.
+pub fn parse_interval(s: &str) -> Result<f64, String> {
+    let v: f64 = s.trim().parse().map_err(|_| format!("--interval: '{s}' is not a number of seconds"))?;
+    if !v.is_finite() || v <= 0.0 {
+        return Err(format!("--interval: must be a positive number of seconds, got '{s}'"));
+    }
+    if v < 0.1 {
+        return Err(format!("--interval: the smallest interval is 0.1 seconds, got '{s}'"));
+    }
+    Ok(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interval_checks() {
+        assert_eq!(parse_interval("0.5"), Ok(0.5));
+        for bad in ["0", "-1", "abc", "nan", "inf", "0.01", ""] {
+            assert!(parse_interval(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn both_forms_parse() {
+        let c = Cli::try_parse_from(["rt", "run", "-i", "0.5", "--", "sleep", "1"]).unwrap();
+        assert!(matches!(c.command, Some(Command::Run { ref cmd, .. }) if cmd.len() == 2));
+        let c = Cli::try_parse_from(["rt", "--interval", "2", "--", "ls", "-l"]).unwrap();
+        assert_eq!(c.cmd, vec![OsString::from("ls"), OsString::from("-l")]);
+        let c = Cli::try_parse_from(["rt", "timeout", "5s", "sha512sum", "/dev/zero"]).unwrap();
+        assert_eq!(c.cmd.len(), 4);
+        assert!(Cli::try_parse_from(["rt", "--bogus"]).is_err());
+        assert!(Cli::try_parse_from(["rt", "run"]).is_err());
+    }
+}

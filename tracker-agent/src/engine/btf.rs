@@ -1,0 +1,338 @@
+//! A small reader for the kernel's BTF (/sys/kernel/btf/vmlinux): just enough to find
+//! struct member offsets and tracepoint prototypes, so the BPF programs carry no
+//! offsets compiled for one kernel. aya-obj parses BTF too but keeps its type lookup
+//! crate-private.
+
+use std::{collections::HashMap, fmt, path::Path};
+
+use tracker_common::{Offsets, NO_FIELD};
+
+#[derive(Debug)]
+pub enum BtfError {
+    Io(String, std::io::Error),
+    Malformed(String),
+    Missing(String),
+}
+
+impl fmt::Display for BtfError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BtfError::Io(path, e) => write!(f, "cannot read BTF from {path}: {e}"),
+            BtfError::Malformed(what) => write!(f, "malformed BTF: {what}"),
+            BtfError::Missing(what) => write!(f, "kernel BTF lacks {what}"),
+        }
+    }
+}
+
+impl std::error::Error for BtfError {}
+
+const KIND_INT: u32 = 1;
+const KIND_PTR: u32 = 2;
+const KIND_ARRAY: u32 = 3;
+const KIND_STRUCT: u32 = 4;
+const KIND_UNION: u32 = 5;
+const KIND_ENUM: u32 = 6;
+const KIND_TYPEDEF: u32 = 8;
+const KIND_VOLATILE: u32 = 9;
+const KIND_CONST: u32 = 10;
+const KIND_RESTRICT: u32 = 11;
+const KIND_FUNC_PROTO: u32 = 13;
+const KIND_VAR: u32 = 14;
+const KIND_DATASEC: u32 = 15;
+const KIND_DECL_TAG: u32 = 17;
+const KIND_TYPE_TAG: u32 = 18;
+const KIND_ENUM64: u32 = 19;
+
+#[derive(Clone, Debug)]
+struct Member {
+    name: u32,
+    ty: u32,
+    /// Bit offset (bitfield size stripped).
+    bit_offset: u32,
+}
+
+#[derive(Clone, Debug)]
+struct Type {
+    name: u32,
+    kind: u32,
+    /// `size` or `type`, depending on the kind.
+    size_or_type: u32,
+    /// Struct/union members; for FUNC_PROTO, the parameters (offset unused).
+    members: Vec<Member>,
+}
+
+pub struct Btf {
+    types: Vec<Type>,
+    strings: Vec<u8>,
+    by_name: HashMap<(String, u32), u32>,
+}
+
+fn u32_at(data: &[u8], at: usize) -> Result<u32, BtfError> {
+    data.get(at..at + 4)
+        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .ok_or_else(|| BtfError::Malformed(format!("truncated at byte {at}")))
+}
+
+impl Btf {
+    pub fn from_file(path: &Path) -> Result<Self, BtfError> {
+        let data =
+            std::fs::read(path).map_err(|e| BtfError::Io(path.display().to_string(), e))?;
+        Self::parse(&data)
+    }
+
+    pub fn parse(data: &[u8]) -> Result<Self, BtfError> {
+        if data.len() < 24 || data[0..2] != [0x9f, 0xeb] {
+            return Err(BtfError::Malformed("bad magic (not little-endian BTF)".into()));
+        }
+        let hdr_len = u32_at(data, 4)? as usize;
+        let type_off = u32_at(data, 8)? as usize;
+        let type_len = u32_at(data, 12)? as usize;
+        let str_off = u32_at(data, 16)? as usize;
+        let str_len = u32_at(data, 20)? as usize;
+        let tstart = hdr_len + type_off;
+        let sstart = hdr_len + str_off;
+        let tsec = data
+            .get(tstart..tstart + type_len)
+            .ok_or_else(|| BtfError::Malformed("type section out of bounds".into()))?;
+        let strings = data
+            .get(sstart..sstart + str_len)
+            .ok_or_else(|| BtfError::Malformed("string section out of bounds".into()))?
+            .to_vec();
+
+        // Type id 0 is void.
+        let mut types = vec![Type { name: 0, kind: 0, size_or_type: 0, members: vec![] }];
+        let mut at = 0usize;
+        while at < tsec.len() {
+            let name = u32_at(tsec, at)?;
+            let info = u32_at(tsec, at + 4)?;
+            let size_or_type = u32_at(tsec, at + 8)?;
+            at += 12;
+            let vlen = (info & 0xffff) as usize;
+            let kind = (info >> 24) & 0x1f;
+            let kind_flag = info >> 31 != 0;
+            let mut members = Vec::new();
+            match kind {
+                KIND_INT | KIND_VAR | KIND_DECL_TAG => at += 4,
+                KIND_ARRAY => at += 12,
+                KIND_STRUCT | KIND_UNION => {
+                    for _ in 0..vlen {
+                        let off = u32_at(tsec, at + 8)?;
+                        members.push(Member {
+                            name: u32_at(tsec, at)?,
+                            ty: u32_at(tsec, at + 4)?,
+                            bit_offset: if kind_flag { off & 0x00ff_ffff } else { off },
+                        });
+                        at += 12;
+                    }
+                }
+                KIND_ENUM => at += 8 * vlen,
+                KIND_FUNC_PROTO => {
+                    for _ in 0..vlen {
+                        members.push(Member {
+                            name: u32_at(tsec, at)?,
+                            ty: u32_at(tsec, at + 4)?,
+                            bit_offset: 0,
+                        });
+                        at += 8;
+                    }
+                }
+                KIND_DATASEC | KIND_ENUM64 => at += 12 * vlen,
+                0 | 7 | 12 | 16 | KIND_PTR | KIND_TYPEDEF | KIND_VOLATILE | KIND_CONST
+                | KIND_RESTRICT | KIND_TYPE_TAG => {}
+                other => {
+                    return Err(BtfError::Malformed(format!(
+                        "unknown kind {other} at type {}",
+                        types.len()
+                    )))
+                }
+            }
+            types.push(Type { name, kind, size_or_type, members });
+        }
+        let mut btf = Btf { types, strings, by_name: HashMap::new() };
+        for id in 1..btf.types.len() {
+            let t = &btf.types[id];
+            if t.name != 0 {
+                let key = (btf.str_at(t.name).to_string(), t.kind);
+                btf.by_name.entry(key).or_insert(id as u32);
+            }
+        }
+        Ok(btf)
+    }
+
+    fn str_at(&self, off: u32) -> &str {
+        let start = off as usize;
+        let Some(rest) = self.strings.get(start..) else {
+            return "";
+        };
+        let end = rest.iter().position(|&b| b == 0).unwrap_or(rest.len());
+        std::str::from_utf8(&rest[..end]).unwrap_or("")
+    }
+
+    fn ty(&self, id: u32) -> Result<&Type, BtfError> {
+        self.types
+            .get(id as usize)
+            .ok_or_else(|| BtfError::Malformed(format!("type id {id} out of range")))
+    }
+
+    /// Follows typedef/const/volatile/restrict/type_tag to the underlying type.
+    fn strip(&self, mut id: u32) -> Result<u32, BtfError> {
+        for _ in 0..32 {
+            let t = self.ty(id)?;
+            match t.kind {
+                KIND_TYPEDEF | KIND_VOLATILE | KIND_CONST | KIND_RESTRICT | KIND_TYPE_TAG => {
+                    id = t.size_or_type
+                }
+                _ => return Ok(id),
+            }
+        }
+        Err(BtfError::Malformed(format!("type chain too deep at {id}")))
+    }
+
+    fn find_struct(&self, name: &str) -> Result<u32, BtfError> {
+        self.by_name
+            .get(&(name.to_string(), KIND_STRUCT))
+            .copied()
+            .ok_or_else(|| BtfError::Missing(format!("struct {name}")))
+    }
+
+    /// Bit offset and type of member `name` in struct/union `id`, looking inside
+    /// anonymous struct/union members (task_struct has several).
+    fn member(&self, id: u32, name: &str) -> Result<Option<(u32, u32)>, BtfError> {
+        let t = self.ty(self.strip(id)?)?;
+        if t.kind != KIND_STRUCT && t.kind != KIND_UNION {
+            return Ok(None);
+        }
+        for m in &t.members {
+            if m.name == 0 {
+                if let Some((off, ty)) = self.member(m.ty, name)? {
+                    return Ok(Some((m.bit_offset + off, ty)));
+                }
+            } else if self.str_at(m.name) == name {
+                return Ok(Some((m.bit_offset, m.ty)));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Byte offset of a dotted member path, e.g. `("task_struct", "se.sum_exec_runtime")`.
+    pub fn offset_of(&self, strukt: &str, path: &str) -> Result<Option<u32>, BtfError> {
+        let mut id = self.find_struct(strukt)?;
+        let mut bits = 0u32;
+        for part in path.split('.') {
+            match self.member(id, part)? {
+                Some((off, ty)) => {
+                    bits += off;
+                    id = ty;
+                }
+                None => return Ok(None),
+            }
+        }
+        if bits % 8 != 0 {
+            return Err(BtfError::Malformed(format!("{strukt}.{path} is a bitfield")));
+        }
+        Ok(Some(bits / 8))
+    }
+
+    fn required(&self, strukt: &str, path: &str) -> Result<u32, BtfError> {
+        self.offset_of(strukt, path)?
+            .ok_or_else(|| BtfError::Missing(format!("{strukt}.{path}")))
+    }
+
+    fn optional(&self, strukt: &str, path: &str) -> Result<u32, BtfError> {
+        Ok(self.offset_of(strukt, path)?.unwrap_or(NO_FIELD))
+    }
+
+    /// Number of arguments a tracepoint passes to BTF programs (without the leading
+    /// `void *__data`), read from the `btf_trace_<name>` typedef.
+    pub fn tracepoint_args(&self, name: &str) -> Result<usize, BtfError> {
+        let tname = format!("btf_trace_{name}");
+        let id = self
+            .by_name
+            .get(&(tname.clone(), KIND_TYPEDEF))
+            .copied()
+            .ok_or_else(|| BtfError::Missing(format!("typedef {tname}")))?;
+        let ptr = self.ty(self.strip(id)?)?;
+        if ptr.kind != KIND_PTR {
+            return Err(BtfError::Malformed(format!("{tname} is not a pointer")));
+        }
+        let proto = self.ty(self.strip(ptr.size_or_type)?)?;
+        if proto.kind != KIND_FUNC_PROTO {
+            return Err(BtfError::Malformed(format!("{tname} is not a function pointer")));
+        }
+        Ok(proto.members.len().saturating_sub(1))
+    }
+
+    /// Everything the BPF programs read, resolved for this kernel.
+    pub fn offsets(&self) -> Result<Offsets, BtfError> {
+        let t = "task_struct";
+        let s = "signal_struct";
+        // `state` became `__state` in 5.14.
+        let task_state = match self.offset_of(t, "__state")? {
+            Some(o) => o,
+            None => self.required(t, "state")?,
+        };
+        let switch_args = self.tracepoint_args("sched_switch")?;
+        let exit_args = self.tracepoint_args("sched_process_exit")?;
+        Ok(Offsets {
+            task_pid: self.required(t, "pid")?,
+            task_tgid: self.required(t, "tgid")?,
+            task_real_parent: self.required(t, "real_parent")?,
+            task_comm: self.required(t, "comm")?,
+            task_state,
+            task_exit_code: self.required(t, "exit_code")?,
+            task_sum_exec_runtime: self.required(t, "se.sum_exec_runtime")?,
+            task_utime: self.required(t, "utime")?,
+            task_stime: self.required(t, "stime")?,
+            task_signal: self.required(t, "signal")?,
+            task_group_leader: self.required(t, "group_leader")?,
+            task_io_read_bytes: self.optional(t, "ioac.read_bytes")?,
+            task_io_write_bytes: self.optional(t, "ioac.write_bytes")?,
+            signal_maxrss: self.required(s, "maxrss")?,
+            signal_sum_sched_runtime: self.required(s, "sum_sched_runtime")?,
+            signal_io_read_bytes: self.optional(s, "ioac.read_bytes")?,
+            signal_io_write_bytes: self.optional(s, "ioac.write_bytes")?,
+            switch_has_prev_state: u32::from(switch_args >= 4),
+            exit_has_group_dead: u32::from(exit_args >= 2),
+            signal_live: self.required(s, "live")?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rejects_garbage() {
+        assert!(matches!(Btf::parse(b"not btf at all, clearly"), Err(BtfError::Malformed(_))));
+        let mut hdr = vec![0x9f, 0xeb, 1, 0];
+        hdr.extend_from_slice(&24u32.to_le_bytes());
+        hdr.extend_from_slice(&0u32.to_le_bytes());
+        hdr.extend_from_slice(&1000u32.to_le_bytes()); // type_len past the end
+        hdr.extend_from_slice(&0u32.to_le_bytes());
+        hdr.extend_from_slice(&0u32.to_le_bytes());
+        assert!(matches!(Btf::parse(&hdr), Err(BtfError::Malformed(_))));
+    }
+
+    /// Reads this machine's kernel BTF; the offsets must agree with what the kernel
+    /// exports elsewhere (the tracepoint format files carry no task offsets, so check
+    /// internal consistency and the args the format files do show).
+    #[test]
+    fn running_kernel() {
+        let path = Path::new("/sys/kernel/btf/vmlinux");
+        if !path.exists() {
+            assert!(std::env::var_os("CI").is_none(), "CI machine lacks {}", path.display());
+            return;
+        }
+        let btf = Btf::from_file(path).expect("parse vmlinux BTF");
+        let o = btf.offsets().expect("offsets");
+        assert!(o.task_tgid == o.task_pid + 4, "pid and tgid are adjacent pid_t: {o:?}");
+        assert!(o.task_sum_exec_runtime > 0 && o.task_comm > o.task_pid);
+        let fmt = std::fs::read_to_string("/sys/kernel/tracing/events/sched/sched_process_exit/format")
+            .unwrap_or_default();
+        if fmt.contains("group_dead") {
+            assert_eq!(o.exit_has_group_dead, 1);
+        }
+        assert_eq!(btf.offset_of("task_struct", "no_such_field").unwrap(), None);
+    }
+}

@@ -1,0 +1,247 @@
+//! The procfs fallback: polls /proc for the tree. It cannot see members that live and
+//! die between two polls; their CPU still arrives through their parents' `cutime`
+//! (when a tree member reaps them) or through the tracker's own `wait4` (when the
+//! tracker is their subreaper, as under `run`). Counts of processes are lower bounds.
+
+use std::collections::{HashMap, HashSet};
+
+use super::{procread, ReadOpts, TreeTotals};
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Member {
+    ppid: u32,
+    starttime: u64,
+    /// utime+stime and cutime+cstime, in ns (tick resolution).
+    own_ns: u64,
+    child_ns: u64,
+    user_ns: u64,
+    sys_ns: u64,
+    read: u64,
+    write: u64,
+}
+
+impl Member {
+    fn cpu(&self) -> u64 {
+        self.own_ns + self.child_ns
+    }
+}
+
+pub struct ProcfsEngine {
+    root: u32,
+    /// The tracker's pid when it is the subreaper of the tree (`run`): its other
+    /// children are orphans of the tree.
+    reaper: Option<u32>,
+    members: HashMap<u32, Member>,
+    /// Contributions of vanished members that no live member accounts for.
+    kept_cpu: u64,
+    kept_user: u64,
+    kept_sys: u64,
+    kept_read: u64,
+    kept_write: u64,
+    /// Exact usage of processes the tracker reaped itself: pid → (cpu ns, user, sys).
+    reaped: HashMap<u32, (u64, u64, u64)>,
+    seen: u64,
+    exited: u64,
+    max_rss_kib: u64,
+    tck_ns: u64,
+    page: u64,
+    buf: String,
+}
+
+/// Reads all processes of the host: pid → stat.
+fn scan() -> HashMap<u32, procread::Stat> {
+    let mut out = HashMap::new();
+    let mut buf = String::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else { return out };
+    for e in dir.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        if let Some(st) = procread::stat(pid, &mut buf) {
+            out.insert(pid, st);
+        }
+    }
+    out
+}
+
+fn children_index(all: &HashMap<u32, procread::Stat>) -> HashMap<u32, Vec<u32>> {
+    let mut kids: HashMap<u32, Vec<u32>> = HashMap::new();
+    for (&pid, st) in all {
+        kids.entry(st.ppid).or_default().push(pid);
+    }
+    kids
+}
+
+fn walk(from: &[u32], kids: &HashMap<u32, Vec<u32>>, into: &mut HashSet<u32>) {
+    let mut stack: Vec<u32> = from.to_vec();
+    while let Some(p) = stack.pop() {
+        if into.insert(p) {
+            if let Some(k) = kids.get(&p) {
+                stack.extend(k.iter().copied());
+            }
+        }
+    }
+}
+
+/// The processes of the tree under `root` (root included) with their threads.
+pub fn descendants_with_threads(root: u32) -> Vec<(u32, Vec<u32>)> {
+    let all = scan();
+    let kids = children_index(&all);
+    let mut set = HashSet::new();
+    if all.contains_key(&root) {
+        walk(&[root], &kids, &mut set);
+    }
+    set.into_iter()
+        .map(|pid| {
+            let tids = std::fs::read_dir(format!("/proc/{pid}/task"))
+                .map(|d| {
+                    d.flatten()
+                        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+                        .collect()
+                })
+                .unwrap_or_else(|_| vec![pid]);
+            (pid, tids)
+        })
+        .collect()
+}
+
+impl ProcfsEngine {
+    pub fn new(root: u32, reaper: Option<u32>) -> Self {
+        ProcfsEngine {
+            root,
+            reaper,
+            members: HashMap::new(),
+            kept_cpu: 0,
+            kept_user: 0,
+            kept_sys: 0,
+            kept_read: 0,
+            kept_write: 0,
+            reaped: HashMap::new(),
+            seen: 0,
+            exited: 0,
+            max_rss_kib: 0,
+            tck_ns: 1_000_000_000 / procread::clk_tck(),
+            page: procread::page_size(),
+            buf: String::new(),
+        }
+    }
+
+    /// The tracker reaped `pid` itself (wait4): its rusage is exact and includes every
+    /// descendant it waited for.
+    pub fn note_reaped(&mut self, pid: u32, user_ns: u64, sys_ns: u64, maxrss_kib: u64) {
+        self.reaped.insert(pid, (user_ns + sys_ns, user_ns, sys_ns));
+        self.max_rss_kib = self.max_rss_kib.max(maxrss_kib);
+    }
+
+    pub fn read(&mut self, opts: ReadOpts) -> anyhow::Result<TreeTotals> {
+        let all = scan();
+        let kids = children_index(&all);
+        let mut roots: Vec<u32> = vec![self.root];
+        // Known members that are still the same process (orphans keep membership).
+        roots.extend(
+            self.members
+                .iter()
+                .filter(|(pid, m)| all.get(pid).is_some_and(|st| st.starttime == m.starttime))
+                .map(|(&pid, _)| pid),
+        );
+        if let Some(me) = self.reaper {
+            if let Some(k) = kids.get(&me) {
+                roots.extend(k.iter().copied());
+            }
+        }
+        roots.retain(|p| all.contains_key(p));
+        let mut set = HashSet::new();
+        walk(&roots, &kids, &mut set);
+
+        // Members that vanished since the last poll.
+        let gone: Vec<(u32, Member)> = self
+            .members
+            .iter()
+            .filter(|(pid, m)| !all.get(pid).is_some_and(|st| st.starttime == m.starttime))
+            .map(|(&p, &m)| (p, m))
+            .collect();
+        for (pid, m) in gone {
+            self.members.remove(&pid);
+            self.exited += 1;
+            if let Some((cpu, user, sys)) = self.reaped.remove(&pid) {
+                // Exact, replaces the last sighting.
+                self.kept_cpu += cpu;
+                self.kept_user += user;
+                self.kept_sys += sys;
+                self.kept_read += m.read;
+                self.kept_write += m.write;
+            } else if set.contains(&m.ppid) {
+                // Reaped by a live member: now inside its cutime/cstime.
+            } else {
+                self.kept_cpu += m.cpu();
+                self.kept_user += m.user_ns;
+                self.kept_sys += m.sys_ns;
+                self.kept_read += m.read;
+                self.kept_write += m.write;
+            }
+        }
+
+        let mut t = TreeTotals {
+            cpu_ns: self.kept_cpu,
+            user_ticks_ns: self.kept_user,
+            sys_ticks_ns: self.kept_sys,
+            read_bytes: self.kept_read,
+            write_bytes: self.kept_write,
+            pss_bytes: opts.pss.then_some(0),
+            ..Default::default()
+        };
+        for &pid in &set {
+            let st = all[&pid];
+            let ns = |ticks: u64| ticks * self.tck_ns;
+            let entry = self.members.entry(pid).or_insert_with(|| {
+                self.seen += 1;
+                Member { starttime: st.starttime, ..Default::default() }
+            });
+            entry.ppid = st.ppid;
+            entry.own_ns = ns(st.utime + st.stime);
+            entry.child_ns = ns(st.cutime + st.cstime);
+            entry.user_ns = ns(st.utime + st.cutime);
+            entry.sys_ns = ns(st.stime + st.cstime);
+            if let Some((r, w)) = procread::io_bytes(pid, &mut self.buf) {
+                entry.read = r;
+                entry.write = w;
+            }
+            t.cpu_ns += entry.cpu();
+            t.user_ticks_ns += entry.user_ns;
+            t.sys_ticks_ns += entry.sys_ns;
+            t.read_bytes += entry.read;
+            t.write_bytes += entry.write;
+            if st.state != b'Z' && st.state != b'X' {
+                t.live_procs += 1;
+                t.live_threads += st.num_threads;
+                let rss = st.rss_pages * self.page;
+                t.rss_bytes += rss;
+                self.max_rss_kib = self.max_rss_kib.max(rss / 1024);
+                if pid == self.root {
+                    t.root_alive = true;
+                }
+                if opts.pss {
+                    if let (Some(p), Some(acc)) =
+                        (procread::pss_bytes(pid, &mut self.buf), t.pss_bytes.as_mut())
+                    {
+                        *acc += p;
+                    }
+                }
+            }
+        }
+        // Reaped by the tracker but never seen alive by a poll: still exact CPU.
+        for (&pid, &(cpu, user, sys)) in &self.reaped {
+            if !self.members.contains_key(&pid) {
+                t.cpu_ns += cpu;
+                t.user_ticks_ns += user;
+                t.sys_ticks_ns += sys;
+            }
+        }
+        let unseen_reaped = self.reaped.keys().filter(|p| !self.members.contains_key(p)).count() as u64;
+        t.procs_spawned = self.seen + unseen_reaped;
+        t.procs_exited = self.exited + unseen_reaped;
+        t.threads_spawned = t.live_threads;
+        t.max_rss_kib = self.max_rss_kib;
+        Ok(t)
+    }
+}

@@ -1,0 +1,149 @@
+//! Small, allocation-light readers for the per-process /proc files both engines use.
+//! Every reader returns `None` when the process vanished or the file is unreadable:
+//! members come and go between listing and reading.
+
+use std::io::Read;
+
+/// Clock ticks per second for /proc/PID/stat times.
+pub fn clk_tck() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let v = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if v > 0 {
+        v as u64
+    } else {
+        100
+    }
+}
+
+pub fn page_size() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let v = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if v > 0 {
+        v as u64
+    } else {
+        4096
+    }
+}
+
+/// Reads a small /proc file into `buf` (cleared first).
+pub fn read_into(path: &str, buf: &mut String) -> Option<()> {
+    buf.clear();
+    let mut f = std::fs::File::open(path).ok()?;
+    f.read_to_string(buf).ok()?;
+    Some(())
+}
+
+/// The fields of /proc/PID/stat that the engines use.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stat {
+    pub state: u8,
+    pub ppid: u32,
+    pub utime: u64,
+    pub stime: u64,
+    pub cutime: u64,
+    pub cstime: u64,
+    pub num_threads: u64,
+    pub starttime: u64,
+    pub rss_pages: u64,
+}
+
+/// Parses /proc/PID/stat content; the comm field may contain spaces and parentheses.
+pub fn parse_stat(s: &str) -> Option<Stat> {
+    let close = s.rfind(')')?;
+    let mut it = s.get(close + 2..)?.split_ascii_whitespace();
+    // Fields from 3 (state) on; nth is 0-based over the remaining fields.
+    let state = it.next()?.bytes().next()?;
+    let ppid = it.next()?.parse().ok()?;
+    let mut it = it.skip(9); // pgrp .. majflt (fields 5..13)
+    let utime = it.next()?.parse().ok()?; // 14
+    let stime = it.next()?.parse().ok()?; // 15
+    let cutime: i64 = it.next()?.parse().ok()?; // 16
+    let cstime: i64 = it.next()?.parse().ok()?; // 17
+    let mut it = it.skip(2); // priority, nice
+    let num_threads = it.next()?.parse().ok()?; // 20
+    let mut it = it.skip(1); // itrealvalue
+    let starttime = it.next()?.parse().ok()?; // 22
+    let mut it = it.skip(1); // vsize
+    let rss_pages: i64 = it.next()?.parse().ok()?; // 24
+    Some(Stat {
+        state,
+        ppid,
+        utime,
+        stime,
+        cutime: cutime.max(0) as u64,
+        cstime: cstime.max(0) as u64,
+        num_threads,
+        starttime,
+        rss_pages: rss_pages.max(0) as u64,
+    })
+}
+
+pub fn stat(pid: u32, buf: &mut String) -> Option<Stat> {
+    read_into(&format!("/proc/{pid}/stat"), buf)?;
+    parse_stat(buf)
+}
+
+/// Exact CPU time (ns) of one thread: the first field of schedstat.
+pub fn thread_runtime_ns(tgid: u32, tid: u32, buf: &mut String) -> Option<u64> {
+    let path = if tgid == tid {
+        format!("/proc/{tgid}/schedstat")
+    } else {
+        format!("/proc/{tgid}/task/{tid}/schedstat")
+    };
+    read_into(&path, buf)?;
+    buf.split_ascii_whitespace().next()?.parse().ok()
+}
+
+/// Storage read/write bytes of a process (live and released threads).
+pub fn io_bytes(pid: u32, buf: &mut String) -> Option<(u64, u64)> {
+    read_into(&format!("/proc/{pid}/io"), buf)?;
+    parse_io(buf)
+}
+
+pub fn parse_io(s: &str) -> Option<(u64, u64)> {
+    let mut rd = None;
+    let mut wr = None;
+    for line in s.lines() {
+        if let Some(v) = line.strip_prefix("read_bytes:") {
+            rd = v.trim().parse().ok();
+        } else if let Some(v) = line.strip_prefix("write_bytes:") {
+            wr = v.trim().parse().ok();
+        }
+    }
+    Some((rd?, wr?))
+}
+
+/// Proportional set size in bytes, from smaps_rollup.
+pub fn pss_bytes(pid: u32, buf: &mut String) -> Option<u64> {
+    read_into(&format!("/proc/{pid}/smaps_rollup"), buf)?;
+    let line = buf.lines().find(|l| l.starts_with("Pss:"))?;
+    let kib: u64 = line.split_ascii_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_with_odd_comm() {
+        let s = "1234 (a) b (c)) S 1 1234 1234 0 -1 4194560 100 0 0 0 7 3 2 1 20 0 4 0 5555 1000 250 18446744073709551615";
+        let st = parse_stat(s).unwrap();
+        assert_eq!(st.state, b'S');
+        assert_eq!((st.ppid, st.utime, st.stime, st.cutime, st.cstime), (1, 7, 3, 2, 1));
+        assert_eq!((st.num_threads, st.starttime, st.rss_pages), (4, 5555, 250));
+        assert!(parse_stat("garbage").is_none());
+        assert!(parse_stat("1 (x) S 1").is_none());
+    }
+
+    #[test]
+    fn self_files() {
+        let mut buf = String::new();
+        let me = std::process::id();
+        let st = stat(me, &mut buf).unwrap();
+        assert!(st.num_threads >= 1 && st.rss_pages > 0);
+        assert!(thread_runtime_ns(me, me, &mut buf).unwrap() > 0);
+        assert!(io_bytes(me, &mut buf).is_some());
+        assert!(stat(u32::MAX - 1, &mut buf).is_none());
+    }
+}

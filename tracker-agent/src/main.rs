@@ -1,0 +1,38 @@
+//! resource-tracker: CLI parsing and wiring only; the work lives in the modules.
+
+mod agent;
+mod cli;
+mod engine;
+mod launcher;
+mod output;
+mod sample;
+mod sampler;
+mod selfcost;
+mod summary;
+
+use clap::Parser as _;
+
+fn main() {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
+        .format_target(false)
+        .init();
+    let cli = cli::Cli::parse();
+    let (opts, cmd) = match cli.command {
+        Some(cli::Command::Run { opts, cmd }) => (opts, cmd),
+        None => (cli.opts, cli.cmd),
+    };
+    let interval = match cli::parse_interval(&opts.interval) {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("resource-tracker: {e}");
+            std::process::exit(2);
+        }
+    };
+    match agent::execute(agent::Plan { opts, interval, cmd }) {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            eprintln!("resource-tracker: {e:#}");
+            std::process::exit(1);
+        }
+    }
+}

@@ -1,0 +1,133 @@
+//! Turns consecutive engine readings into per-interval samples, and keeps the run
+//! totals for the summary. Interval values are differences of cumulative counters,
+//! so they add up to the run totals exactly.
+
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use crate::{
+    engine::{Backend, TreeTotals},
+    sample::{CpuSample, ProcessSample, Sample, TrackerSample},
+    selfcost,
+    summary::RunStats,
+};
+
+const MIB: f64 = 1048576.0;
+
+pub struct Sampler {
+    root: u32,
+    backend: Backend,
+    job_name: Option<String>,
+    prev: TreeTotals,
+    prev_at: Instant,
+    prev_self_cpu: f64,
+    prev_bpf: Option<(u64, u64)>,
+    /// Cumulative user/system split of cpu_ns, in ns.
+    cum_user_ns: u64,
+    cum_sys_ns: u64,
+    pub stats: RunStats,
+}
+
+/// Unix time now, microsecond precision.
+pub fn unix_now() -> f64 {
+    let d = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    (d.as_micros() as f64) / 1e6
+}
+
+impl Sampler {
+    pub fn new(root: u32, backend: Backend, job_name: Option<String>, start: Instant) -> Self {
+        Sampler {
+            root,
+            backend,
+            job_name,
+            prev: TreeTotals::default(),
+            prev_at: start,
+            prev_self_cpu: selfcost::cpu_secs(),
+            prev_bpf: None,
+            cum_user_ns: 0,
+            cum_sys_ns: 0,
+            stats: RunStats::default(),
+        }
+    }
+
+    /// Sets the baseline without emitting (the first sample needs one for rates).
+    pub fn baseline(&mut self, t: TreeTotals, bpf: Option<(u64, u64)>) {
+        self.prev = t;
+        self.prev_bpf = bpf;
+    }
+
+    /// `bpf` is the (run count, run time ns) of the programs, when known.
+    pub fn step(&mut self, now: TreeTotals, at: Instant, bpf: Option<(u64, u64)>) -> Sample {
+        let elapsed = at.duration_since(self.prev_at).as_secs_f64().max(1e-9);
+        let d_cpu = now.cpu_ns.saturating_sub(self.prev.cpu_ns);
+        let d_user_t = now.user_ticks_ns.saturating_sub(self.prev.user_ticks_ns);
+        let d_sys_t = now.sys_ticks_ns.saturating_sub(self.prev.sys_ticks_ns);
+        // Split the exact CPU by the tick ratio of the interval, or of the whole run
+        // when the interval saw no tick (short tasks), or all to user as the kernel does.
+        let (u, s) = if d_user_t + d_sys_t > 0 {
+            (d_user_t, d_sys_t)
+        } else {
+            (now.user_ticks_ns, now.sys_ticks_ns)
+        };
+        let d_sys = if u + s > 0 {
+            ((d_cpu as u128 * s as u128) / (u + s) as u128) as u64
+        } else {
+            0
+        };
+        let d_user = d_cpu - d_sys;
+        self.cum_user_ns += d_user;
+        self.cum_sys_ns += d_sys;
+
+        let self_cpu = selfcost::cpu_secs();
+        let d_self = (self_cpu - self.prev_self_cpu).max(0.0);
+        self.prev_self_cpu = self_cpu;
+        let (bpf_time, bpf_count) = match (bpf, self.prev_bpf) {
+            (Some((c, t)), Some((pc, pt))) => (Some(t.saturating_sub(pt) as f64 / 1e9), Some(c.saturating_sub(pc))),
+            _ => (None, None),
+        };
+        let lost = now.lost_events.saturating_sub(self.prev.lost_events);
+        let rss_mib = now.rss_bytes as f64 / MIB;
+        let cores = d_cpu as f64 / 1e9 / elapsed;
+        let process = ProcessSample {
+            pid: self.root,
+            backend: self.backend.as_str(),
+            utime_secs: d_user as f64 / 1e9,
+            stime_secs: d_sys as f64 / 1e9,
+            cpu_secs_total: now.cpu_ns as f64 / 1e9,
+            processes_spawned: now.procs_spawned.saturating_sub(self.prev.procs_spawned),
+            processes_exited: now.procs_exited.saturating_sub(self.prev.procs_exited),
+            live_processes: now.live_procs,
+            live_threads: now.live_threads,
+            memory_rss_mib: rss_mib,
+            memory_pss_mib: now.pss_bytes.map(|b| b as f64 / MIB),
+            max_process_rss_mib: now.max_rss_kib as f64 / 1024.0,
+            read_bytes: now.read_bytes.saturating_sub(self.prev.read_bytes),
+            write_bytes: now.write_bytes.saturating_sub(self.prev.write_bytes),
+            root_alive: now.root_alive,
+            untracked_tasks: now.untracked_tasks,
+        };
+        let tracker = TrackerSample {
+            cpu_secs: d_self,
+            rss_mib: selfcost::rss_mib(),
+            bpf_run_time_secs: bpf_time,
+            bpf_run_count: bpf_count,
+            lost_events: lost,
+            lost_events_total: now.lost_events,
+        };
+        let children = now.live_procs.saturating_sub(u64::from(now.root_alive));
+        let sample = Sample {
+            timestamp_secs: unix_now(),
+            interval_secs: elapsed,
+            job_name: self.job_name.clone(),
+            cpu: CpuSample { process_cores_used: Some(cores), process_child_count: Some(children) },
+            process: Some(process),
+            tracker,
+        };
+        self.stats.add(&sample, &now, self.cum_user_ns, self.cum_sys_ns, d_self);
+        self.prev = now;
+        self.prev_at = at;
+        if bpf.is_some() {
+            self.prev_bpf = bpf;
+        }
+        sample
+    }
+}

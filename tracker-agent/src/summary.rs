@@ -1,0 +1,168 @@
+//! The end-of-run summary: a few human lines on stderr and, with `--summary FILE`,
+//! the same as one JSON object whose top-level keys scripts may rely on.
+
+use serde::Serialize;
+
+use crate::{engine::TreeTotals, sample::Sample};
+
+/// Accumulated over the samples of a run.
+#[derive(Clone, Debug, Default)]
+pub struct RunStats {
+    pub samples: u64,
+    pub peak_cores: f64,
+    pub peak_rss_sum_mib: f64,
+    pub tracker_cpu_secs: f64,
+    pub bpf_run_time_secs: Option<f64>,
+    pub last: TreeTotals,
+    pub user_ns: u64,
+    pub sys_ns: u64,
+    pub max_tracker_rss_mib: f64,
+}
+
+impl RunStats {
+    pub fn add(&mut self, s: &Sample, now: &TreeTotals, user_ns: u64, sys_ns: u64, self_cpu: f64) {
+        self.samples += 1;
+        if let Some(c) = s.cpu.process_cores_used {
+            self.peak_cores = self.peak_cores.max(c);
+        }
+        if let Some(p) = &s.process {
+            self.peak_rss_sum_mib = self.peak_rss_sum_mib.max(p.memory_rss_mib);
+        }
+        if let Some(t) = s.tracker.bpf_run_time_secs {
+            *self.bpf_run_time_secs.get_or_insert(0.0) += t;
+        }
+        self.max_tracker_rss_mib = self.max_tracker_rss_mib.max(s.tracker.rss_mib);
+        self.tracker_cpu_secs += self_cpu;
+        self.last = now.clone();
+        self.user_ns = user_ns;
+        self.sys_ns = sys_ns;
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct TopCommand {
+    pub comm: String,
+    pub processes: u64,
+    pub cpu_secs: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Summary {
+    pub wall_secs: f64,
+    pub cpu_user_secs: f64,
+    pub cpu_system_secs: f64,
+    pub processes_spawned: u64,
+    pub processes_exited: u64,
+    pub peak_memory_mib: f64,
+    pub exit_code: Option<i32>,
+    pub backend: &'static str,
+    pub lost_events: u64,
+    pub tracker_cpu_secs: f64,
+    // Further keys; the ones above are fixed.
+    pub cpu_total_secs: f64,
+    pub avg_cores: f64,
+    pub peak_cores: f64,
+    pub max_process_rss_mib: f64,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    pub execs: u64,
+    pub threads_spawned: u64,
+    pub still_running: u64,
+    pub untracked_tasks: u64,
+    pub samples: u64,
+    pub tracker_max_rss_mib: f64,
+    pub bpf_run_time_secs: Option<f64>,
+    pub backend_reason: Option<String>,
+    pub top_commands: Vec<TopCommand>,
+}
+
+impl Summary {
+    pub fn build(
+        stats: &RunStats,
+        wall_secs: f64,
+        exit_code: Option<i32>,
+        backend: &'static str,
+        backend_reason: Option<String>,
+        top_commands: Vec<TopCommand>,
+    ) -> Self {
+        let t = &stats.last;
+        let cpu_total = t.cpu_ns as f64 / 1e9;
+        Summary {
+            wall_secs,
+            cpu_user_secs: stats.user_ns as f64 / 1e9,
+            cpu_system_secs: stats.sys_ns as f64 / 1e9,
+            processes_spawned: t.procs_spawned,
+            processes_exited: t.procs_exited,
+            peak_memory_mib: stats.peak_rss_sum_mib.max(t.max_rss_kib as f64 / 1024.0),
+            exit_code,
+            backend,
+            lost_events: t.lost_events,
+            tracker_cpu_secs: stats.tracker_cpu_secs,
+            cpu_total_secs: cpu_total,
+            avg_cores: if wall_secs > 0.0 { cpu_total / wall_secs } else { 0.0 },
+            peak_cores: stats.peak_cores,
+            max_process_rss_mib: t.max_rss_kib as f64 / 1024.0,
+            read_bytes: t.read_bytes,
+            write_bytes: t.write_bytes,
+            execs: t.execs,
+            threads_spawned: t.threads_spawned,
+            still_running: t.live_procs,
+            untracked_tasks: t.untracked_tasks,
+            samples: stats.samples,
+            tracker_max_rss_mib: stats.max_tracker_rss_mib,
+            bpf_run_time_secs: stats.bpf_run_time_secs,
+            backend_reason,
+            top_commands,
+        }
+    }
+
+    pub fn human(&self) -> String {
+        let mut s = String::new();
+        let code = self.exit_code.map_or("-".to_string(), |c| c.to_string());
+        s.push_str(&format!(
+            "resource-tracker: wall {:.3}s  cpu {:.3}s (user {:.3}s, sys {:.3}s)  avg {:.2} / peak {:.2} cores\n",
+            self.wall_secs, self.cpu_total_secs, self.cpu_user_secs, self.cpu_system_secs, self.avg_cores, self.peak_cores
+        ));
+        s.push_str(&format!(
+            "resource-tracker: processes {} spawned, {} exited, {} still running  peak memory {:.1} MiB  io {} read / {} written\n",
+            self.processes_spawned,
+            self.processes_exited,
+            self.still_running,
+            self.peak_memory_mib,
+            human_bytes(self.read_bytes),
+            human_bytes(self.write_bytes)
+        ));
+        let bpf = self.bpf_run_time_secs.map_or(String::new(), |t| format!(", bpf {:.1} ms", t * 1e3));
+        s.push_str(&format!(
+            "resource-tracker: exit code {code}  backend {}  lost events {}  observer cpu {:.1} ms{bpf}, rss {:.1} MiB\n",
+            self.backend,
+            self.lost_events,
+            self.tracker_cpu_secs * 1e3,
+            self.tracker_max_rss_mib
+        ));
+        if !self.top_commands.is_empty() {
+            let tops: Vec<String> = self
+                .top_commands
+                .iter()
+                .map(|t| format!("{} ×{} {:.3}s", t.comm, t.processes, t.cpu_secs))
+                .collect();
+            s.push_str(&format!("resource-tracker: top commands by cpu: {}\n", tops.join(", ")));
+        }
+        s
+    }
+}
+
+fn human_bytes(b: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut i = 0;
+    while v >= 1024.0 && i + 1 < UNITS.len() {
+        v /= 1024.0;
+        i += 1;
+    }
+    if i == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.1} {}", UNITS[i])
+    }
+}
