@@ -52,7 +52,9 @@ impl Engine {
         match self {
             Engine::Ebpf(e) if e.stats_enabled() => {
                 let v = e.prog_stats();
-                Some(v.iter().fold((0, 0), |(c, t), (_, rc, rt)| (c + rc, t + rt.as_nanos() as u64)))
+                Some(v.iter().fold((0, 0), |(c, t), (_, rc, rt)| {
+                    (c + rc, t + rt.as_nanos() as u64)
+                }))
             }
             _ => None,
         }
@@ -167,7 +169,10 @@ pub fn execute(plan: Plan) -> anyhow::Result<i32> {
     let attach_pid = match (o.pid, resolved.is_some()) {
         (Some(_), true) => bail!("--pid and a command cannot be used together"),
         (Some(p), false) => {
-            let p = u32::try_from(p).ok().filter(|&p| p > 0).ok_or_else(|| anyhow!("--pid: '{p}' is not a valid process id"))?;
+            let p = u32::try_from(p)
+                .ok()
+                .filter(|&p| p > 0)
+                .ok_or_else(|| anyhow!("--pid: '{p}' is not a valid process id"))?;
             if !pid_exists(p) {
                 bail!("--pid: no process with id {p}");
             }
@@ -180,7 +185,11 @@ pub fn execute(plan: Plan) -> anyhow::Result<i32> {
     }
     let run_as = launcher::sudo_identity(o.as_root).map_err(|e| anyhow!(e))?;
     let mut sink = output::Sink::open(o.output.as_deref(), o.quiet)?;
-    let mut summary_file = o.summary.as_deref().map(|p| output::create(p, "summary")).transpose()?;
+    let mut summary_file = o
+        .summary
+        .as_deref()
+        .map(|p| output::create(p, "summary"))
+        .transpose()?;
     let mut events_file = o
         .events
         .as_deref()
@@ -297,7 +306,7 @@ pub fn execute(plan: Plan) -> anyhow::Result<i32> {
 
         let read_opts = ReadOpts { pss: o.pss };
         let mut sampler = Sampler::new(root, backend, o.job_name.clone(), start);
-        let base = engine.read(read_opts)?;
+        let base = if is_run { None } else { Some(engine.read(read_opts)?) };
         sampler.baseline(base, engine.bpf_stats());
         let period = Duration::from_secs_f64(plan.interval);
         let mut next = tokio::time::Instant::from_std(start) + period;
@@ -315,12 +324,12 @@ pub fn execute(plan: Plan) -> anyhow::Result<i32> {
                     sink.write(&s)?;
                 }
                 Some(r) = reap_rx.recv() => {
+                    if let Engine::Procfs(p) = &mut engine {
+                        p.note_reaped(r.pid, r.user_ns, r.sys_ns, r.maxrss_kib);
+                    }
                     if r.pid == root {
                         exit_status = Some(r.status);
                         break;
-                    }
-                    if let Engine::Procfs(p) = &mut engine {
-                        p.note_reaped(r.pid, r.user_ns, r.sys_ns, r.maxrss_kib);
                     }
                 }
                 Some((sig, from_tty)) = sig_rx.recv() => {
@@ -375,13 +384,25 @@ pub fn execute(plan: Plan) -> anyhow::Result<i32> {
     let (sampler, exit_status, top) = result?;
     let wall = start.elapsed().as_secs_f64();
     let code = exit_status.map(exit_code_of);
-    let summary = Summary::build(&sampler.stats, wall, code, backend.as_str(), backend_reason, top);
+    let summary = Summary::build(
+        &sampler.stats,
+        wall,
+        code,
+        backend.as_str(),
+        backend_reason,
+        top,
+    );
     if !o.quiet {
         eprint!("{}", summary.human());
     }
     if let Some(f) = summary_file.as_mut() {
-        let name = o.summary.as_ref().map(|p| p.display().to_string()).unwrap_or_default();
-        serde_json::to_writer_pretty(&mut *f, &summary).with_context(|| format!("writing summary file {name}"))?;
+        let name = o
+            .summary
+            .as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default();
+        serde_json::to_writer_pretty(&mut *f, &summary)
+            .with_context(|| format!("writing summary file {name}"))?;
         writeln!(f).with_context(|| format!("writing summary file {name}"))?;
     }
     let _ = events_file.as_ref().map(|f| f.get_ref().as_raw_fd());

@@ -19,7 +19,7 @@ pub struct Cli {
     #[command(flatten)]
     pub opts: Opts,
     /// Command to run and track (after `--`).
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
+    #[arg(trailing_var_arg = true, value_name = "CMD")]
     pub cmd: Vec<OsString>,
 }
 
@@ -29,7 +29,7 @@ pub enum Command {
     Run {
         #[command(flatten)]
         opts: Opts,
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true, value_name = "CMD")]
+        #[arg(trailing_var_arg = true, required = true, value_name = "CMD")]
         cmd: Vec<OsString>,
     },
 }
@@ -45,7 +45,13 @@ pub struct Opts {
     #[arg(short = 'p', long, value_name = "PID")]
     pub pid: Option<i64>,
     /// Seconds between samples (fractions allowed, at least 0.1).
-    #[arg(short = 'i', long, value_name = "SECS", default_value = "1", allow_negative_numbers = true)]
+    #[arg(
+        short = 'i',
+        long,
+        value_name = "SECS",
+        default_value = "1",
+        allow_negative_numbers = true
+    )]
     pub interval: String,
     /// Output format.
     #[arg(short = 'f', long, value_enum, default_value_t = Format::Json)]
@@ -84,12 +90,19 @@ pub struct Opts {
 
 /// Parses and checks `--interval`: a finite number of seconds, at least 0.1.
 pub fn parse_interval(s: &str) -> Result<f64, String> {
-    let v: f64 = s.trim().parse().map_err(|_| format!("--interval: '{s}' is not a number of seconds"))?;
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("--interval: '{s}' is not a number of seconds"))?;
     if !v.is_finite() || v <= 0.0 {
-        return Err(format!("--interval: must be a positive number of seconds, got '{s}'"));
+        return Err(format!(
+            "--interval: must be a positive number of seconds, got '{s}'"
+        ));
     }
     if v < 0.1 {
-        return Err(format!("--interval: the smallest interval is 0.1 seconds, got '{s}'"));
+        return Err(format!(
+            "--interval: the smallest interval is 0.1 seconds, got '{s}'"
+        ));
     }
     Ok(v)
 }
@@ -114,6 +127,8 @@ mod tests {
         assert_eq!(c.cmd, vec![OsString::from("ls"), OsString::from("-l")]);
         let c = Cli::try_parse_from(["rt", "timeout", "5s", "sha512sum", "/dev/zero"]).unwrap();
         assert_eq!(c.cmd.len(), 4);
+        let c = Cli::try_parse_from(["rt", "-q", "ls", "-l", "--all"]).unwrap();
+        assert_eq!(c.cmd.len(), 3);
         assert!(Cli::try_parse_from(["rt", "--bogus"]).is_err());
         assert!(Cli::try_parse_from(["rt", "run"]).is_err());
     }

@@ -22,7 +22,11 @@ pub struct RunAs {
 #[derive(Debug)]
 pub enum LaunchError {
     /// Like a shell: 127 for not found, 126 for found but not executable.
-    NotExecutable { cmd: String, reason: String, code: i32 },
+    NotExecutable {
+        cmd: String,
+        reason: String,
+        code: i32,
+    },
     Os(String),
 }
 
@@ -45,7 +49,12 @@ impl LaunchError {
 }
 
 fn errno_text(e: i32) -> String {
-    std::io::Error::from_raw_os_error(e).to_string().split(" (os error").next().unwrap_or("").to_string()
+    std::io::Error::from_raw_os_error(e)
+        .to_string()
+        .split(" (os error")
+        .next()
+        .unwrap_or("")
+        .to_string()
 }
 
 fn is_executable(p: &Path) -> Result<(), i32> {
@@ -69,19 +78,33 @@ pub fn resolve(cmd: &OsStr, path_var: Option<&OsStr>) -> Result<PathBuf, LaunchE
             libc::ENOENT => ("No such file or directory".to_string(), 127),
             e => (errno_text(e), 126),
         };
-        LaunchError::NotExecutable { cmd: shown.clone(), reason, code }
+        LaunchError::NotExecutable {
+            cmd: shown.clone(),
+            reason,
+            code,
+        }
     };
     if cmd.is_empty() {
-        return Err(LaunchError::NotExecutable { cmd: "''".into(), reason: "empty command".into(), code: 127 });
+        return Err(LaunchError::NotExecutable {
+            cmd: "''".into(),
+            reason: "empty command".into(),
+            code: 127,
+        });
     }
     if cmd.as_bytes().contains(&b'/') {
         let p = PathBuf::from(cmd);
         return is_executable(&p).map(|_| p).map_err(fail);
     }
-    let path = path_var.map(|p| p.to_os_string()).unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
+    let path = path_var
+        .map(|p| p.to_os_string())
+        .unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
     let mut first_err = None;
     for dir in std::env::split_paths(&path) {
-        let cand = if dir.as_os_str().is_empty() { PathBuf::from(".").join(cmd) } else { dir.join(cmd) };
+        let cand = if dir.as_os_str().is_empty() {
+            PathBuf::from(".").join(cmd)
+        } else {
+            dir.join(cmd)
+        };
         match is_executable(&cand) {
             Ok(()) => return Ok(cand),
             Err(libc::ENOENT) | Err(libc::ENOTDIR) => {}
@@ -92,7 +115,11 @@ pub fn resolve(cmd: &OsStr, path_var: Option<&OsStr>) -> Result<PathBuf, LaunchE
     }
     Err(match first_err {
         Some(e) => fail(e),
-        None => LaunchError::NotExecutable { cmd: shown, reason: "command not found".into(), code: 127 },
+        None => LaunchError::NotExecutable {
+            cmd: shown,
+            reason: "command not found".into(),
+            code: 127,
+        },
     })
 }
 
@@ -103,7 +130,9 @@ pub fn sudo_identity(as_root: bool) -> Result<Option<RunAs>, String> {
     if as_root || unsafe { libc::geteuid() } != 0 {
         return Ok(None);
     }
-    let Some(uid) = std::env::var_os("SUDO_UID") else { return Ok(None) };
+    let Some(uid) = std::env::var_os("SUDO_UID") else {
+        return Ok(None);
+    };
     let uid: u32 = uid
         .to_str()
         .and_then(|s| s.parse().ok())
@@ -116,26 +145,53 @@ pub fn sudo_identity(as_root: bool) -> Result<Option<RunAs>, String> {
     // SAFETY: passwd is plain data; getpwuid_r writes into the buffers we own.
     let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
     let mut res: *mut libc::passwd = std::ptr::null_mut();
-    let rc = unsafe { libc::getpwuid_r(uid, &mut pw, pwbuf.as_mut_ptr().cast(), pwbuf.len(), &mut res) };
+    let rc = unsafe {
+        libc::getpwuid_r(
+            uid,
+            &mut pw,
+            pwbuf.as_mut_ptr().cast(),
+            pwbuf.len(),
+            &mut res,
+        )
+    };
     let (user, home, pw_gid) = if rc == 0 && !res.is_null() {
         // SAFETY: on success the strings point into pwbuf.
-        let cs = |p: *const libc::c_char| unsafe { std::ffi::CStr::from_ptr(p) }.to_string_lossy().into_owned();
+        let cs = |p: *const libc::c_char| {
+            unsafe { std::ffi::CStr::from_ptr(p) }
+                .to_string_lossy()
+                .into_owned()
+        };
         (cs(pw.pw_name), cs(pw.pw_dir), Some(pw.pw_gid))
     } else {
-        (std::env::var("SUDO_USER").unwrap_or_else(|_| uid.to_string()), "/".to_string(), None)
+        (
+            std::env::var("SUDO_USER").unwrap_or_else(|_| uid.to_string()),
+            "/".to_string(),
+            None,
+        )
     };
     let gid: u32 = match gid_env {
-        Some(g) => g.to_str().and_then(|s| s.parse().ok()).ok_or_else(|| format!("SUDO_GID={g:?} is not a number"))?,
-        None => pw_gid.ok_or_else(|| format!("SUDO_UID={uid} has no passwd entry and SUDO_GID is unset"))?,
+        Some(g) => g
+            .to_str()
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| format!("SUDO_GID={g:?} is not a number"))?,
+        None => pw_gid
+            .ok_or_else(|| format!("SUDO_UID={uid} has no passwd entry and SUDO_GID is unset"))?,
     };
     let mut groups = vec![gid];
     if res.is_null() {
-        return Ok(Some(RunAs { uid, gid, groups, user, home }));
+        return Ok(Some(RunAs {
+            uid,
+            gid,
+            groups,
+            user,
+            home,
+        }));
     }
     let mut n: libc::c_int = 64;
     loop {
         let mut list = vec![0 as libc::gid_t; n as usize];
-        let cuser = CString::new(user.clone()).map_err(|_| "user name has a NUL byte".to_string())?;
+        let cuser =
+            CString::new(user.clone()).map_err(|_| "user name has a NUL byte".to_string())?;
         // SAFETY: list has n entries; getgrouplist updates n.
         let r = unsafe { libc::getgrouplist(cuser.as_ptr(), gid, list.as_mut_ptr(), &mut n) };
         if r >= 0 {
@@ -148,7 +204,13 @@ pub fn sudo_identity(as_root: bool) -> Result<Option<RunAs>, String> {
         }
         n *= 2;
     }
-    Ok(Some(RunAs { uid, gid, groups, user, home }))
+    Ok(Some(RunAs {
+        uid,
+        gid,
+        groups,
+        user,
+        home,
+    }))
 }
 
 /// A forked child waiting for `release`.
@@ -160,20 +222,28 @@ pub struct Paused {
 }
 
 fn cstr(s: &OsStr) -> Result<CString, LaunchError> {
-    CString::new(s.as_bytes()).map_err(|_| LaunchError::Os(format!("argument {s:?} contains a NUL byte")))
+    CString::new(s.as_bytes())
+        .map_err(|_| LaunchError::Os(format!("argument {s:?} contains a NUL byte")))
 }
 
 fn pipe_cloexec() -> Result<[libc::c_int; 2], LaunchError> {
     let mut fds = [0; 2];
     // SAFETY: fds has room for two descriptors.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(LaunchError::Os(format!("pipe2: {}", std::io::Error::last_os_error())));
+        return Err(LaunchError::Os(format!(
+            "pipe2: {}",
+            std::io::Error::last_os_error()
+        )));
     }
     Ok(fds)
 }
 
 /// Forks `argv` (argv[0] already resolved to `path`) and leaves it blocked before exec.
-pub fn spawn_paused(path: &Path, argv: &[OsString], run_as: Option<&RunAs>) -> Result<Paused, LaunchError> {
+pub fn spawn_paused(
+    path: &Path,
+    argv: &[OsString],
+    run_as: Option<&RunAs>,
+) -> Result<Paused, LaunchError> {
     let c_path = cstr(path.as_os_str())?;
     let c_argv: Vec<CString> = argv.iter().map(|a| cstr(a)).collect::<Result<_, _>>()?;
     let mut argv_p: Vec<*const libc::c_char> = c_argv.iter().map(|c| c.as_ptr()).collect();
@@ -204,7 +274,10 @@ pub fn spawn_paused(path: &Path, argv: &[OsString], run_as: Option<&RunAs>) -> R
     // prepared above, then execs or _exits.
     let pid = unsafe { libc::fork() };
     if pid < 0 {
-        return Err(LaunchError::Os(format!("fork: {}", std::io::Error::last_os_error())));
+        return Err(LaunchError::Os(format!(
+            "fork: {}",
+            std::io::Error::last_os_error()
+        )));
     }
     if pid == 0 {
         unsafe {
@@ -242,7 +315,12 @@ pub fn spawn_paused(path: &Path, argv: &[OsString], run_as: Option<&RunAs>) -> R
         libc::close(go[0]);
         libc::close(err[1]);
     }
-    Ok(Paused { pid: pid as u32, go_w: go[1], err_r: err[0], cmd: argv[0].to_string_lossy().into_owned() })
+    Ok(Paused {
+        pid: pid as u32,
+        go_w: go[1],
+        err_r: err[0],
+        cmd: argv[0].to_string_lossy().into_owned(),
+    })
 }
 
 impl Paused {
@@ -265,7 +343,11 @@ impl Paused {
         unsafe { libc::close(self.err_r) };
         if n == 4 {
             let code = if e == libc::ENOENT { 127 } else { 126 };
-            return Err(LaunchError::NotExecutable { cmd: self.cmd, reason: errno_text(e), code });
+            return Err(LaunchError::NotExecutable {
+                cmd: self.cmd,
+                reason: errno_text(e),
+                code,
+            });
         }
         Ok(self.pid)
     }
@@ -286,12 +368,19 @@ mod tests {
 
     #[test]
     fn resolves_like_a_shell() {
-        let sh = resolve(OsStr::new("sh"), Some(OsStr::new("/nonexistent:/bin:/usr/bin"))).unwrap();
+        let sh = resolve(
+            OsStr::new("sh"),
+            Some(OsStr::new("/nonexistent:/bin:/usr/bin")),
+        )
+        .unwrap();
         assert!(sh.ends_with("sh"));
         let e = resolve(OsStr::new("no-such-cmd-xyz"), Some(OsStr::new("/bin"))).unwrap_err();
         assert_eq!(e.exit_code(), 127);
         assert!(e.to_string().contains("no-such-cmd-xyz"), "{e}");
-        let e = resolve(OsStr::new("/etc/hostname"), None).unwrap_err();
+        let f = std::env::temp_dir().join(format!("rt-noexec-{}", std::process::id()));
+        std::fs::write(&f, "data").unwrap();
+        let e = resolve(f.as_os_str(), None).unwrap_err();
+        let _ = std::fs::remove_file(&f);
         assert_eq!(e.exit_code(), 126, "{e}");
         let e = resolve(OsStr::new("/etc"), None).unwrap_err();
         assert_eq!(e.exit_code(), 126, "{e}");

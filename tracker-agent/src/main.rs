@@ -16,7 +16,22 @@ fn main() {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
         .format_target(false)
         .init();
-    let cli = cli::Cli::parse();
+    let cli = match cli::Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => match e.kind() {
+            clap::error::ErrorKind::DisplayHelp
+            | clap::error::ErrorKind::DisplayVersion
+            | clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => e.exit(),
+            _ => {
+                // One line naming the problem, not clap's usage block.
+                let text = e.render().to_string();
+                let first = text.lines().next().unwrap_or("invalid arguments");
+                let first = first.strip_prefix("error: ").unwrap_or(first);
+                eprintln!("resource-tracker: {first} (see --help)");
+                std::process::exit(2);
+            }
+        },
+    };
     let (opts, cmd) = match cli.command {
         Some(cli::Command::Run { opts, cmd }) => (opts, cmd),
         None => (cli.opts, cli.cmd),
@@ -28,7 +43,11 @@ fn main() {
             std::process::exit(2);
         }
     };
-    match agent::execute(agent::Plan { opts, interval, cmd }) {
+    match agent::execute(agent::Plan {
+        opts,
+        interval,
+        cmd,
+    }) {
         Ok(code) => std::process::exit(code),
         Err(e) => {
             eprintln!("resource-tracker: {e:#}");

@@ -22,7 +22,8 @@ impl Sink {
     pub fn open(path: Option<&Path>, quiet: bool) -> anyhow::Result<Sink> {
         match path {
             Some(p) => {
-                let f = File::create(p).with_context(|| format!("cannot write output file {}", p.display()))?;
+                let f = File::create(p)
+                    .with_context(|| format!("cannot write output file {}", p.display()))?;
                 Ok(Sink::File(BufWriter::new(f), p.display().to_string()))
             }
             None if quiet => Ok(Sink::Null),
@@ -39,7 +40,8 @@ impl Sink {
             }
             Sink::File(w, name) => {
                 writeln!(w, "{line}").with_context(|| format!("writing a sample to {name}"))?;
-                w.flush().with_context(|| format!("writing a sample to {name}"))?;
+                w.flush()
+                    .with_context(|| format!("writing a sample to {name}"))?;
             }
             Sink::Null => {}
         }

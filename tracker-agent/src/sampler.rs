@@ -18,6 +18,8 @@ pub struct Sampler {
     backend: Backend,
     job_name: Option<String>,
     prev: TreeTotals,
+    /// CPU already used when tracking began (attach); zero for a started command.
+    origin_cpu_ns: u64,
     prev_at: Instant,
     prev_self_cpu: f64,
     prev_bpf: Option<(u64, u64)>,
@@ -29,7 +31,9 @@ pub struct Sampler {
 
 /// Unix time now, microsecond precision.
 pub fn unix_now() -> f64 {
-    let d = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    let d = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
     (d.as_micros() as f64) / 1e6
 }
 
@@ -40,6 +44,7 @@ impl Sampler {
             backend,
             job_name,
             prev: TreeTotals::default(),
+            origin_cpu_ns: 0,
             prev_at: start,
             prev_self_cpu: selfcost::cpu_secs(),
             prev_bpf: None,
@@ -49,9 +54,14 @@ impl Sampler {
         }
     }
 
-    /// Sets the baseline without emitting (the first sample needs one for rates).
-    pub fn baseline(&mut self, t: TreeTotals, bpf: Option<(u64, u64)>) {
-        self.prev = t;
+    /// Sets the baseline without emitting. A tree the tracker started begins at zero
+    /// (its first instructions belong to the first interval), so only an attached tree
+    /// gets `tree`; the BPF counters always need one.
+    pub fn baseline(&mut self, tree: Option<TreeTotals>, bpf: Option<(u64, u64)>) {
+        if let Some(t) = tree {
+            self.origin_cpu_ns = t.cpu_ns;
+            self.prev = t;
+        }
         self.prev_bpf = bpf;
     }
 
@@ -81,7 +91,10 @@ impl Sampler {
         let d_self = (self_cpu - self.prev_self_cpu).max(0.0);
         self.prev_self_cpu = self_cpu;
         let (bpf_time, bpf_count) = match (bpf, self.prev_bpf) {
-            (Some((c, t)), Some((pc, pt))) => (Some(t.saturating_sub(pt) as f64 / 1e9), Some(c.saturating_sub(pc))),
+            (Some((c, t)), Some((pc, pt))) => (
+                Some(t.saturating_sub(pt) as f64 / 1e9),
+                Some(c.saturating_sub(pc)),
+            ),
             _ => (None, None),
         };
         let lost = now.lost_events.saturating_sub(self.prev.lost_events);
@@ -92,7 +105,7 @@ impl Sampler {
             backend: self.backend.as_str(),
             utime_secs: d_user as f64 / 1e9,
             stime_secs: d_sys as f64 / 1e9,
-            cpu_secs_total: now.cpu_ns as f64 / 1e9,
+            cpu_secs_total: now.cpu_ns.saturating_sub(self.origin_cpu_ns) as f64 / 1e9,
             processes_spawned: now.procs_spawned.saturating_sub(self.prev.procs_spawned),
             processes_exited: now.procs_exited.saturating_sub(self.prev.procs_exited),
             live_processes: now.live_procs,
@@ -118,11 +131,16 @@ impl Sampler {
             timestamp_secs: unix_now(),
             interval_secs: elapsed,
             job_name: self.job_name.clone(),
-            cpu: CpuSample { process_cores_used: Some(cores), process_child_count: Some(children) },
+            cpu: CpuSample {
+                process_cores_used: Some(cores),
+                process_child_count: Some(children),
+            },
             process: Some(process),
             tracker,
         };
-        self.stats.add(&sample, &now, self.cum_user_ns, self.cum_sys_ns, d_self);
+        self.stats
+            .add(&sample, &now, self.cum_user_ns, self.cum_sys_ns, d_self);
+        self.stats.origin_cpu_ns = self.origin_cpu_ns;
         self.prev = now;
         self.prev_at = at;
         if bpf.is_some() {

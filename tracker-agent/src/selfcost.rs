@@ -14,6 +14,10 @@ pub fn cpu_secs() -> f64 {
 /// Resident set size of this process in MiB.
 pub fn rss_mib() -> f64 {
     let s = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
-    let pages: u64 = s.split_ascii_whitespace().nth(1).and_then(|v| v.parse().ok()).unwrap_or(0);
+    let pages: u64 = s
+        .split_ascii_whitespace()
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
     (pages * crate::engine::procread::page_size()) as f64 / 1048576.0
 }

@@ -14,6 +14,7 @@ pub struct RunStats {
     pub tracker_cpu_secs: f64,
     pub bpf_run_time_secs: Option<f64>,
     pub last: TreeTotals,
+    pub origin_cpu_ns: u64,
     pub user_ns: u64,
     pub sys_ns: u64,
     pub max_tracker_rss_mib: f64,
@@ -86,7 +87,7 @@ impl Summary {
         top_commands: Vec<TopCommand>,
     ) -> Self {
         let t = &stats.last;
-        let cpu_total = t.cpu_ns as f64 / 1e9;
+        let cpu_total = t.cpu_ns.saturating_sub(stats.origin_cpu_ns) as f64 / 1e9;
         Summary {
             wall_secs,
             cpu_user_secs: stats.user_ns as f64 / 1e9,
@@ -99,7 +100,11 @@ impl Summary {
             lost_events: t.lost_events,
             tracker_cpu_secs: stats.tracker_cpu_secs,
             cpu_total_secs: cpu_total,
-            avg_cores: if wall_secs > 0.0 { cpu_total / wall_secs } else { 0.0 },
+            avg_cores: if wall_secs > 0.0 {
+                cpu_total / wall_secs
+            } else {
+                0.0
+            },
             peak_cores: stats.peak_cores,
             max_process_rss_mib: t.max_rss_kib as f64 / 1024.0,
             read_bytes: t.read_bytes,
@@ -132,7 +137,9 @@ impl Summary {
             human_bytes(self.read_bytes),
             human_bytes(self.write_bytes)
         ));
-        let bpf = self.bpf_run_time_secs.map_or(String::new(), |t| format!(", bpf {:.1} ms", t * 1e3));
+        let bpf = self
+            .bpf_run_time_secs
+            .map_or(String::new(), |t| format!(", bpf {:.1} ms", t * 1e3));
         s.push_str(&format!(
             "resource-tracker: exit code {code}  backend {}  lost events {}  observer cpu {:.1} ms{bpf}, rss {:.1} MiB\n",
             self.backend,
@@ -146,7 +153,10 @@ impl Summary {
                 .iter()
                 .map(|t| format!("{} ×{} {:.3}s", t.comm, t.processes, t.cpu_secs))
                 .collect();
-            s.push_str(&format!("resource-tracker: top commands by cpu: {}\n", tops.join(", ")));
+            s.push_str(&format!(
+                "resource-tracker: top commands by cpu: {}\n",
+                tops.join(", ")
+            ));
         }
         s
     }

@@ -114,7 +114,12 @@ pub fn sched_process_fork(ctx: BtfTracePointContext) -> u32 {
     let child: *const u8 = ctx.arg(1);
     let o = off();
     let (tid, tgid): (u32, u32) = unsafe { (field(child, o.task_pid), field(child, o.task_tgid)) };
-    let info = TaskInfo { tgid, tree, flags: 0, _pad: 0 };
+    let info = TaskInfo {
+        tgid,
+        tree,
+        flags: 0,
+        _pad: 0,
+    };
     let Some(s) = stats(tree) else { return 0 };
     if TASKS.insert(tid, info, 0).is_err() {
         s.untracked_tasks += 1;
@@ -238,7 +243,15 @@ unsafe fn account_dead(prev: *const u8, o: &Offsets) {
         let parent: *const u8 = field::<u64>(prev, o.task_real_parent) as *const u8;
         let ppid: u32 = field(parent, o.task_tgid);
         let code: u32 = field(prev, o.task_exit_code);
-        emit(info.tree, EVENT_EXIT, prev, info.tgid, ppid, group + runtime, code);
+        emit(
+            info.tree,
+            EVENT_EXIT,
+            prev,
+            info.tgid,
+            ppid,
+            group + runtime,
+            code,
+        );
     }
 }
 

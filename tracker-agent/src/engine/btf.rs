@@ -75,14 +75,15 @@ fn u32_at(data: &[u8], at: usize) -> Result<u32, BtfError> {
 
 impl Btf {
     pub fn from_file(path: &Path) -> Result<Self, BtfError> {
-        let data =
-            std::fs::read(path).map_err(|e| BtfError::Io(path.display().to_string(), e))?;
+        let data = std::fs::read(path).map_err(|e| BtfError::Io(path.display().to_string(), e))?;
         Self::parse(&data)
     }
 
     pub fn parse(data: &[u8]) -> Result<Self, BtfError> {
         if data.len() < 24 || data[0..2] != [0x9f, 0xeb] {
-            return Err(BtfError::Malformed("bad magic (not little-endian BTF)".into()));
+            return Err(BtfError::Malformed(
+                "bad magic (not little-endian BTF)".into(),
+            ));
         }
         let hdr_len = u32_at(data, 4)? as usize;
         let type_off = u32_at(data, 8)? as usize;
@@ -100,7 +101,12 @@ impl Btf {
             .to_vec();
 
         // Type id 0 is void.
-        let mut types = vec![Type { name: 0, kind: 0, size_or_type: 0, members: vec![] }];
+        let mut types = vec![Type {
+            name: 0,
+            kind: 0,
+            size_or_type: 0,
+            members: vec![],
+        }];
         let mut at = 0usize;
         while at < tsec.len() {
             let name = u32_at(tsec, at)?;
@@ -146,9 +152,18 @@ impl Btf {
                     )))
                 }
             }
-            types.push(Type { name, kind, size_or_type, members });
+            types.push(Type {
+                name,
+                kind,
+                size_or_type,
+                members,
+            });
         }
-        let mut btf = Btf { types, strings, by_name: HashMap::new() };
+        let mut btf = Btf {
+            types,
+            strings,
+            by_name: HashMap::new(),
+        };
         for id in 1..btf.types.len() {
             let t = &btf.types[id];
             if t.name != 0 {
@@ -228,7 +243,9 @@ impl Btf {
             }
         }
         if bits % 8 != 0 {
-            return Err(BtfError::Malformed(format!("{strukt}.{path} is a bitfield")));
+            return Err(BtfError::Malformed(format!(
+                "{strukt}.{path} is a bitfield"
+            )));
         }
         Ok(Some(bits / 8))
     }
@@ -257,7 +274,9 @@ impl Btf {
         }
         let proto = self.ty(self.strip(ptr.size_or_type)?)?;
         if proto.kind != KIND_FUNC_PROTO {
-            return Err(BtfError::Malformed(format!("{tname} is not a function pointer")));
+            return Err(BtfError::Malformed(format!(
+                "{tname} is not a function pointer"
+            )));
         }
         Ok(proto.members.len().saturating_sub(1))
     }
@@ -304,7 +323,10 @@ mod tests {
 
     #[test]
     fn rejects_garbage() {
-        assert!(matches!(Btf::parse(b"not btf at all, clearly"), Err(BtfError::Malformed(_))));
+        assert!(matches!(
+            Btf::parse(b"not btf at all, clearly"),
+            Err(BtfError::Malformed(_))
+        ));
         let mut hdr = vec![0x9f, 0xeb, 1, 0];
         hdr.extend_from_slice(&24u32.to_le_bytes());
         hdr.extend_from_slice(&0u32.to_le_bytes());
@@ -321,15 +343,23 @@ mod tests {
     fn running_kernel() {
         let path = Path::new("/sys/kernel/btf/vmlinux");
         if !path.exists() {
-            assert!(std::env::var_os("CI").is_none(), "CI machine lacks {}", path.display());
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI machine lacks {}",
+                path.display()
+            );
             return;
         }
         let btf = Btf::from_file(path).expect("parse vmlinux BTF");
         let o = btf.offsets().expect("offsets");
-        assert!(o.task_tgid == o.task_pid + 4, "pid and tgid are adjacent pid_t: {o:?}");
+        assert!(
+            o.task_tgid == o.task_pid + 4,
+            "pid and tgid are adjacent pid_t: {o:?}"
+        );
         assert!(o.task_sum_exec_runtime > 0 && o.task_comm > o.task_pid);
-        let fmt = std::fs::read_to_string("/sys/kernel/tracing/events/sched/sched_process_exit/format")
-            .unwrap_or_default();
+        let fmt =
+            std::fs::read_to_string("/sys/kernel/tracing/events/sched/sched_process_exit/format")
+                .unwrap_or_default();
         if fmt.contains("group_dead") {
             assert_eq!(o.exit_has_group_dead, 1);
         }

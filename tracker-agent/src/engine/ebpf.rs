@@ -10,9 +10,7 @@ use aya::{
     programs::BtfTracePoint,
     Btf as AyaBtf, Ebpf, EbpfLoader,
 };
-use tracker_common::{
-    Event, TaskInfo, TreeStats, EVENT_EXEC, EVENT_EXIT, EVENT_FORK,
-};
+use tracker_common::{Event, TaskInfo, TreeStats, EVENT_EXEC, EVENT_EXIT, EVENT_FORK};
 
 use super::{btf::Btf, procread, ProcEvent, ReadOpts, TreeTotals};
 
@@ -52,6 +50,8 @@ pub struct EbpfEngine {
     ring: Option<RingBuf<MapData>>,
     tree: u32,
     root: u32,
+    /// 1 when the tracker started the root itself (it counts as spawned).
+    root_spawned: u64,
     tck_ns: u64,
     page: u64,
     buf: String,
@@ -90,7 +90,9 @@ impl EbpfEngine {
         has_cap_bpf().map_err(EbpfUnavailable::NoPrivilege)?;
         let path = Path::new("/sys/kernel/btf/vmlinux");
         let btf = Btf::from_file(path).map_err(|e| EbpfUnavailable::NoBtf(e.to_string()))?;
-        let offsets = btf.offsets().map_err(|e| EbpfUnavailable::NoBtf(e.to_string()))?;
+        let offsets = btf
+            .offsets()
+            .map_err(|e| EbpfUnavailable::NoBtf(e.to_string()))?;
         drop(btf);
         log::debug!("kernel offsets: {offsets:?}");
         let aya_btf = AyaBtf::from_sys_fs().map_err(|e| EbpfUnavailable::NoBtf(e.to_string()))?;
@@ -103,11 +105,17 @@ impl EbpfEngine {
         for name in PROGRAMS {
             let prog: &mut BtfTracePoint = bpf
                 .program_mut(name)
-                .ok_or_else(|| EbpfUnavailable::Load(format!("program {name} missing from object")))?
+                .ok_or_else(|| {
+                    EbpfUnavailable::Load(format!("program {name} missing from object"))
+                })?
                 .try_into()
-                .map_err(|e: aya::programs::ProgramError| EbpfUnavailable::Load(format!("{name}: {e}")))?;
-            prog.load(name, &aya_btf).map_err(|e| classify(format!("{name}: {e:#}")))?;
-            prog.attach().map_err(|e| classify(format!("attach {name}: {e}")))?;
+                .map_err(|e: aya::programs::ProgramError| {
+                    EbpfUnavailable::Load(format!("{name}: {e}"))
+                })?;
+            prog.load(name, &aya_btf)
+                .map_err(|e| classify(format!("{name}: {e:#}")))?;
+            prog.attach()
+                .map_err(|e| classify(format!("attach {name}: {e}")))?;
         }
         let take = |bpf: &mut Ebpf, name: &str| {
             bpf.take_map(name)
@@ -137,6 +145,7 @@ impl EbpfEngine {
             ring: Some(ring),
             tree: 1,
             root: 0,
+            root_spawned: 0,
             tck_ns: 1_000_000_000 / procread::clk_tck(),
             page: procread::page_size(),
             buf: String::new(),
@@ -151,14 +160,25 @@ impl EbpfEngine {
     /// existing descendants and threads are added from /proc.
     pub fn register_root(&mut self, pid: u32, existing: bool) -> anyhow::Result<()> {
         self.root = pid;
-        let info = TaskInfo { tgid: pid, tree: self.tree, flags: 0, _pad: 0 };
+        self.root_spawned = u64::from(!existing);
+        let info = TaskInfo {
+            tgid: pid,
+            tree: self.tree,
+            flags: 0,
+            _pad: 0,
+        };
         self.tasks.insert(pid, info, 0)?;
         if existing {
             // Programs are attached already: a fork after this point is seen by the
             // kernel; one before it is found here.
             for (tgid, tids) in super::procfs::descendants_with_threads(pid) {
                 for tid in tids {
-                    let info = TaskInfo { tgid, tree: self.tree, flags: 0, _pad: 0 };
+                    let info = TaskInfo {
+                        tgid,
+                        tree: self.tree,
+                        flags: 0,
+                        _pad: 0,
+                    };
                     // NOEXIST (1): the kernel may have inserted it already.
                     let _ = self.tasks.insert(tid, info, 1);
                 }
@@ -197,7 +217,9 @@ impl EbpfEngine {
         let mut m: StdHashMap<u32, Vec<u32>> = StdHashMap::new();
         for item in self.tasks.iter() {
             match item {
-                Ok((tid, info)) if info.tree == self.tree => m.entry(info.tgid).or_default().push(tid),
+                Ok((tid, info)) if info.tree == self.tree => {
+                    m.entry(info.tgid).or_default().push(tid)
+                }
                 Ok(_) => {}
                 // A key deleted while iterating: the next reading will be consistent.
                 Err(_) => continue,
@@ -218,7 +240,8 @@ impl EbpfEngine {
                 } else {
                     format!("/proc/{tgid}/task/{tid}/stat")
                 };
-                match procread::read_into(&path, &mut buf).and_then(|_| procread::parse_stat(&buf)) {
+                match procread::read_into(&path, &mut buf).and_then(|_| procread::parse_stat(&buf))
+                {
                     Some(st) if st.state != b'Z' && st.state != b'X' => {}
                     _ => n += 1,
                 }
@@ -238,7 +261,7 @@ impl EbpfEngine {
             sys_ticks_ns: k.stime_ns,
             read_bytes: k.read_bytes,
             write_bytes: k.write_bytes,
-            procs_spawned: k.procs_spawned,
+            procs_spawned: k.procs_spawned + self.root_spawned,
             procs_exited: k.procs_exited,
             threads_spawned: k.threads_spawned,
             execs: k.execs,
@@ -250,7 +273,9 @@ impl EbpfEngine {
         };
         let buf = &mut self.buf;
         for (&tgid, tids) in &live {
-            let Some(st) = procread::stat(tgid, buf) else { continue };
+            let Some(st) = procread::stat(tgid, buf) else {
+                continue;
+            };
             if st.state == b'Z' || st.state == b'X' {
                 continue;
             }
@@ -274,7 +299,8 @@ impl EbpfEngine {
                 t.write_bytes += w;
             }
             if opts.pss {
-                if let (Some(p), Some(acc)) = (procread::pss_bytes(tgid, buf), t.pss_bytes.as_mut()) {
+                if let (Some(p), Some(acc)) = (procread::pss_bytes(tgid, buf), t.pss_bytes.as_mut())
+                {
                     *acc += p;
                 }
             }
@@ -303,7 +329,10 @@ impl EbpfEngine {
 }
 
 fn classify(msg: String) -> EbpfUnavailable {
-    if msg.contains("EPERM") || msg.contains("Operation not permitted") || msg.contains("os error 1)") {
+    if msg.contains("EPERM")
+        || msg.contains("Operation not permitted")
+        || msg.contains("os error 1)")
+    {
         EbpfUnavailable::NoPrivilege(msg)
     } else {
         EbpfUnavailable::Load(msg)
@@ -318,7 +347,11 @@ pub fn decode_event(bytes: &[u8]) -> Option<ProcEvent> {
     // SAFETY: Event is repr(C) plain data and the length was checked; the read is
     // unaligned-safe.
     let ev: Event = unsafe { std::ptr::read_unaligned(bytes.as_ptr() as *const Event) };
-    let end = ev.comm.iter().position(|&b| b == 0).unwrap_or(ev.comm.len());
+    let end = ev
+        .comm
+        .iter()
+        .position(|&b| b == 0)
+        .unwrap_or(ev.comm.len());
     let kind = match ev.kind {
         EVENT_FORK => "fork",
         EVENT_EXEC => "exec",
@@ -336,4 +369,3 @@ pub fn decode_event(bytes: &[u8]) -> Option<ProcEvent> {
         monotonic_secs: ev.ts_ns as f64 / 1e9,
     })
 }
-

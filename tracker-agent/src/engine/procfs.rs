@@ -52,7 +52,9 @@ pub struct ProcfsEngine {
 fn scan() -> HashMap<u32, procread::Stat> {
     let mut out = HashMap::new();
     let mut buf = String::new();
-    let Ok(dir) = std::fs::read_dir("/proc") else { return out };
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return out;
+    };
     for e in dir.flatten() {
         let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
             continue;
@@ -195,7 +197,10 @@ impl ProcfsEngine {
             let ns = |ticks: u64| ticks * self.tck_ns;
             let entry = self.members.entry(pid).or_insert_with(|| {
                 self.seen += 1;
-                Member { starttime: st.starttime, ..Default::default() }
+                Member {
+                    starttime: st.starttime,
+                    ..Default::default()
+                }
             });
             entry.ppid = st.ppid;
             entry.own_ns = ns(st.utime + st.stime);
@@ -221,9 +226,10 @@ impl ProcfsEngine {
                     t.root_alive = true;
                 }
                 if opts.pss {
-                    if let (Some(p), Some(acc)) =
-                        (procread::pss_bytes(pid, &mut self.buf), t.pss_bytes.as_mut())
-                    {
+                    if let (Some(p), Some(acc)) = (
+                        procread::pss_bytes(pid, &mut self.buf),
+                        t.pss_bytes.as_mut(),
+                    ) {
                         *acc += p;
                     }
                 }
@@ -237,7 +243,11 @@ impl ProcfsEngine {
                 t.sys_ticks_ns += sys;
             }
         }
-        let unseen_reaped = self.reaped.keys().filter(|p| !self.members.contains_key(p)).count() as u64;
+        let unseen_reaped = self
+            .reaped
+            .keys()
+            .filter(|p| !self.members.contains_key(p))
+            .count() as u64;
         t.procs_spawned = self.seen + unseen_reaped;
         t.procs_exited = self.exited + unseen_reaped;
         t.threads_spawned = t.live_threads;

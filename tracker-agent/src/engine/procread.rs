@@ -130,7 +130,10 @@ mod tests {
         let s = "1234 (a) b (c)) S 1 1234 1234 0 -1 4194560 100 0 0 0 7 3 2 1 20 0 4 0 5555 1000 250 18446744073709551615";
         let st = parse_stat(s).unwrap();
         assert_eq!(st.state, b'S');
-        assert_eq!((st.ppid, st.utime, st.stime, st.cutime, st.cstime), (1, 7, 3, 2, 1));
+        assert_eq!(
+            (st.ppid, st.utime, st.stime, st.cutime, st.cstime),
+            (1, 7, 3, 2, 1)
+        );
         assert_eq!((st.num_threads, st.starttime, st.rss_pages), (4, 5555, 250));
         assert!(parse_stat("garbage").is_none());
         assert!(parse_stat("1 (x) S 1").is_none());

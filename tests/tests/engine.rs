@@ -1,0 +1,390 @@
+//! End-to-end tests of the process-tree engine against the kernel's own accounting
+//! (a cgroup's CPU usage), with real processes and the real BPF programs.
+
+use std::{
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+use tracker_tests::*;
+
+struct Tracked {
+    summary: Value,
+    samples: Vec<Value>,
+    truth_ns: u64,
+    workload_out: Value,
+    code: i32,
+}
+
+/// Runs `workload ARGS` inside a fresh cgroup under the tracker and returns the
+/// tracker's summary and samples with the cgroup's CPU usage.
+fn track(tag: &str, extra: &[&str], args: &[&str]) -> Tracked {
+    let cg = Cgroup::new(tag);
+    let scratch = Scratch::new(tag);
+    let (sum, out) = (scratch.path("summary.json"), scratch.path("samples.jsonl"));
+    let w = workload();
+    let o = run(Command::new(tracker())
+        .args(["run", "-q", "-i", "0.2", "--summary"])
+        .arg(&sum)
+        .arg("--output")
+        .arg(&out)
+        .args(extra)
+        .arg("--")
+        .arg(&w)
+        .arg("incgroup")
+        .arg(&cg.dir)
+        .arg("--")
+        .arg(&w)
+        .args(args));
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    // Every member has exited once the root has (the workloads wait for theirs).
+    let t0 = Instant::now();
+    while cg.procs() > 0 && t0.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let workload_out = serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("workload said {stdout:?}: {e}; tracker said {stderr}"));
+    Tracked {
+        summary: read_json(&sum),
+        samples: read_jsonl(&out),
+        truth_ns: cg.usage_ns(),
+        workload_out,
+        code: o.status.code().unwrap_or(-1),
+    }
+}
+
+fn f(v: &Value, k: &str) -> f64 {
+    v[k].as_f64()
+        .unwrap_or_else(|| panic!("{k} missing in {v}"))
+}
+fn u(v: &Value, k: &str) -> u64 {
+    v[k].as_u64()
+        .unwrap_or_else(|| panic!("{k} missing in {v}"))
+}
+
+/// The sum of per-interval CPU equals the run total, and the last sample's
+/// cumulative value equals it too.
+fn check_adds_up(t: &Tracked) {
+    let per_interval: f64 = t
+        .samples
+        .iter()
+        .map(|s| f(&s["process"], "utime_secs") + f(&s["process"], "stime_secs"))
+        .sum();
+    let total = f(&t.summary, "cpu_user_secs") + f(&t.summary, "cpu_system_secs");
+    assert!(
+        (per_interval - total).abs() < 1e-6,
+        "intervals {per_interval} vs total {total}"
+    );
+    let last = t.samples.last().expect("at least one sample");
+    assert!((f(&last["process"], "cpu_secs_total") - total).abs() < 1e-6);
+    let spawned: u64 = t
+        .samples
+        .iter()
+        .map(|s| u(&s["process"], "processes_spawned"))
+        .sum();
+    assert_eq!(
+        spawned,
+        u(&t.summary, "processes_spawned"),
+        "per-interval spawned adds up"
+    );
+}
+
+fn assert_exact_cpu(t: &Tracked, what: &str) {
+    let truth = t.truth_ns as f64 / 1e9;
+    let got = f(&t.summary, "cpu_user_secs") + f(&t.summary, "cpu_system_secs");
+    let err = (got - truth).abs() / truth;
+    eprintln!(
+        "{what}: tracker {got:.6} s, cgroup {truth:.6} s, error {:.3} %",
+        err * 100.0
+    );
+    assert!(
+        err < 0.01,
+        "{what}: tracker {got} s vs cgroup {truth} s ({:.2} % off)",
+        err * 100.0
+    );
+}
+
+#[test]
+fn swarm_of_2000_short_forks_is_exact() {
+    if !ebpf_available() {
+        return;
+    }
+    // 2,000 children living about 2 ms each, 4 at a time.
+    let t = track("swarm", &[], &["swarm", "2000", "2000", "4", "fork"]);
+    assert_eq!(t.code, 0);
+    assert_eq!(t.summary["backend"], "ebpf");
+    assert_exact_cpu(&t, "swarm/fork");
+    assert_eq!(u(&t.workload_out, "processes_forked"), 2000);
+    // The root (the cgroup wrapper that became the workload) plus its 2,000 children.
+    assert_eq!(u(&t.summary, "processes_spawned"), 2001);
+    assert_eq!(u(&t.summary, "processes_exited"), 2001);
+    assert_eq!(u(&t.summary, "lost_events"), 0);
+    check_adds_up(&t);
+}
+
+#[test]
+fn swarm_with_exec_is_exact() {
+    if !ebpf_available() {
+        return;
+    }
+    let t = track("swarmexec", &[], &["swarm", "1000", "1000", "4", "exec"]);
+    assert_exact_cpu(&t, "swarm/exec");
+    assert_eq!(u(&t.summary, "processes_spawned"), 1001);
+    assert_eq!(u(&t.summary, "processes_exited"), 1001);
+    // One exec for the workload itself, one for the wrapper, and one per child.
+    assert_eq!(u(&t.summary, "execs"), 1002);
+    assert_eq!(u(&t.summary, "lost_events"), 0);
+    check_adds_up(&t);
+}
+
+#[test]
+fn multithreaded_burner_is_exact() {
+    if !ebpf_available() {
+        return;
+    }
+    let t = track("burner", &[], &["burner", "4", "600"]);
+    assert_exact_cpu(&t, "burner");
+    assert_eq!(u(&t.summary, "threads_spawned"), 4);
+    assert_eq!(u(&t.summary, "processes_spawned"), 1);
+    // Four threads on this machine's cores: the tree used more than one core at peak.
+    assert!(f(&t.summary, "peak_cores") > 1.0, "{}", t.summary);
+    check_adds_up(&t);
+}
+
+#[test]
+fn orphaned_grandchildren_stay_in_the_tree() {
+    if !ebpf_available() {
+        return;
+    }
+    let t = track("orphans", &[], &["orphans", "30", "100"]);
+    assert_exact_cpu(&t, "orphans");
+    // Root + 30 middles + 30 grandchildren reparented to init.
+    assert_eq!(u(&t.summary, "processes_spawned"), 61);
+    assert_eq!(u(&t.summary, "processes_exited"), 61);
+    assert_eq!(u(&t.summary, "lost_events"), 0);
+    check_adds_up(&t);
+}
+
+/// The procfs fallback on the same workloads: the totals stay close (the tracker is the
+/// subreaper and collects orphans' rusage), but short-lived processes go uncounted.
+#[test]
+fn procfs_fallback_on_the_same_workloads() {
+    for (name, args) in [
+        ("pswarm", &["swarm", "2000", "2000", "4", "fork"][..]),
+        ("pburner", &["burner", "4", "600"][..]),
+        ("porphans", &["orphans", "30", "40"][..]),
+    ] {
+        let t = track(name, &["--no-ebpf"], args);
+        assert_eq!(t.summary["backend"], "procfs");
+        assert_eq!(t.code, 0);
+        let truth = t.truth_ns as f64 / 1e9;
+        let got = f(&t.summary, "cpu_total_secs");
+        let spawned = u(&t.summary, "processes_spawned");
+        eprintln!(
+            "procfs {name}: cpu {got:.4} of {truth:.4} s ({:.1} %), processes counted {spawned}",
+            100.0 * got / truth
+        );
+        // Tick resolution (10 ms per process) and the wrapper's time outside the
+        // cgroup bound the error from above and below.
+        assert!(
+            got <= truth * 1.02 + 0.02 && got >= truth * 0.9,
+            "{name}: {got} vs {truth}"
+        );
+        assert!(spawned >= 1);
+        check_adds_up(&t);
+    }
+}
+
+#[test]
+fn exit_codes_and_signals_pass_through() {
+    let sh = |script: &str| {
+        run(Command::new(tracker()).args(["run", "-q", "--", "sh", "-c", script]))
+            .status
+            .code()
+    };
+    assert_eq!(sh("exit 7"), Some(7));
+    assert_eq!(sh("exit 0"), Some(0));
+    assert_eq!(sh("kill -TERM $$"), Some(128 + 15));
+    assert_eq!(sh("kill -KILL $$"), Some(128 + 9));
+}
+
+#[test]
+fn sigterm_to_the_tracker_reaches_the_child_and_the_final_sample_is_written() {
+    let s = Scratch::new("sigterm");
+    let (sum, out) = (s.path("s.json"), s.path("o.jsonl"));
+    let mut child = Command::new(tracker())
+        .args(["run", "-q", "-i", "60", "--summary"])
+        .arg(&sum)
+        .arg("-o")
+        .arg(&out)
+        .args(["--", "sleep", "30"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn tracker");
+    std::thread::sleep(Duration::from_millis(500));
+    // SAFETY: signalling the tracker we started.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let t0 = Instant::now();
+    let status = child.wait().expect("wait tracker");
+    // The child died of the forwarded SIGTERM; the tracker did not wait for the
+    // 60 s interval to write the last sample.
+    assert_eq!(status.code(), Some(128 + 15));
+    assert!(t0.elapsed() < Duration::from_secs(20));
+    let summary = read_json(&sum);
+    assert_eq!(summary["exit_code"], 128 + 15);
+    assert_eq!(read_jsonl(&out).len(), 1, "one final sample");
+}
+
+#[test]
+fn final_sample_comes_at_child_exit_not_at_the_next_tick() {
+    let s = Scratch::new("final");
+    let out = s.path("o.jsonl");
+    let t0 = Instant::now();
+    let o = run(Command::new(tracker())
+        .args(["run", "-q", "-i", "30", "-o"])
+        .arg(&out)
+        .args(["--", "sleep", "0.2"]));
+    assert_eq!(o.status.code(), Some(0));
+    assert!(
+        t0.elapsed() < Duration::from_secs(15),
+        "took {:?}",
+        t0.elapsed()
+    );
+    let samples = read_jsonl(&out);
+    assert_eq!(samples.len(), 1);
+    assert!(f(&samples[0], "interval_secs") < 15.0);
+}
+
+#[test]
+fn attach_to_a_running_tree_with_pid() {
+    if !ebpf_available() {
+        return;
+    }
+    let s = Scratch::new("attach");
+    let (sum, out) = (s.path("s.json"), s.path("o.jsonl"));
+    // A tree that exists before the tracker: 3 sleeping children.
+    let mut tree = Command::new(workload())
+        .args(["sleepers", "3", "4"])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    std::thread::sleep(Duration::from_millis(300));
+    let mut tr = Command::new(tracker())
+        .args([
+            "-q",
+            "-i",
+            "0.2",
+            "--pid",
+            &tree.id().to_string(),
+            "--summary",
+        ])
+        .arg(&sum)
+        .arg("-o")
+        .arg(&out)
+        .spawn()
+        .expect("spawn tracker");
+    std::thread::sleep(Duration::from_millis(1500));
+    // SAFETY: signalling the tracker we started.
+    unsafe { libc::kill(tr.id() as i32, libc::SIGINT) };
+    let st = tr.wait().expect("wait");
+    assert_eq!(st.code(), Some(0));
+    let _ = tree.kill();
+    let _ = tree.wait();
+    let samples = read_jsonl(&out);
+    assert!(samples.len() >= 3, "{} samples", samples.len());
+    let mid = &samples[samples.len() / 2];
+    assert_eq!(mid["cpu"]["process_child_count"], 3, "{mid}");
+    assert_eq!(mid["process"]["live_processes"], 4, "{mid}");
+    assert_eq!(mid["process"]["backend"], "ebpf");
+    assert_eq!(read_json(&sum)["backend"], "ebpf");
+}
+
+#[test]
+fn sudo_user_drop() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must run as root for the sudo test"
+        );
+        return;
+    }
+    let s = Scratch::new("sudo");
+    let idf = s.path("id.txt");
+    std::fs::set_permissions(&s.0, std::os::unix::fs::PermissionsExt::from_mode(0o777))
+        .expect("chmod");
+    let script = format!(
+        "id -u > {0}; id -g >> {0}; id -G >> {0}; echo $HOME >> {0}",
+        idf.display()
+    );
+    let sum = s.path("s.json");
+    // What sudo sets for the command it runs: the invoking user's ids.
+    let o = run(Command::new(tracker())
+        .args(["run", "-q", "--summary"])
+        .arg(&sum)
+        .args(["--", "sh", "-c", &script])
+        .env("SUDO_UID", "65534")
+        .env("SUDO_GID", "65534")
+        .env("SUDO_USER", "nobody"));
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let ids = std::fs::read_to_string(&idf).expect("id output");
+    let lines: Vec<&str> = ids.lines().collect();
+    assert_eq!(lines[0], "65534");
+    assert_eq!(lines[1], "65534");
+    assert!(
+        !lines[2].split(' ').any(|g| g == "0"),
+        "root group kept: {}",
+        lines[2]
+    );
+    // The tracker itself kept root: it still used eBPF.
+    if ebpf_available() {
+        assert_eq!(read_json(&sum)["backend"], "ebpf");
+    }
+    // --as-root keeps root for the command.
+    let o = run(Command::new(tracker())
+        .args(["run", "-q", "--as-root", "--", "sh", "-c", &script])
+        .env("SUDO_UID", "65534")
+        .env("SUDO_GID", "65534"));
+    assert_eq!(o.status.code(), Some(0));
+    assert_eq!(
+        std::fs::read_to_string(&idf).expect("id").lines().next(),
+        Some("0")
+    );
+}
+
+#[test]
+fn without_privilege_it_falls_back_to_procfs_and_says_why() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return;
+    }
+    use std::os::unix::process::CommandExt;
+    let s = Scratch::new("noroot");
+    std::fs::set_permissions(&s.0, std::os::unix::fs::PermissionsExt::from_mode(0o777))
+        .expect("chmod");
+    let sum = s.path("s.json");
+    let o = run(Command::new(tracker())
+        .args(["run", "--summary"])
+        .arg(&sum)
+        .args(["--", "true"])
+        .uid(65534)
+        .gid(65534));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let lines: Vec<&str> = err.lines().filter(|l| l.contains("falling back")).collect();
+    assert_eq!(lines.len(), 1, "exactly one line says so: {err}");
+    assert!(
+        lines[0].contains("root") || lines[0].contains("CAP_BPF"),
+        "{}",
+        lines[0]
+    );
+    assert_eq!(read_json(&sum)["backend"], "procfs");
+}
