@@ -10,7 +10,7 @@
 //!                                   each spinning MS ms; waits for them via a pipe
 //!   tree DEPTH WIDTH SPIN_US        a full tree of processes, each spinning SPIN_US
 //!   incgroup DIR -- CMD...          join cgroup DIR (v1 or v2), then exec CMD
-//!   pingpong ROUNDS                 two processes bouncing a byte over pipes
+//!   pingpong ROUNDS                 two processes on CPU 0 bouncing a byte over pipes
 //!   forkstorm N                     N fork+exec of /bin/true, one at a time
 //!   sleepers N SECS                 N idle children sleeping SECS
 
@@ -18,6 +18,14 @@ use std::{
     ffi::CString,
     time::{Duration, Instant},
 };
+
+static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+
+/// Prints the mode's JSON line with its own wall time, which the benchmarks compare.
+fn report(fields: String) {
+    let secs = START.get().map_or(0.0, |s| s.elapsed().as_secs_f64());
+    println!("{{{fields},\"elapsed_secs\":{secs:.6}}}");
+}
 
 fn spin(us: u64) {
     let end = Instant::now() + Duration::from_micros(us);
@@ -97,10 +105,10 @@ fn swarm(n: u64, spin_us: u64, par: u64, mode: &str) {
         }
     }
     while wait_one().is_some() {}
-    println!(
-        "{{\"mode\":\"swarm\",\"processes_forked\":{n},\"execs\":{}}}",
-        if mode == "exec" { n } else { 0 }
-    );
+    let execs = if mode == "exec" { n } else { 0 };
+    report(format!(
+        "\"mode\":\"swarm\",\"processes_forked\":{n},\"execs\":{execs}"
+    ));
 }
 
 fn burner(threads: u64, ms: u64) {
@@ -110,7 +118,7 @@ fn burner(threads: u64, ms: u64) {
     for h in hs {
         let _ = h.join();
     }
-    println!("{{\"mode\":\"burner\",\"threads\":{threads}}}");
+    report(format!("\"mode\":\"burner\",\"threads\":{threads}"));
 }
 
 fn orphans(n: u64, ms: u64) {
@@ -135,7 +143,10 @@ fn orphans(n: u64, ms: u64) {
     // EOF once every grandchild has exited (they hold the write end).
     let mut b = [0u8; 1];
     while unsafe { libc::read(fds[0], b.as_mut_ptr().cast(), 1) } > 0 {}
-    println!("{{\"mode\":\"orphans\",\"processes_forked\":{}}}", 2 * n);
+    report(format!(
+        "\"mode\":\"orphans\",\"processes_forked\":{}",
+        2 * n
+    ));
 }
 
 fn tree(depth: u64, width: u64, spin_us: u64) -> u64 {
@@ -180,7 +191,19 @@ fn incgroup(dir: &str, cmd: &[String]) -> ! {
     exec(&all)
 }
 
+/// Both processes on CPU 0, so every round is two context switches on one core
+/// (cross-core wake-ups make the timing swing by 10x on a 2-vCPU VM).
+fn pin_cpu0() {
+    // SAFETY: cpu_set_t is plain data; sched_setaffinity on ourselves.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(0, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
 fn pingpong(rounds: u64) {
+    pin_cpu0();
     let mut a = [0; 2];
     let mut b = [0; 2];
     unsafe {
@@ -209,7 +232,7 @@ fn pingpong(rounds: u64) {
         }
     }
     while wait_one().is_some() {}
-    println!("{{\"mode\":\"pingpong\",\"rounds\":{rounds}}}");
+    report(format!("\"mode\":\"pingpong\",\"rounds\":{rounds}"));
 }
 
 fn forkstorm(n: u64) {
@@ -220,7 +243,7 @@ fn forkstorm(n: u64) {
         }
         wait_one();
     }
-    println!("{{\"mode\":\"forkstorm\",\"processes_forked\":{n}}}");
+    report(format!("\"mode\":\"forkstorm\",\"processes_forked\":{n}"));
 }
 
 fn sleepers(n: u64, secs: f64) {
@@ -231,10 +254,11 @@ fn sleepers(n: u64, secs: f64) {
         }
     }
     while wait_one().is_some() {}
-    println!("{{\"mode\":\"sleepers\",\"processes_forked\":{n}}}");
+    report(format!("\"mode\":\"sleepers\",\"processes_forked\":{n}"));
 }
 
 fn main() {
+    let _ = START.set(Instant::now());
     let args: Vec<String> = std::env::args().collect();
     match args.get(1).map(String::as_str) {
         Some("spin") => spin(arg(&args, 2, "microseconds")),
@@ -249,7 +273,7 @@ fn main() {
         Some("orphans") => orphans(arg(&args, 2, "count"), arg(&args, 3, "ms")),
         Some("tree") => {
             let n = tree(arg(&args, 2, "depth"), arg(&args, 3, "width"), arg(&args, 4, "spin_us"));
-            println!("{{\"mode\":\"tree\",\"processes_forked\":{n}}}");
+            report(format!("\"mode\":\"tree\",\"processes_forked\":{n}"));
         }
         Some("incgroup") => {
             let dir: String = arg(&args, 2, "cgroup dir");

@@ -21,7 +21,7 @@ use crate::{
     },
     launcher, output,
     sampler::Sampler,
-    summary::{Summary, TopCommand},
+    summary::{BpfProgram, Summary, TopCommand},
 };
 
 pub struct Plan {
@@ -32,7 +32,7 @@ pub struct Plan {
 
 enum Engine {
     Ebpf(Box<EbpfEngine>),
-    Procfs(ProcfsEngine),
+    Procfs(Box<ProcfsEngine>),
 }
 
 impl Engine {
@@ -242,7 +242,7 @@ pub fn execute(plan: Plan) -> anyhow::Result<i32> {
                 }
                 Engine::Ebpf(Box::new(e))
             }
-            None => Engine::Procfs(ProcfsEngine::new(pid, Some(std::process::id()))),
+            None => Engine::Procfs(Box::new(ProcfsEngine::new(pid, Some(std::process::id())))),
         };
         if let Err(e) = paused.release() {
             eprintln!("resource-tracker: {e}");
@@ -258,7 +258,7 @@ pub fn execute(plan: Plan) -> anyhow::Result<i32> {
                 e.register_root(pid, true)?;
                 Engine::Ebpf(Box::new(e))
             }
-            None => Engine::Procfs(ProcfsEngine::new(pid, None)),
+            None => Engine::Procfs(Box::new(ProcfsEngine::new(pid, None))),
         };
         (pid, engine)
     };
@@ -310,6 +310,10 @@ pub fn execute(plan: Plan) -> anyhow::Result<i32> {
         sampler.baseline(base, engine.bpf_stats());
         let period = Duration::from_secs_f64(plan.interval);
         let mut next = tokio::time::Instant::from_std(start) + period;
+        // The kernel wakes us only when the ring is a quarter full; drain it on a
+        // short timer too, so events stay timely and the ring never fills.
+        let mut ring_timer = tokio::time::interval(Duration::from_millis(100));
+        ring_timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut exit_status: Option<i32> = None;
         let mut stop_reason: Option<String> = None;
         loop {
@@ -343,6 +347,11 @@ pub fn execute(plan: Plan) -> anyhow::Result<i32> {
                         break;
                     }
                 }
+                _ = ring_timer.tick(), if ring.is_some() => {
+                    if let Some(r) = ring.as_mut() {
+                        drain(r.get_mut(), &mut tops);
+                    }
+                }
                 guard = async { match ring.as_mut() { Some(r) => r.readable_mut().await, None => std::future::pending().await } } => {
                     let mut guard = guard.context("waiting on the event ring")?;
                     drain(guard.get_inner_mut(), &mut tops);
@@ -350,16 +359,17 @@ pub fn execute(plan: Plan) -> anyhow::Result<i32> {
                 }
             }
         }
-        // Let exiting members finish their last context switch so their CPU is final.
+        // Let released members reach their RCU-delayed free, where their CPU is final.
         if let Engine::Ebpf(e) = &engine {
-            let deadline = Instant::now() + Duration::from_millis(250);
+            let deadline = Instant::now() + Duration::from_secs(1);
             while e.dying_tasks() > 0 && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(1));
             }
         }
         // Orphans the tracker reaped (procfs): collect what is already there.
+        // Zombies are reaped at once, so a short quiet gap means none is left.
         if let Engine::Procfs(p) = &mut engine {
-            while let Ok(r) = reap_rx.try_recv() {
+            while let Ok(Some(r)) = tokio::time::timeout(Duration::from_millis(20), reap_rx.recv()).await {
                 p.note_reaped(r.pid, r.user_ns, r.sys_ns, r.maxrss_kib);
             }
         }
@@ -384,7 +394,7 @@ pub fn execute(plan: Plan) -> anyhow::Result<i32> {
     let (sampler, exit_status, top) = result?;
     let wall = start.elapsed().as_secs_f64();
     let code = exit_status.map(exit_code_of);
-    let summary = Summary::build(
+    let mut summary = Summary::build(
         &sampler.stats,
         wall,
         code,
@@ -392,6 +402,20 @@ pub fn execute(plan: Plan) -> anyhow::Result<i32> {
         backend_reason,
         top,
     );
+    if let Engine::Ebpf(e) = &engine {
+        summary.ebpf_load_ms = Some(e.load_ms);
+        if e.stats_enabled() {
+            summary.bpf_programs = e
+                .prog_stats()
+                .into_iter()
+                .map(|(name, run_count, t)| BpfProgram {
+                    name,
+                    run_count,
+                    run_time_ns: t.as_nanos() as u64,
+                })
+                .collect();
+        }
+    }
     if !o.quiet {
         eprint!("{}", summary.human());
     }

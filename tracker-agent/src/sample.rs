@@ -64,3 +64,104 @@ pub struct TrackerSample {
     pub lost_events: u64,
     pub lost_events_total: u64,
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use serde_json::Value;
+
+    use super::*;
+    use crate::summary::{BpfProgram, RunStats, Summary, TopCommand};
+
+    /// Dotted paths of every field of a JSON value (array items as `name[]`).
+    fn paths(prefix: &str, v: &Value, out: &mut BTreeSet<String>) {
+        match v {
+            Value::Object(m) => {
+                for (k, v) in m {
+                    let p = if prefix.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{prefix}.{k}")
+                    };
+                    out.insert(p.clone());
+                    paths(&p, v, out);
+                }
+            }
+            Value::Array(a) => {
+                if let Some(first) = a.first() {
+                    paths(&format!("{prefix}[]"), first, out);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Field names in the first column of the table under `## {section}`.
+    fn documented(section: &str) -> BTreeSet<String> {
+        let doc = include_str!("../../docs/schema.md");
+        let start = doc.find(&format!("## {section}")).expect("section");
+        let body = &doc[start + 3..];
+        let end = body.find("\n## ").unwrap_or(body.len());
+        body[..end]
+            .lines()
+            .filter_map(|l| l.strip_prefix("| `"))
+            .filter_map(|l| l.split('`').next())
+            .map(str::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn schema_doc_matches_model() {
+        let s = Sample {
+            timestamp_secs: 1.0,
+            interval_secs: 1.0,
+            job_name: Some("j".into()),
+            cpu: CpuSample {
+                process_cores_used: Some(1.0),
+                process_child_count: Some(1),
+            },
+            process: Some(ProcessSample {
+                memory_pss_mib: Some(1.0),
+                ..Default::default()
+            }),
+            tracker: TrackerSample {
+                bpf_run_time_secs: Some(0.0),
+                bpf_run_count: Some(0),
+                ..Default::default()
+            },
+        };
+        let mut got = BTreeSet::new();
+        paths("", &serde_json::to_value(&s).unwrap(), &mut got);
+        assert_eq!(
+            got,
+            documented("Sample"),
+            "docs/schema.md (Sample) and sample.rs disagree"
+        );
+
+        let mut sum = Summary::build(
+            &RunStats::default(),
+            1.0,
+            Some(0),
+            "ebpf",
+            None,
+            vec![TopCommand {
+                comm: "x".into(),
+                processes: 1,
+                cpu_secs: 0.0,
+            }],
+        );
+        sum.bpf_programs.push(BpfProgram {
+            name: "p".into(),
+            run_count: 1,
+            run_time_ns: 1,
+        });
+        let mut got = BTreeSet::new();
+        paths("", &serde_json::to_value(&sum).unwrap(), &mut got);
+        assert_eq!(
+            got,
+            documented("Run summary"),
+            "docs/schema.md (Run summary) and summary.rs disagree"
+        );
+    }
+}

@@ -74,7 +74,16 @@ pub struct Summary {
     pub tracker_max_rss_mib: f64,
     pub bpf_run_time_secs: Option<f64>,
     pub backend_reason: Option<String>,
+    pub ebpf_load_ms: Option<f64>,
+    pub bpf_programs: Vec<BpfProgram>,
     pub top_commands: Vec<TopCommand>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct BpfProgram {
+    pub name: String,
+    pub run_count: u64,
+    pub run_time_ns: u64,
 }
 
 impl Summary {
@@ -117,6 +126,8 @@ impl Summary {
             tracker_max_rss_mib: stats.max_tracker_rss_mib,
             bpf_run_time_secs: stats.bpf_run_time_secs,
             backend_reason,
+            ebpf_load_ms: None,
+            bpf_programs: Vec::new(),
             top_commands,
         }
     }

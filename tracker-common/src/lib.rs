@@ -9,10 +9,6 @@
 /// zeroed value means "not tracked".
 pub const MAX_TREES: u32 = 16;
 
-/// `TASK_DEAD` from include/linux/sched.h: the state a task switches out with for the
-/// last time. Unchanged since 4.14.
-pub const TASK_DEAD: u32 = 0x0080;
-
 /// Default capacity of the task map (threads of all tracked trees together).
 pub const DEFAULT_MAX_TASKS: u32 = 65_536;
 
@@ -32,8 +28,7 @@ pub struct TaskInfo {
     pub _pad: u32,
 }
 
-/// Set at `sched_process_exit` when this thread was the last of its process:
-/// its final context switch reports the process exit.
+/// Set at `sched_process_exit` when this thread was the last of its process.
 pub const TASK_FLAG_GROUP_DEAD: u32 = 1;
 
 /// Per-tree totals of everything that has exited, kept per CPU (no atomics needed)
@@ -41,14 +36,15 @@ pub const TASK_FLAG_GROUP_DEAD: u32 = 1;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TreeStats {
-    /// Exact CPU time of exited threads (`se.sum_exec_runtime` at their last switch).
+    /// Exact CPU time of freed threads (`se.sum_exec_runtime` at `sched_process_free`,
+    /// which only runs after the task's final context switch).
     pub cpu_ns: u64,
     /// Tick-sampled user time of exited threads; only used to split `cpu_ns`.
     pub utime_ns: u64,
     /// Tick-sampled system time of exited threads; only used to split `cpu_ns`.
     pub stime_ns: u64,
-    /// Storage bytes read / written by exited processes (`signal->ioac` plus the
-    /// last threads' own `task->ioac`), counted once per process, like /proc/PID/io.
+    /// Storage bytes read / written by exited processes (`signal->ioac` when the
+    /// leader is freed), counted once per process, like /proc/PID/io.
     pub read_bytes: u64,
     pub write_bytes: u64,
     /// Processes (not threads) that started in the tree.
@@ -100,22 +96,16 @@ pub struct Offsets {
     pub task_tgid: u32,
     pub task_real_parent: u32,
     pub task_comm: u32,
-    pub task_state: u32,
     pub task_exit_code: u32,
     pub task_sum_exec_runtime: u32,
     pub task_utime: u32,
     pub task_stime: u32,
     pub task_signal: u32,
-    pub task_group_leader: u32,
-    /// `task->ioac.read_bytes`, or `NO_FIELD` without CONFIG_TASK_IO_ACCOUNTING.
-    pub task_io_read_bytes: u32,
-    pub task_io_write_bytes: u32,
     pub signal_maxrss: u32,
     pub signal_sum_sched_runtime: u32,
+    /// `signal->ioac.read_bytes`, or `NO_FIELD` without CONFIG_TASK_IO_ACCOUNTING.
     pub signal_io_read_bytes: u32,
     pub signal_io_write_bytes: u32,
-    /// 1 when `sched_switch` passes `prev_state` as its 4th argument (5.18+).
-    pub switch_has_prev_state: u32,
     /// 1 when `sched_process_exit` passes `group_dead` as its 2nd argument (6.16+).
     pub exit_has_group_dead: u32,
     pub signal_live: u32,

@@ -14,7 +14,7 @@ use aya_ebpf::{
 };
 use tracker_common::{
     Event, Offsets, TaskInfo, TreeStats, DEFAULT_MAX_TASKS, EVENTS_BYTES, EVENT_EXEC, EVENT_EXIT,
-    EVENT_FORK, MAX_TREES, NO_FIELD, TASK_DEAD, TASK_FLAG_GROUP_DEAD,
+    EVENT_FORK, MAX_TREES, NO_FIELD, TASK_FLAG_GROUP_DEAD,
 };
 
 #[no_mangle]
@@ -23,23 +23,23 @@ static OFFSETS: Offsets = Offsets {
     task_tgid: 0,
     task_real_parent: 0,
     task_comm: 0,
-    task_state: 0,
     task_exit_code: 0,
     task_sum_exec_runtime: 0,
     task_utime: 0,
     task_stime: 0,
     task_signal: 0,
-    task_group_leader: 0,
-    task_io_read_bytes: NO_FIELD,
-    task_io_write_bytes: NO_FIELD,
     signal_maxrss: 0,
     signal_sum_sched_runtime: 0,
     signal_io_read_bytes: NO_FIELD,
     signal_io_write_bytes: NO_FIELD,
-    switch_has_prev_state: 0,
     exit_has_group_dead: 0,
     signal_live: 0,
 };
+
+const BPF_RB_NO_WAKEUP: u64 = 1;
+const BPF_RB_FORCE_WAKEUP: u64 = 2;
+const BPF_RB_AVAIL_DATA: u64 = 0;
+const WAKEUP_BYTES: u64 = EVENTS_BYTES as u64 / 4;
 
 /// tid → tree membership. Sized by user space (`set_max_entries`).
 #[map]
@@ -91,7 +91,15 @@ unsafe fn emit(tree: u32, kind: u32, task: *const u8, pid: u32, ppid: u32, cpu_n
                 _pad: 0,
                 comm,
             });
-            entry.submit(0);
+            // Wake user space only once a quarter of the ring is filled; it also
+            // drains on a short timer. A wake-up per event costs the host far more
+            // than the programs themselves (a context switch each).
+            let flags = if EVENTS.query(BPF_RB_AVAIL_DATA) >= WAKEUP_BYTES {
+                BPF_RB_FORCE_WAKEUP
+            } else {
+                BPF_RB_NO_WAKEUP
+            };
+            entry.submit(flags);
         }
         None => {
             if let Some(s) = stats(tree) {
@@ -193,65 +201,41 @@ pub fn sched_process_exit(ctx: BtfTracePointContext) -> u32 {
     0
 }
 
-/// sched_switch(preempt, prev, next[, prev_state]): the last switch of a dead task is
-/// where its `sum_exec_runtime` is final. Every other switch leaves after one compare.
-#[btf_tracepoint(function = "sched_switch")]
-pub fn sched_switch(ctx: BtfTracePointContext) -> u32 {
-    let o = off();
-    let prev: *const u8 = ctx.arg(1);
-    let state: u32 = if o.switch_has_prev_state != 0 {
-        ctx.arg::<u64>(3) as u32
-    } else {
-        unsafe { field(prev, o.task_state) }
-    };
-    if state != TASK_DEAD {
-        return 0;
-    }
-    unsafe { account_dead(prev, o) };
+/// sched_process_free(p): runs from the RCU callback that frees a task, which is
+/// queued only once both the final context switch and the reaping have happened
+/// (`rcu_users` starts at 2), so `sum_exec_runtime` is final here. Unlike a
+/// `sched_switch` hook this costs nothing per context switch of the host.
+#[btf_tracepoint(function = "sched_process_free")]
+pub fn sched_process_free(ctx: BtfTracePointContext) -> u32 {
+    let task: *const u8 = ctx.arg(0);
+    unsafe { account_freed(task, off()) };
     0
 }
 
 #[inline(always)]
-unsafe fn account_dead(prev: *const u8, o: &Offsets) {
-    let tid: u32 = field(prev, o.task_pid);
+unsafe fn account_freed(task: *const u8, o: &Offsets) {
+    let tid: u32 = field(task, o.task_pid);
     let Some(info) = TASKS.get(tid).copied() else {
         return;
     };
     let _ = TASKS.remove(tid);
-    let runtime: u64 = field(prev, o.task_sum_exec_runtime);
+    let runtime: u64 = field(task, o.task_sum_exec_runtime);
     let Some(s) = stats(info.tree) else { return };
     s.cpu_ns += runtime;
-    s.utime_ns += field::<u64>(prev, o.task_utime);
-    s.stime_ns += field::<u64>(prev, o.task_stime);
+    s.utime_ns += field::<u64>(task, o.task_utime);
+    s.stime_ns += field::<u64>(task, o.task_stime);
     s.threads_exited += 1;
-    if info.flags & TASK_FLAG_GROUP_DEAD != 0 {
-        // Released threads are already folded into signal->{sum_sched_runtime,ioac};
-        // the leader is released last (it waits as a zombie), so add it by hand.
-        let signal: *const u8 = field::<u64>(prev, o.task_signal) as *const u8;
-        let leader: *const u8 = field::<u64>(prev, o.task_group_leader) as *const u8;
-        let mut rd: u64 = field::<u64>(signal, o.signal_io_read_bytes);
-        let mut wr: u64 = field::<u64>(signal, o.signal_io_write_bytes);
-        rd += field::<u64>(prev, o.task_io_read_bytes);
-        wr += field::<u64>(prev, o.task_io_write_bytes);
-        if leader != prev {
-            rd += field::<u64>(leader, o.task_io_read_bytes);
-            wr += field::<u64>(leader, o.task_io_write_bytes);
-        }
-        s.read_bytes += rd;
-        s.write_bytes += wr;
-        let group: u64 = field(signal, o.signal_sum_sched_runtime);
-        let parent: *const u8 = field::<u64>(prev, o.task_real_parent) as *const u8;
+    if tid == info.tgid {
+        // The leader is freed last (it waits as a zombie until every thread is
+        // released), so signal->{sum_sched_runtime,ioac} hold the whole process.
+        let signal: *const u8 = field::<u64>(task, o.task_signal) as *const u8;
+        s.read_bytes += field::<u64>(signal, o.signal_io_read_bytes);
+        s.write_bytes += field::<u64>(signal, o.signal_io_write_bytes);
+        let cpu: u64 = field(signal, o.signal_sum_sched_runtime);
+        let parent: *const u8 = field::<u64>(task, o.task_real_parent) as *const u8;
         let ppid: u32 = field(parent, o.task_tgid);
-        let code: u32 = field(prev, o.task_exit_code);
-        emit(
-            info.tree,
-            EVENT_EXIT,
-            prev,
-            info.tgid,
-            ppid,
-            group + runtime,
-            code,
-        );
+        let code: u32 = field(task, o.task_exit_code);
+        emit(info.tree, EVENT_EXIT, task, info.tgid, ppid, cpu, code);
     }
 }
 

@@ -1,1 +1,101 @@
-fn main() {}
+//! Project tasks: `cargo xtask setup | test | run -- ARGS | bench`.
+//!
+//! Every task runs `scripts/setup.sh` first (idempotent, fast when all is present), so
+//! each works on a fresh machine.
+
+mod bench;
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{bail, Context as _};
+
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .to_path_buf()
+}
+
+pub fn sh(cmd: &mut Command) -> anyhow::Result<()> {
+    eprintln!("xtask: {cmd:?}");
+    let st = cmd
+        .status()
+        .with_context(|| format!("cannot start {cmd:?}"))?;
+    if !st.success() {
+        bail!("{cmd:?} failed with {st}");
+    }
+    Ok(())
+}
+
+fn cargo() -> Command {
+    let mut c = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    c.current_dir(root());
+    c
+}
+
+fn setup() -> anyhow::Result<()> {
+    sh(Command::new("bash").arg(root().join("scripts/setup.sh")))
+}
+
+pub fn build_release() -> anyhow::Result<PathBuf> {
+    sh(cargo().args([
+        "build",
+        "--release",
+        "-p",
+        "tracker-agent",
+        "-p",
+        "tracker-tests",
+    ]))?;
+    Ok(root().join("target/release"))
+}
+
+fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.first().map(String::as_str) {
+        Some("setup") => setup(),
+        Some("test") => {
+            setup()?;
+            sh(cargo().args(["fmt", "--all", "--check"]))?;
+            // The eBPF crate builds only for the BPF target (through tracker-agent's build.rs).
+            sh(cargo().args([
+                "clippy",
+                "--workspace",
+                "--exclude",
+                "tracker-ebpf",
+                "--all-targets",
+                "--",
+                "-D",
+                "warnings",
+            ]))?;
+            // The end-to-end tests run the binaries of the same profile.
+            sh(cargo().args(["build", "--workspace", "--exclude", "tracker-ebpf"]))?;
+            sh(cargo().args([
+                "test",
+                "--workspace",
+                "--exclude",
+                "tracker-ebpf",
+                "--",
+                "--test-threads=1",
+            ]))
+        }
+        Some("run") => {
+            setup()?;
+            let dir = build_release()?;
+            let rest: Vec<&String> = args.iter().skip(1).skip_while(|a| *a == "--").collect();
+            let st = Command::new(dir.join("resource-tracker"))
+                .args(rest)
+                .status()
+                .context("resource-tracker")?;
+            std::process::exit(st.code().unwrap_or(1));
+        }
+        Some("bench") => {
+            setup()?;
+            let dir = build_release()?;
+            bench::run(&dir, &args[1..])
+        }
+        _ => bail!("usage: cargo xtask setup | test | run -- ARGS | bench [--quick]"),
+    }
+}

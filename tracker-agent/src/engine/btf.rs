@@ -242,7 +242,7 @@ impl Btf {
                 None => return Ok(None),
             }
         }
-        if bits % 8 != 0 {
+        if !bits.is_multiple_of(8) {
             return Err(BtfError::Malformed(format!(
                 "{strukt}.{path} is a bitfield"
             )));
@@ -285,32 +285,21 @@ impl Btf {
     pub fn offsets(&self) -> Result<Offsets, BtfError> {
         let t = "task_struct";
         let s = "signal_struct";
-        // `state` became `__state` in 5.14.
-        let task_state = match self.offset_of(t, "__state")? {
-            Some(o) => o,
-            None => self.required(t, "state")?,
-        };
-        let switch_args = self.tracepoint_args("sched_switch")?;
         let exit_args = self.tracepoint_args("sched_process_exit")?;
         Ok(Offsets {
             task_pid: self.required(t, "pid")?,
             task_tgid: self.required(t, "tgid")?,
             task_real_parent: self.required(t, "real_parent")?,
             task_comm: self.required(t, "comm")?,
-            task_state,
             task_exit_code: self.required(t, "exit_code")?,
             task_sum_exec_runtime: self.required(t, "se.sum_exec_runtime")?,
             task_utime: self.required(t, "utime")?,
             task_stime: self.required(t, "stime")?,
             task_signal: self.required(t, "signal")?,
-            task_group_leader: self.required(t, "group_leader")?,
-            task_io_read_bytes: self.optional(t, "ioac.read_bytes")?,
-            task_io_write_bytes: self.optional(t, "ioac.write_bytes")?,
             signal_maxrss: self.required(s, "maxrss")?,
             signal_sum_sched_runtime: self.required(s, "sum_sched_runtime")?,
             signal_io_read_bytes: self.optional(s, "ioac.read_bytes")?,
             signal_io_write_bytes: self.optional(s, "ioac.write_bytes")?,
-            switch_has_prev_state: u32::from(switch_args >= 4),
             exit_has_group_dead: u32::from(exit_args >= 2),
             signal_live: self.required(s, "live")?,
         })

@@ -20,7 +20,7 @@ const PROGRAMS: [&str; 4] = [
     "sched_process_fork",
     "sched_process_exec",
     "sched_process_exit",
-    "sched_switch",
+    "sched_process_free",
 ];
 
 /// Why the eBPF engine could not start; the agent then falls back to procfs.
@@ -228,30 +228,26 @@ impl EbpfEngine {
         m
     }
 
-    /// Tids the kernel still lists whose final context switch has not happened yet
-    /// although the task is gone or a zombie; used to settle before the last sample.
+    /// Tasks the kernel still lists although /proc no longer shows them: released,
+    /// waiting for their RCU-delayed free, where their CPU becomes final. Used to
+    /// settle before the last sample (zombies are still read live, so they count).
     pub fn dying_tasks(&self) -> usize {
-        let mut buf = String::new();
-        let mut n = 0;
-        for (tgid, tids) in self.live_tasks() {
-            for tid in tids {
+        self.live_tasks()
+            .into_iter()
+            .flat_map(|(tgid, tids)| tids.into_iter().map(move |tid| (tgid, tid)))
+            .filter(|&(tgid, tid)| {
                 let path = if tid == tgid {
                     format!("/proc/{tgid}/stat")
                 } else {
                     format!("/proc/{tgid}/task/{tid}/stat")
                 };
-                match procread::read_into(&path, &mut buf).and_then(|_| procread::parse_stat(&buf))
-                {
-                    Some(st) if st.state != b'Z' && st.state != b'X' => {}
-                    _ => n += 1,
-                }
-            }
-        }
-        n
+                !Path::new(&path).exists()
+            })
+            .count()
     }
 
     pub fn read(&mut self, opts: ReadOpts) -> anyhow::Result<TreeTotals> {
-        // Exited first, then live: a member exiting in between is missed once and
+        // Freed first, then live: a member freed in between is missed once and
         // counted next time, so the cumulative CPU never goes backwards.
         let k = self.kernel_stats()?;
         let live = self.live_tasks();
@@ -276,28 +272,31 @@ impl EbpfEngine {
             let Some(st) = procread::stat(tgid, buf) else {
                 continue;
             };
-            if st.state == b'Z' || st.state == b'X' {
+            // A zombie is not live, but its CPU and I/O reach the kernel's totals only
+            // when it is reaped and freed: until then it is read here.
+            let zombie = st.state == b'Z' || st.state == b'X';
+            for &tid in tids {
+                if let Some(ns) = procread::thread_runtime_ns(tgid, tid, buf) {
+                    t.cpu_ns += ns;
+                    t.live_threads += u64::from(!zombie);
+                }
+            }
+            t.user_ticks_ns += st.utime * self.tck_ns;
+            t.sys_ticks_ns += st.stime * self.tck_ns;
+            if let Some((r, w)) = procread::io_bytes(tgid, buf) {
+                t.read_bytes += r;
+                t.write_bytes += w;
+            }
+            if zombie {
                 continue;
             }
             t.live_procs += 1;
             if tgid == self.root {
                 t.root_alive = true;
             }
-            for &tid in tids {
-                if let Some(ns) = procread::thread_runtime_ns(tgid, tid, buf) {
-                    t.cpu_ns += ns;
-                    t.live_threads += 1;
-                }
-            }
-            t.user_ticks_ns += st.utime * self.tck_ns;
-            t.sys_ticks_ns += st.stime * self.tck_ns;
             let rss = st.rss_pages * self.page;
             t.rss_bytes += rss;
             self.live_max_rss_kib = self.live_max_rss_kib.max(rss / 1024);
-            if let Some((r, w)) = procread::io_bytes(tgid, buf) {
-                t.read_bytes += r;
-                t.write_bytes += w;
-            }
             if opts.pss {
                 if let (Some(p), Some(acc)) = (procread::pss_bytes(tgid, buf), t.pss_bytes.as_mut())
                 {

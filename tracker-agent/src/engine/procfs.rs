@@ -159,7 +159,7 @@ impl ProcfsEngine {
         let gone: Vec<(u32, Member)> = self
             .members
             .iter()
-            .filter(|(pid, m)| !all.get(pid).is_some_and(|st| st.starttime == m.starttime))
+            .filter(|(pid, m)| all.get(pid).is_none_or(|st| st.starttime != m.starttime))
             .map(|(&p, &m)| (p, m))
             .collect();
         for (pid, m) in gone {
