@@ -323,9 +323,12 @@ pub fn execute(plan: Plan) -> anyhow::Result<i32> {
                     let now = tokio::time::Instant::now();
                     while next <= now { next += period; }
                     if let Some(r) = ring.as_mut() { drain(r.get_mut(), &mut tops); }
+                    let t0 = Instant::now();
                     let t = engine.read(read_opts)?;
+                    let t1 = Instant::now();
                     let s = sampler.step(t, Instant::now(), engine.bpf_stats());
                     sink.write(&s)?;
+                    log::debug!("sample: read {:?}, step+write {:?}", t1 - t0, t1.elapsed());
                 }
                 Some(r) = reap_rx.recv() => {
                     if let Engine::Procfs(p) = &mut engine {

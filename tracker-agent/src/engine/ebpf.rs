@@ -58,6 +58,8 @@ pub struct EbpfEngine {
     /// Largest RSS seen of live members (KiB), since they may exit between readings.
     live_max_rss_kib: u64,
     _stats_fd: Option<OwnedFd>,
+    /// BPF run-time statistics are being collected (ours or the sysctl).
+    stats_enabled: bool,
     pub load_ms: f64,
 }
 
@@ -138,7 +140,15 @@ impl EbpfEngine {
         } else {
             None
         };
+        let stats_enabled = stats_fd.is_some()
+            || std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled")
+                .is_ok_and(|s| s.trim() == "1");
+        // Parsing BTF twice (ours and aya's) left megabytes of freed heap behind; hand
+        // them back so the agent's RSS reflects what it keeps.
+        // SAFETY: malloc_trim has no preconditions.
+        unsafe { libc::malloc_trim(0) };
         Ok(EbpfEngine {
+            stats_enabled,
             bpf,
             tasks,
             stats,
@@ -320,10 +330,7 @@ impl EbpfEngine {
     }
 
     pub fn stats_enabled(&self) -> bool {
-        self._stats_fd.is_some()
-            || std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled")
-                .map(|s| s.trim() == "1")
-                .unwrap_or(false)
+        self.stats_enabled
     }
 }
 

@@ -25,11 +25,25 @@ pub fn page_size() -> u64 {
     }
 }
 
-/// Reads a small /proc file into `buf` (cleared first).
+/// Reads a small /proc file into `buf` (cleared first). One `read` usually returns
+/// the whole file: unlike `read_to_string`, no `statx` for a size hint (always 0 on
+/// procfs) and no second `read` to see EOF, which matters at 3 files per member.
 pub fn read_into(path: &str, buf: &mut String) -> Option<()> {
-    buf.clear();
     let mut f = std::fs::File::open(path).ok()?;
-    f.read_to_string(buf).ok()?;
+    let mut bytes = std::mem::take(buf).into_bytes();
+    bytes.clear();
+    bytes.resize(4096, 0);
+    let mut len = 0;
+    loop {
+        let n = f.read(&mut bytes[len..]).ok()?;
+        len += n;
+        if n == 0 || len < bytes.len() {
+            break;
+        }
+        bytes.resize(bytes.len() * 2, 0);
+    }
+    bytes.truncate(len);
+    *buf = String::from_utf8(bytes).ok()?;
     Some(())
 }
 
