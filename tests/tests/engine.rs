@@ -371,7 +371,12 @@ fn without_privilege_it_falls_back_to_procfs_and_says_why() {
     std::fs::set_permissions(&s.0, std::os::unix::fs::PermissionsExt::from_mode(0o777))
         .expect("chmod");
     let sum = s.path("s.json");
-    let o = run(Command::new(tracker())
+    // A copy the unprivileged user can reach (the checkout may sit in a 0700 dir).
+    let exe = s.path("resource-tracker");
+    std::fs::copy(tracker(), &exe).expect("copy tracker");
+    std::fs::set_permissions(&exe, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    let o = run(Command::new(&exe)
         .args(["run", "--summary"])
         .arg(&sum)
         .args(["--", "true"])

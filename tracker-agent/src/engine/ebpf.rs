@@ -12,7 +12,11 @@ use aya::{
 };
 use tracker_common::{Event, TaskInfo, TreeStats, EVENT_EXEC, EVENT_EXIT, EVENT_FORK};
 
-use super::{btf::Btf, procread, ProcEvent, ReadOpts, TreeTotals};
+use super::{
+    btf::Btf,
+    procread::{self, Kind},
+    ProcEvent, ReadOpts, TreeTotals,
+};
 
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tracker"));
 
@@ -55,6 +59,7 @@ pub struct EbpfEngine {
     tck_ns: u64,
     page: u64,
     buf: String,
+    files: procread::FileCache,
     /// Largest RSS seen of live members (KiB), since they may exit between readings.
     live_max_rss_kib: u64,
     _stats_fd: Option<OwnedFd>,
@@ -159,6 +164,7 @@ impl EbpfEngine {
             tck_ns: 1_000_000_000 / procread::clk_tck(),
             page: procread::page_size(),
             buf: String::new(),
+            files: procread::FileCache::default(),
             live_max_rss_kib: 0,
             _stats_fd: stats_fd,
             load_ms: t0.elapsed().as_secs_f64() * 1e3,
@@ -279,21 +285,31 @@ impl EbpfEngine {
         };
         let buf = &mut self.buf;
         for (&tgid, tids) in &live {
-            let Some(st) = procread::stat(tgid, buf) else {
+            let files = &mut self.files;
+            let Some(st) = files
+                .read(tgid, tgid, Kind::Stat, buf)
+                .and_then(|_| procread::parse_stat(buf))
+            else {
                 continue;
             };
             // A zombie is not live, but its CPU and I/O reach the kernel's totals only
             // when it is reaped and freed: until then it is read here.
             let zombie = st.state == b'Z' || st.state == b'X';
             for &tid in tids {
-                if let Some(ns) = procread::thread_runtime_ns(tgid, tid, buf) {
+                let ns = files
+                    .read(tgid, tid, Kind::Schedstat, buf)
+                    .and_then(|_| buf.split_ascii_whitespace().next()?.parse::<u64>().ok());
+                if let Some(ns) = ns {
                     t.cpu_ns += ns;
                     t.live_threads += u64::from(!zombie);
                 }
             }
             t.user_ticks_ns += st.utime * self.tck_ns;
             t.sys_ticks_ns += st.stime * self.tck_ns;
-            if let Some((r, w)) = procread::io_bytes(tgid, buf) {
+            if let Some((r, w)) = files
+                .read(tgid, tgid, Kind::Io, buf)
+                .and_then(|_| procread::parse_io(buf))
+            {
                 t.read_bytes += r;
                 t.write_bytes += w;
             }
@@ -314,6 +330,7 @@ impl EbpfEngine {
                 }
             }
         }
+        self.files.sweep();
         t.max_rss_kib = t.max_rss_kib.max(self.live_max_rss_kib);
         Ok(t)
     }

@@ -2,7 +2,7 @@
 //! Every reader returns `None` when the process vanished or the file is unreadable:
 //! members come and go between listing and reading.
 
-use std::io::Read;
+use std::{collections::HashMap, fs::File, io::Read, os::unix::fs::FileExt};
 
 /// Clock ticks per second for /proc/PID/stat times.
 pub fn clk_tck() -> u64 {
@@ -97,17 +97,6 @@ pub fn stat(pid: u32, buf: &mut String) -> Option<Stat> {
     parse_stat(buf)
 }
 
-/// Exact CPU time (ns) of one thread: the first field of schedstat.
-pub fn thread_runtime_ns(tgid: u32, tid: u32, buf: &mut String) -> Option<u64> {
-    let path = if tgid == tid {
-        format!("/proc/{tgid}/schedstat")
-    } else {
-        format!("/proc/{tgid}/task/{tid}/schedstat")
-    };
-    read_into(&path, buf)?;
-    buf.split_ascii_whitespace().next()?.parse().ok()
-}
-
 /// Storage read/write bytes of a process (live and released threads).
 pub fn io_bytes(pid: u32, buf: &mut String) -> Option<(u64, u64)> {
     read_into(&format!("/proc/{pid}/io"), buf)?;
@@ -154,13 +143,124 @@ mod tests {
     }
 
     #[test]
+    fn cached_files_reread_fresh_content() {
+        let mut c = FileCache::default();
+        let mut buf = String::new();
+        let me = std::process::id();
+        // This test's own thread: its runtime grows while it spins.
+        // SAFETY: gettid has no preconditions.
+        let tid = unsafe { libc::gettid() } as u32;
+        let thread_cpu_ns = || {
+            let mut ts = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            // SAFETY: ts is a valid out pointer.
+            unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+            ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+        };
+        c.read(me, tid, Kind::Schedstat, &mut buf).unwrap();
+        let a: u64 = buf.split_whitespace().next().unwrap().parse().unwrap();
+        let start = thread_cpu_ns();
+        while thread_cpu_ns() < start + 20_000_000 {}
+        c.read(me, tid, Kind::Schedstat, &mut buf).unwrap();
+        let b: u64 = buf.split_whitespace().next().unwrap().parse().unwrap();
+        assert!(
+            b >= a + 10_000_000,
+            "pread at 0 must regenerate: {a} then {b}"
+        );
+        assert!(c
+            .read(u32::MAX - 1, u32::MAX - 1, Kind::Stat, &mut buf)
+            .is_none());
+        c.sweep();
+        c.sweep();
+        assert!(c.files.is_empty());
+    }
+
+    #[test]
     fn self_files() {
         let mut buf = String::new();
         let me = std::process::id();
         let st = stat(me, &mut buf).unwrap();
         assert!(st.num_threads >= 1 && st.rss_pages > 0);
-        assert!(thread_runtime_ns(me, me, &mut buf).unwrap() > 0);
         assert!(io_bytes(me, &mut buf).is_some());
         assert!(stat(u32::MAX - 1, &mut buf).is_none());
     }
+}
+
+/// Open /proc files of the tracked members, re-read with `pread` at offset 0 (which
+/// regenerates a seq_file's content): a third of the syscalls of open+read+close
+/// and no path lookup. Bounded, so a huge tree cannot exhaust descriptors.
+#[derive(Default)]
+pub struct FileCache {
+    files: HashMap<(u32, u32, Kind), File>,
+    /// Keys used since the last `sweep`.
+    used: HashMap<(u32, u32, Kind), ()>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kind {
+    Stat,
+    Io,
+    Schedstat,
+}
+
+const MAX_CACHED: usize = 3000;
+
+impl FileCache {
+    fn path(tgid: u32, tid: u32, kind: Kind) -> String {
+        let name = match kind {
+            Kind::Stat => "stat",
+            Kind::Io => "io",
+            Kind::Schedstat => "schedstat",
+        };
+        if tgid == tid {
+            format!("/proc/{tgid}/{name}")
+        } else {
+            format!("/proc/{tgid}/task/{tid}/{name}")
+        }
+    }
+
+    /// Reads the file for (tgid, tid, kind) into `buf`.
+    pub fn read(&mut self, tgid: u32, tid: u32, kind: Kind, buf: &mut String) -> Option<()> {
+        let key = (tgid, tid, kind);
+        self.used.insert(key, ());
+        if let Some(f) = self.files.get(&key) {
+            if pread_into(f, buf).is_some() {
+                return Some(());
+            }
+            // The process is gone (or the pid was reused): open afresh.
+            self.files.remove(&key);
+        }
+        let f = File::open(Self::path(tgid, tid, kind)).ok()?;
+        pread_into(&f, buf)?;
+        if self.files.len() < MAX_CACHED {
+            self.files.insert(key, f);
+        }
+        Some(())
+    }
+
+    /// Closes the files not read since the last sweep (members that left).
+    pub fn sweep(&mut self) {
+        let used = std::mem::take(&mut self.used);
+        self.files.retain(|k, _| used.contains_key(k));
+    }
+}
+
+fn pread_into(f: &File, buf: &mut String) -> Option<()> {
+    let mut bytes = std::mem::take(buf).into_bytes();
+    bytes.clear();
+    bytes.resize(4096, 0);
+    let mut len = 0;
+    loop {
+        let n = f.read_at(&mut bytes[len..], len as u64).ok()?;
+        len += n;
+        if n == 0 || len < bytes.len() {
+            break;
+        }
+        bytes.resize(bytes.len() * 2, 0);
+    }
+    bytes.truncate(len);
+    *buf = String::from_utf8(bytes).ok()?;
+    (len > 0).then_some(())
 }
