@@ -3,13 +3,12 @@
 //! offsets compiled for one kernel. aya-obj parses BTF too but keeps its type lookup
 //! crate-private.
 
-use std::{collections::HashMap, fmt, path::Path};
+use std::{collections::HashMap, fmt};
 
 use tracker_common::{Offsets, NO_FIELD};
 
 #[derive(Debug)]
 pub enum BtfError {
-    Io(String, std::io::Error),
     Malformed(String),
     Missing(String),
 }
@@ -17,7 +16,6 @@ pub enum BtfError {
 impl fmt::Display for BtfError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            BtfError::Io(path, e) => write!(f, "cannot read BTF from {path}: {e}"),
             BtfError::Malformed(what) => write!(f, "malformed BTF: {what}"),
             BtfError::Missing(what) => write!(f, "kernel BTF lacks {what}"),
         }
@@ -74,11 +72,6 @@ fn u32_at(data: &[u8], at: usize) -> Result<u32, BtfError> {
 }
 
 impl Btf {
-    pub fn from_file(path: &Path) -> Result<Self, BtfError> {
-        let data = std::fs::read(path).map_err(|e| BtfError::Io(path.display().to_string(), e))?;
-        Self::parse(&data)
-    }
-
     pub fn parse(data: &[u8]) -> Result<Self, BtfError> {
         if data.len() < 24 || data[0..2] != [0x9f, 0xeb] {
             return Err(BtfError::Malformed(
@@ -330,7 +323,7 @@ mod tests {
     /// internal consistency and the args the format files do show).
     #[test]
     fn running_kernel() {
-        let path = Path::new("/sys/kernel/btf/vmlinux");
+        let path = std::path::Path::new("/sys/kernel/btf/vmlinux");
         if !path.exists() {
             assert!(
                 std::env::var_os("CI").is_none(),
@@ -339,7 +332,8 @@ mod tests {
             );
             return;
         }
-        let btf = Btf::from_file(path).expect("parse vmlinux BTF");
+        let btf =
+            Btf::parse(&std::fs::read(path).expect("read vmlinux BTF")).expect("parse vmlinux BTF");
         let o = btf.offsets().expect("offsets");
         assert!(
             o.task_tgid == o.task_pid + 4,

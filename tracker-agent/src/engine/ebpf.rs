@@ -95,14 +95,20 @@ impl EbpfEngine {
     pub fn load(max_tasks: u32, bpf_stats: bool) -> Result<Self, EbpfUnavailable> {
         let t0 = std::time::Instant::now();
         has_cap_bpf().map_err(EbpfUnavailable::NoPrivilege)?;
-        let path = Path::new("/sys/kernel/btf/vmlinux");
-        let btf = Btf::from_file(path).map_err(|e| EbpfUnavailable::NoBtf(e.to_string()))?;
+        // Read once (sysfs serves it 4 KiB per read) and parse twice: ours for the
+        // offsets, aya's for loading the programs.
+        let path = "/sys/kernel/btf/vmlinux";
+        let data =
+            std::fs::read(path).map_err(|e| EbpfUnavailable::NoBtf(format!("{path}: {e}")))?;
+        let btf = Btf::parse(&data).map_err(|e| EbpfUnavailable::NoBtf(format!("{path}: {e}")))?;
         let offsets = btf
             .offsets()
             .map_err(|e| EbpfUnavailable::NoBtf(e.to_string()))?;
         drop(btf);
         log::debug!("kernel offsets: {offsets:?}");
-        let aya_btf = AyaBtf::from_sys_fs().map_err(|e| EbpfUnavailable::NoBtf(e.to_string()))?;
+        let aya_btf = AyaBtf::parse(&data, aya::Endianness::default())
+            .map_err(|e| EbpfUnavailable::NoBtf(format!("{path}: {e}")))?;
+        drop(data);
         let mut bpf = EbpfLoader::new()
             .btf(Some(&aya_btf))
             .override_global("OFFSETS", &offsets, true)
