@@ -9,7 +9,8 @@
 //!   orphans N MS                    N grandchildren orphaned (parent exits at once),
 //!                                   each spinning MS ms; waits for them via a pipe
 //!   tree DEPTH WIDTH SPIN_US        a full tree of processes, each spinning SPIN_US
-//!   incgroup DIR -- CMD...          join cgroup DIR (v1 or v2), then exec CMD
+//!   incgroup DIR [--pre F] -- CMD   join cgroup DIR (v1 or v2), then exec CMD; --pre
+//!                                   writes the CPU ns used before joining to F
 //!   pingpong ROUNDS                 two processes on CPU 0 bouncing a byte over pipes
 //!   forkstorm N                     N fork+exec of /bin/true, one at a time
 //!   sleepers N SECS                 N idle children sleeping SECS
@@ -170,8 +171,17 @@ fn tree(depth: u64, width: u64, spin_us: u64) -> u64 {
     forked
 }
 
-fn incgroup(dir: &str, cmd: &[String]) -> ! {
+fn incgroup(dir: &str, pre: Option<&str>, cmd: &[String]) -> ! {
     let me = std::process::id().to_string();
+    // The CPU this process used before joining (its exec and start-up) is part of the
+    // tree but not of the cgroup: report it for the truth.
+    if let Some(pre) = pre {
+        let ns = std::fs::read_to_string("/proc/self/schedstat")
+            .ok()
+            .and_then(|s| s.split_whitespace().next().map(str::to_string))
+            .unwrap_or_else(|| die("/proc/self/schedstat"));
+        std::fs::write(pre, ns).unwrap_or_else(|e| die(&format!("writing {pre}: {e}")));
+    }
     std::fs::write(format!("{dir}/cgroup.procs"), &me)
         .unwrap_or_else(|e| die(&format!("joining {dir}: {e}")));
     let argv: Vec<CString> = cmd
@@ -277,11 +287,16 @@ fn main() {
         }
         Some("incgroup") => {
             let dir: String = arg(&args, 2, "cgroup dir");
-            let rest = match args.get(3).map(String::as_str) {
-                Some("--") => &args[4..],
-                _ => &args[3..],
-            };
-            incgroup(&dir, rest)
+            let mut i = 3;
+            let mut pre = None;
+            if args.get(i).map(String::as_str) == Some("--pre") {
+                pre = args.get(i + 1).cloned();
+                i += 2;
+            }
+            if args.get(i).map(String::as_str) == Some("--") {
+                i += 1;
+            }
+            incgroup(&dir, pre.as_deref(), args.get(i..).unwrap_or_default())
         }
         Some("pingpong") => pingpong(arg(&args, 2, "rounds")),
         Some("forkstorm") => forkstorm(arg(&args, 2, "count")),

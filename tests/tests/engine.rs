@@ -23,6 +23,7 @@ fn track(tag: &str, extra: &[&str], args: &[&str]) -> Tracked {
     let cg = Cgroup::new(tag);
     let scratch = Scratch::new(tag);
     let (sum, out) = (scratch.path("summary.json"), scratch.path("samples.jsonl"));
+    let pre = scratch.path("pre-join-ns");
     let w = workload();
     let o = run(Command::new(tracker())
         .args(["run", "-q", "-i", "0.2", "--summary"])
@@ -34,6 +35,8 @@ fn track(tag: &str, extra: &[&str], args: &[&str]) -> Tracked {
         .arg(&w)
         .arg("incgroup")
         .arg(&cg.dir)
+        .arg("--pre")
+        .arg(&pre)
         .arg("--")
         .arg(&w)
         .args(args));
@@ -50,7 +53,12 @@ fn track(tag: &str, extra: &[&str], args: &[&str]) -> Tracked {
     Tracked {
         summary: read_json(&sum),
         samples: read_jsonl(&out),
-        truth_ns: cg.usage_ns(),
+        // The cgroup's usage plus what the root used before it joined the cgroup.
+        truth_ns: cg.usage_ns()
+            + std::fs::read_to_string(&pre)
+                .ok()
+                .and_then(|s| s.trim().parse::<u64>().ok())
+                .expect("pre-join CPU"),
         workload_out,
         code: o.status.code().unwrap_or(-1),
     }

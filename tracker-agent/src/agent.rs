@@ -355,10 +355,15 @@ pub fn execute(plan: Plan) -> anyhow::Result<i32> {
                 }
             }
         }
-        // Let released members reach their RCU-delayed free, where their CPU is final.
+        // Let released members reach their RCU-delayed free, where their CPU is final,
+        // and give fresh zombies the microseconds to their final context switch.
         if let Engine::Ebpf(e) = &engine {
-            let deadline = Instant::now() + Duration::from_secs(1);
-            while e.dying_tasks() > 0 && Instant::now() < deadline {
+            let t0 = Instant::now();
+            while t0.elapsed() < Duration::from_secs(1) {
+                let (released, zombies) = e.dying_tasks();
+                if released == 0 && (zombies == 0 || t0.elapsed() >= Duration::from_millis(20)) {
+                    break;
+                }
                 std::thread::sleep(Duration::from_millis(1));
             }
         }

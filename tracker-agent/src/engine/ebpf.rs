@@ -3,7 +3,7 @@
 //! independent of the event ring); live members are read from /proc, listed by the
 //! kernel's own task map so that cost follows the tree, not the host.
 
-use std::{collections::HashMap as StdHashMap, fmt, os::fd::OwnedFd, path::Path, time::Duration};
+use std::{collections::HashMap as StdHashMap, fmt, os::fd::OwnedFd, time::Duration};
 
 use aya::{
     maps::{HashMap, MapData, PerCpuArray, RingBuf},
@@ -250,22 +250,30 @@ impl EbpfEngine {
         m
     }
 
-    /// Tasks the kernel still lists although /proc no longer shows them: released,
-    /// waiting for their RCU-delayed free, where their CPU becomes final. Used to
-    /// settle before the last sample (zombies are still read live, so they count).
-    pub fn dying_tasks(&self) -> usize {
-        self.live_tasks()
-            .into_iter()
-            .flat_map(|(tgid, tids)| tids.into_iter().map(move |tid| (tgid, tid)))
-            .filter(|&(tgid, tid)| {
+    /// Members still on their way out, as (released, zombies). Released tasks are
+    /// gone from /proc and wait for their RCU-delayed free, where their CPU becomes
+    /// final. Zombies are read live, but one that has not made its final context
+    /// switch yet still shows a runtime stale by up to a tick. Used to settle before
+    /// the last sample.
+    pub fn dying_tasks(&self) -> (usize, usize) {
+        let mut buf = String::new();
+        let (mut released, mut zombies) = (0, 0);
+        for (tgid, tids) in self.live_tasks() {
+            for tid in tids {
                 let path = if tid == tgid {
                     format!("/proc/{tgid}/stat")
                 } else {
                     format!("/proc/{tgid}/task/{tid}/stat")
                 };
-                !Path::new(&path).exists()
-            })
-            .count()
+                match procread::read_into(&path, &mut buf).and_then(|_| procread::parse_stat(&buf))
+                {
+                    None => released += 1,
+                    Some(st) if st.state == b'Z' || st.state == b'X' => zombies += 1,
+                    Some(_) => {}
+                }
+            }
+        }
+        (released, zombies)
     }
 
     pub fn read(&mut self, opts: ReadOpts) -> anyhow::Result<TreeTotals> {

@@ -2,7 +2,7 @@
 //! Every reader returns `None` when the process vanished or the file is unreadable:
 //! members come and go between listing and reading.
 
-use std::{collections::HashMap, fs::File, io::Read, os::unix::fs::FileExt};
+use std::{collections::HashMap, fs::File, os::unix::fs::FileExt};
 
 /// Clock ticks per second for /proc/PID/stat times.
 pub fn clk_tck() -> u64 {
@@ -29,22 +29,7 @@ pub fn page_size() -> u64 {
 /// the whole file: unlike `read_to_string`, no `statx` for a size hint (always 0 on
 /// procfs) and no second `read` to see EOF, which matters at 3 files per member.
 pub fn read_into(path: &str, buf: &mut String) -> Option<()> {
-    let mut f = std::fs::File::open(path).ok()?;
-    let mut bytes = std::mem::take(buf).into_bytes();
-    bytes.clear();
-    bytes.resize(4096, 0);
-    let mut len = 0;
-    loop {
-        let n = f.read(&mut bytes[len..]).ok()?;
-        len += n;
-        if n == 0 || len < bytes.len() {
-            break;
-        }
-        bytes.resize(bytes.len() * 2, 0);
-    }
-    bytes.truncate(len);
-    *buf = String::from_utf8(bytes).ok()?;
-    Some(())
+    pread_into(&File::open(path).ok()?, buf)
 }
 
 /// The fields of /proc/PID/stat that the engines use.
@@ -247,6 +232,7 @@ impl FileCache {
     }
 }
 
+/// Reads the whole file from offset 0 into `buf`; `None` when unreadable or empty.
 fn pread_into(f: &File, buf: &mut String) -> Option<()> {
     let mut bytes = std::mem::take(buf).into_bytes();
     bytes.clear();
