@@ -5,7 +5,6 @@ use std::{
     collections::HashMap,
     ffi::OsString,
     io::Write,
-    os::fd::AsRawFd,
     time::{Duration, Instant},
 };
 
@@ -313,7 +312,6 @@ pub fn execute(plan: Plan) -> anyhow::Result<i32> {
         // The kernel wakes us only when the ring is a quarter full; otherwise it is
         // drained at each sample. (A 100 ms drain timer cost ~1 ms of CPU a second.)
         let mut exit_status: Option<i32> = None;
-        let mut stop_reason: Option<String> = None;
         loop {
             tokio::select! {
                 _ = tokio::time::sleep_until(next) => {
@@ -344,7 +342,7 @@ pub fn execute(plan: Plan) -> anyhow::Result<i32> {
                             unsafe { libc::kill(root as i32, sig) };
                         }
                     } else {
-                        stop_reason = Some(format!("signal {sig}"));
+                        log::info!("signal {sig}: stopping");
                         break;
                     }
                 }
@@ -383,7 +381,6 @@ pub fn execute(plan: Plan) -> anyhow::Result<i32> {
         if let Some(w) = events_file.as_mut() {
             w.flush().context("writing the events file")?;
         }
-        let _ = stop_reason;
         let mut top: Vec<TopCommand> = tops
             .into_iter()
             .map(|(comm, (n, ns))| TopCommand { comm, processes: n, cpu_secs: ns as f64 / 1e9 })
@@ -430,6 +427,5 @@ pub fn execute(plan: Plan) -> anyhow::Result<i32> {
             .with_context(|| format!("writing summary file {name}"))?;
         writeln!(f).with_context(|| format!("writing summary file {name}"))?;
     }
-    let _ = events_file.as_ref().map(|f| f.get_ref().as_raw_fd());
     Ok(code.unwrap_or(0))
 }
