@@ -401,3 +401,53 @@ fn without_privilege_it_falls_back_to_procfs_and_says_why() {
     );
     assert_eq!(read_json(&sum)["backend"], "procfs");
 }
+
+#[test]
+fn events_file_lists_every_process_in_order() {
+    if !ebpf_available() {
+        return;
+    }
+    let s = Scratch::new("events");
+    let ev = s.path("ev.jsonl");
+    let o = run(Command::new(tracker())
+        .args(["run", "-q", "--events"])
+        .arg(&ev)
+        .args(["--", "sh", "-c", "/bin/true; /bin/true; exit 3"]));
+    assert_eq!(o.status.code(), Some(3));
+    let events = read_jsonl(&ev);
+    let kinds: Vec<&str> = events
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap_or("?"))
+        .collect();
+    // sh execs, forks twice, each child execs true and exits, then sh exits last.
+    assert_eq!(
+        kinds.iter().filter(|k| **k == "fork").count(),
+        2,
+        "{kinds:?}"
+    );
+    assert_eq!(
+        kinds.iter().filter(|k| **k == "exec").count(),
+        3,
+        "{kinds:?}"
+    );
+    assert_eq!(
+        kinds.iter().filter(|k| **k == "exit").count(),
+        3,
+        "{kinds:?}"
+    );
+    // Exits are reported when the process is freed (reaped, after its last context
+    // switch), which is where its CPU is exact; the order is that of the frees.
+    let sh = events
+        .iter()
+        .find(|e| e["kind"] == "exit" && e["comm"] == "sh")
+        .expect("sh exit");
+    // The raw wait status of `exit 3`.
+    assert_eq!(sh["exit_code"], 3 << 8);
+    assert!(sh["cpu_secs"].as_f64().is_some_and(|c| c > 0.0));
+    assert_eq!(events[0]["kind"], "exec", "the command's exec comes first");
+    let ts: Vec<f64> = events
+        .iter()
+        .map(|e| e["monotonic_secs"].as_f64().unwrap_or(0.0))
+        .collect();
+    assert!(ts.windows(2).all(|w| w[0] <= w[1]), "ordered: {ts:?}");
+}
