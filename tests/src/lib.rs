@@ -17,27 +17,26 @@ pub fn bin_dir() -> PathBuf {
     }
 }
 
-/// The workload generator built next to the tests.
-pub fn workload() -> PathBuf {
-    let p = bin_dir().join("workload");
+/// A binary of this workspace built next to the running test, with the command
+/// that builds it when it is missing.
+fn built(name: &str, build: &str) -> PathBuf {
+    let p = bin_dir().join(name);
     assert!(
         p.exists(),
-        "{} is missing: run `cargo build -p tracker-tests`",
+        "{} is missing: run `{build}` first (cargo xtask test does)",
         p.display()
     );
     p
 }
 
-/// The tracker binary of the same profile (built by `cargo build -p tracker-agent`,
-/// which the README's test command runs first).
+/// The workload generator built next to the tests.
+pub fn workload() -> PathBuf {
+    built("workload", "cargo build -p tracker-tests")
+}
+
+/// The tracker binary of the same profile.
 pub fn tracker() -> PathBuf {
-    let p = bin_dir().join("resource-tracker");
-    assert!(
-        p.exists(),
-        "{} is missing: run `cargo build -p tracker-agent` first (cargo xtask test does)",
-        p.display()
-    );
-    p
+    built("resource-tracker", "cargo build -p tracker-agent")
 }
 
 /// True when eBPF tests can run here. In CI a missing capability is a failure, never

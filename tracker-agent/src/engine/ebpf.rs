@@ -260,11 +260,7 @@ impl EbpfEngine {
         let (mut released, mut zombies) = (0, 0);
         for (tgid, tids) in self.live_tasks() {
             for tid in tids {
-                let path = if tid == tgid {
-                    format!("/proc/{tgid}/stat")
-                } else {
-                    format!("/proc/{tgid}/task/{tid}/stat")
-                };
+                let path = procread::task_path(tgid, tid, "stat");
                 match procread::read_into(&path, &mut buf).and_then(|_| procread::parse_stat(&buf))
                 {
                     None => released += 1,

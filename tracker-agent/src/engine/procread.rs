@@ -173,6 +173,15 @@ mod tests {
     }
 }
 
+/// `/proc/TGID/NAME` for a process's leader, `/proc/TGID/task/TID/NAME` for a thread.
+pub fn task_path(tgid: u32, tid: u32, name: &str) -> String {
+    if tgid == tid {
+        format!("/proc/{tgid}/{name}")
+    } else {
+        format!("/proc/{tgid}/task/{tid}/{name}")
+    }
+}
+
 /// Open /proc files of the tracked members, re-read with `pread` at offset 0 (which
 /// regenerates a seq_file's content): a third of the syscalls of open+read+close
 /// and no path lookup. Bounded, so a huge tree cannot exhaust descriptors.
@@ -193,19 +202,6 @@ pub enum Kind {
 const MAX_CACHED: usize = 3000;
 
 impl FileCache {
-    fn path(tgid: u32, tid: u32, kind: Kind) -> String {
-        let name = match kind {
-            Kind::Stat => "stat",
-            Kind::Io => "io",
-            Kind::Schedstat => "schedstat",
-        };
-        if tgid == tid {
-            format!("/proc/{tgid}/{name}")
-        } else {
-            format!("/proc/{tgid}/task/{tid}/{name}")
-        }
-    }
-
     /// Reads the file for (tgid, tid, kind) into `buf`.
     pub fn read(&mut self, tgid: u32, tid: u32, kind: Kind, buf: &mut String) -> Option<()> {
         let key = (tgid, tid, kind);
@@ -217,7 +213,12 @@ impl FileCache {
             // The process is gone (or the pid was reused): open afresh.
             self.files.remove(&key);
         }
-        let f = File::open(Self::path(tgid, tid, kind)).ok()?;
+        let name = match kind {
+            Kind::Stat => "stat",
+            Kind::Io => "io",
+            Kind::Schedstat => "schedstat",
+        };
+        let f = File::open(task_path(tgid, tid, name)).ok()?;
         pread_into(&f, buf)?;
         if self.files.len() < MAX_CACHED {
             self.files.insert(key, f);
