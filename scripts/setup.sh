@@ -10,6 +10,7 @@ log() { echo "setup: $*" >&2; }
 need_apt=()
 command -v sudo >/dev/null 2>&1 || need_apt+=(sudo)
 command -v jq >/dev/null 2>&1 || need_apt+=(jq)
+command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     log "installing ${need_apt[*]}"
@@ -51,5 +52,18 @@ else
   LLVM_PREFIX="$llvm_dir" cargo install bpf-linker --version 0.13.0 --locked \
     --no-default-features --features llvm-22 --force
   echo "$want" > "$stamp"
+fi
+# --- Python peers in their own virtual environment (side-by-side tests, benchmarks) ---
+repo=$(cd "$(dirname "$0")/.." && pwd)
+venv="$repo/target/py-peers"
+want_py="resource-tracker==0.5.0"
+if [ -x "$venv/bin/python" ] && [ -f "$venv/.installed" ] && [ "$(cat "$venv/.installed")" = "$want_py" ]; then
+  :
+else
+  log "creating $venv with $want_py"
+  rm -rf "$venv"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check "$want_py"
+  echo "$want_py" > "$venv/.installed"
 fi
 log "ok"

@@ -13,6 +13,8 @@ use tokio::{io::unix::AsyncFd, sync::mpsc};
 
 use crate::{
     cli::Opts,
+    collect::{Roots, SystemCollector},
+    config::Settings,
     engine::{
         ebpf::{decode_event, EbpfEngine},
         procfs::ProcfsEngine,
@@ -25,7 +27,7 @@ use crate::{
 
 pub struct Plan {
     pub opts: Opts,
-    pub interval: f64,
+    pub settings: Settings,
     pub cmd: Vec<OsString>,
 }
 
@@ -147,6 +149,13 @@ fn exit_code_of(status: i32) -> i32 {
     }
 }
 
+fn read_tree(engine: &mut Option<Engine>, o: ReadOpts) -> anyhow::Result<TreeTotals> {
+    match engine {
+        Some(e) => e.read(o),
+        None => Ok(TreeTotals::default()),
+    }
+}
+
 fn pid_exists(pid: u32) -> bool {
     std::path::Path::new(&format!("/proc/{pid}")).exists()
 }
@@ -154,6 +163,10 @@ fn pid_exists(pid: u32) -> bool {
 /// Runs the whole session; returns the exit code the tracker should exit with.
 pub fn execute(plan: Plan) -> anyhow::Result<i32> {
     let o = &plan.opts;
+    let st = &plan.settings;
+    if let Some(c) = &st.config_file {
+        log::info!("settings from config file {}", c.display());
+    }
     // Everything that can fail on bad input fails here, before anything starts.
     let resolved = match plan.cmd.first() {
         Some(c) => match launcher::resolve(c, std::env::var_os("PATH").as_deref()) {
@@ -165,8 +178,14 @@ pub fn execute(plan: Plan) -> anyhow::Result<i32> {
         },
         None => None,
     };
-    let attach_pid = match (o.pid, resolved.is_some()) {
-        (Some(_), true) => bail!("--pid and a command cannot be used together"),
+    let attach_pid = match (st.pid, resolved.is_some()) {
+        (Some(_), true) if o.pid.is_some() => {
+            bail!("--pid and a command cannot be used together")
+        }
+        (Some(_), true) => {
+            log::info!("tracking the command; [job] pid of the config file is ignored");
+            None
+        }
         (Some(p), false) => {
             let p = u32::try_from(p)
                 .ok()
@@ -179,11 +198,9 @@ pub fn execute(plan: Plan) -> anyhow::Result<i32> {
         }
         (None, _) => None,
     };
-    if attach_pid.is_none() && resolved.is_none() {
-        bail!("nothing to track: give a command after `--` or --pid PID (host-wide sampling without a tree arrives with the host collectors)");
-    }
+    let track_tree = attach_pid.is_some() || resolved.is_some();
     let run_as = launcher::sudo_identity(o.as_root).map_err(|e| anyhow!(e))?;
-    let mut sink = output::Sink::open(o.output.as_deref(), o.quiet)?;
+    let mut sink = output::Sink::open(st.output.as_deref(), st.quiet, st.format)?;
     let mut summary_file = o
         .summary
         .as_deref()
@@ -199,7 +216,9 @@ pub fn execute(plan: Plan) -> anyhow::Result<i32> {
 
     // Engine.
     let mut backend_reason = None;
-    let mut engine = if o.no_ebpf {
+    let mut engine = if !track_tree {
+        None
+    } else if o.no_ebpf {
         backend_reason = Some("--no-ebpf".to_string());
         None
     } else {
@@ -221,8 +240,12 @@ pub fn execute(plan: Plan) -> anyhow::Result<i32> {
         unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
     }
 
+    // Baseline of the host counters: the first sample, one interval on, has rates.
+    let mut host = SystemCollector::new(Roots::default());
     let start = Instant::now();
-    let (root, mut engine) = if let (Some(path), Some(_)) = (&resolved, plan.cmd.first()) {
+    let (root, mut engine) = if !track_tree {
+        (None, None)
+    } else if let (Some(path), Some(_)) = (&resolved, plan.cmd.first()) {
         let paused = match launcher::spawn_paused(path, &plan.cmd, run_as.as_ref()) {
             Ok(p) => p,
             Err(e) => {
@@ -243,13 +266,14 @@ pub fn execute(plan: Plan) -> anyhow::Result<i32> {
             }
             None => Engine::Procfs(Box::new(ProcfsEngine::new(pid, Some(std::process::id())))),
         };
+        let engine = Some(engine);
         if let Err(e) = paused.release() {
             eprintln!("resource-tracker: {e}");
             // SAFETY: reaping our own child.
             unsafe { libc::waitpid(pid as i32, std::ptr::null_mut(), 0) };
             return Ok(e.exit_code());
         }
-        (pid, engine)
+        (Some(pid), engine)
     } else {
         let pid = attach_pid.ok_or_else(|| anyhow!("no root process"))?;
         let engine = match engine.take() {
@@ -259,9 +283,9 @@ pub fn execute(plan: Plan) -> anyhow::Result<i32> {
             }
             None => Engine::Procfs(Box::new(ProcfsEngine::new(pid, None))),
         };
-        (pid, engine)
+        (Some(pid), Some(engine))
     };
-    let backend = engine.backend();
+    let backend = engine.as_ref().map(Engine::backend);
     let is_run = resolved.is_some();
 
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -278,12 +302,12 @@ pub fn execute(plan: Plan) -> anyhow::Result<i32> {
             drop(reap_tx);
         }
         let ring = match &mut engine {
-            Engine::Ebpf(e) => match e.ring() {
+            Some(Engine::Ebpf(e)) => match e.ring() {
                 // SAFETY: the RingBuf owns its map fd and lives inside the AsyncFd.
                 Some(r) => Some(unsafe { AsyncFd::register(r) }.map_err(|e| anyhow!("polling the event ring: {e}"))?),
                 None => None,
             },
-            Engine::Procfs(_) => None,
+            _ => None,
         };
         let mut ring = ring;
         let mut tops: HashMap<String, (u64, u64)> = HashMap::new();
@@ -304,10 +328,13 @@ pub fn execute(plan: Plan) -> anyhow::Result<i32> {
         };
 
         let read_opts = ReadOpts { pss: o.pss };
-        let mut sampler = Sampler::new(root, backend, o.job_name.clone(), start);
-        let base = if is_run { None } else { Some(engine.read(read_opts)?) };
-        sampler.baseline(base, engine.bpf_stats());
-        let period = Duration::from_secs_f64(plan.interval);
+        let mut sampler = Sampler::new(root.zip(backend), st.meta.job_name.clone(), start);
+        let base = match &mut engine {
+            Some(e) if !is_run => Some(e.read(read_opts)?),
+            _ => None,
+        };
+        sampler.baseline(base, engine.as_ref().and_then(Engine::bpf_stats));
+        let period = Duration::from_secs_f64(st.interval);
         let mut next = tokio::time::Instant::from_std(start) + period;
         // The kernel wakes us only when the ring is a quarter full; otherwise it is
         // drained at each sample. (A 100 ms drain timer cost ~1 ms of CPU a second.)
@@ -320,23 +347,24 @@ pub fn execute(plan: Plan) -> anyhow::Result<i32> {
                     while next <= now { next += period; }
                     if let Some(r) = ring.as_mut() { drain(r.get_mut(), &mut tops); }
                     let t0 = Instant::now();
-                    let t = engine.read(read_opts)?;
+                    let t = read_tree(&mut engine, read_opts)?;
+                    let h = host.sample();
                     let t1 = Instant::now();
-                    let s = sampler.step(t, Instant::now(), engine.bpf_stats());
+                    let s = sampler.step(t, h, t1, engine.as_ref().and_then(Engine::bpf_stats));
                     sink.write(&s)?;
                     log::debug!("sample: read {:?}, step+write {:?}", t1 - t0, t1.elapsed());
                 }
                 Some(r) = reap_rx.recv() => {
-                    if let Engine::Procfs(p) = &mut engine {
+                    if let Some(Engine::Procfs(p)) = &mut engine {
                         p.note_reaped(r.pid, r.user_ns, r.sys_ns, r.maxrss_kib);
                     }
-                    if r.pid == root {
+                    if Some(r.pid) == root {
                         exit_status = Some(r.status);
                         break;
                     }
                 }
                 Some((sig, from_tty)) = sig_rx.recv() => {
-                    if is_run {
+                    if let (true, Some(root)) = (is_run, root) {
                         if !from_tty {
                             // SAFETY: signalling our own child.
                             unsafe { libc::kill(root as i32, sig) };
@@ -355,7 +383,7 @@ pub fn execute(plan: Plan) -> anyhow::Result<i32> {
         }
         // Let released members reach their RCU-delayed free, where their CPU is final,
         // and give fresh zombies the microseconds to their final context switch.
-        if let Engine::Ebpf(e) = &engine {
+        if let Some(Engine::Ebpf(e)) = &engine {
             let t0 = Instant::now();
             while t0.elapsed() < Duration::from_secs(1) {
                 let (released, zombies) = e.dying_tasks();
@@ -367,7 +395,7 @@ pub fn execute(plan: Plan) -> anyhow::Result<i32> {
         }
         // Orphans the tracker reaped (procfs): collect what is already there.
         // Zombies are reaped at once, so a short quiet gap means none is left.
-        if let Engine::Procfs(p) = &mut engine {
+        if let Some(Engine::Procfs(p)) = &mut engine {
             while let Ok(Some(r)) = tokio::time::timeout(Duration::from_millis(20), reap_rx.recv()).await {
                 p.note_reaped(r.pid, r.user_ns, r.sys_ns, r.maxrss_kib);
             }
@@ -375,8 +403,9 @@ pub fn execute(plan: Plan) -> anyhow::Result<i32> {
         if let Some(r) = ring.as_mut() {
             drain(r.get_mut(), &mut tops);
         }
-        let t = engine.read(read_opts)?;
-        let s = sampler.step(t, Instant::now(), engine.bpf_stats());
+        let t = read_tree(&mut engine, read_opts)?;
+        let h = host.sample();
+        let s = sampler.step(t, h, Instant::now(), engine.as_ref().and_then(Engine::bpf_stats));
         sink.write(&s)?;
         if let Some(w) = events_file.as_mut() {
             w.flush().context("writing the events file")?;
@@ -396,11 +425,13 @@ pub fn execute(plan: Plan) -> anyhow::Result<i32> {
         &sampler.stats,
         wall,
         code,
-        backend.as_str(),
+        backend.map_or("none", Backend::as_str),
         backend_reason,
         top,
     );
-    if let Engine::Ebpf(e) = &engine {
+    summary.job = st.meta.clone();
+    summary.host = host.host_info();
+    if let Some(Engine::Ebpf(e)) = &engine {
         summary.ebpf_load_ms = Some(e.load_ms);
         if e.stats_enabled() {
             summary.bpf_programs = e
@@ -414,7 +445,7 @@ pub fn execute(plan: Plan) -> anyhow::Result<i32> {
                 .collect();
         }
     }
-    if !o.quiet {
+    if !st.quiet {
         eprint!("{}", summary.human());
     }
     if let Some(f) = summary_file.as_mut() {

@@ -37,6 +37,7 @@ pub enum Command {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Format {
     Json,
+    Csv,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -44,27 +45,57 @@ pub struct Opts {
     /// Root PID of a running process tree to track.
     #[arg(short = 'p', long, value_name = "PID")]
     pub pid: Option<i64>,
-    /// Seconds between samples (fractions allowed, at least 0.1).
-    #[arg(
-        short = 'i',
-        long,
-        value_name = "SECS",
-        default_value = "1",
-        allow_negative_numbers = true
-    )]
-    pub interval: String,
-    /// Output format.
-    #[arg(short = 'f', long, value_enum, default_value_t = Format::Json)]
-    pub format: Format,
+    /// Seconds between samples (fractions allowed, at least 0.1) [default: 1].
+    #[arg(short = 'i', long, value_name = "SECS", allow_negative_numbers = true)]
+    pub interval: Option<String>,
+    /// TOML config file [default: resource-tracker.toml, skipped when absent].
+    #[arg(short = 'c', long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Output format [default: json].
+    #[arg(short = 'f', long, value_enum)]
+    pub format: Option<Format>,
     /// Write samples to FILE instead of stderr.
     #[arg(short = 'o', long, value_name = "FILE")]
     pub output: Option<PathBuf>,
     /// No samples and no summary on the terminal.
     #[arg(short = 'q', long)]
     pub quiet: bool,
-    /// Label written into every sample as job_name.
-    #[arg(long, value_name = "NAME", env = "TRACKER_JOB_NAME")]
+    /// Label written into every sample as job_name [env: TRACKER_JOB_NAME].
+    #[arg(long, value_name = "NAME")]
     pub job_name: Option<String>,
+    /// Project of the job [env: TRACKER_PROJECT_NAME].
+    #[arg(long, value_name = "NAME")]
+    pub project_name: Option<String>,
+    /// Pipeline stage [env: TRACKER_STAGE_NAME].
+    #[arg(long, value_name = "NAME")]
+    pub stage_name: Option<String>,
+    /// Task within the stage [env: TRACKER_TASK_NAME].
+    #[arg(long, value_name = "NAME")]
+    pub task_name: Option<String>,
+    /// Owning team [env: TRACKER_TEAM].
+    #[arg(long, value_name = "NAME")]
+    pub team: Option<String>,
+    /// Environment, e.g. prod or dev [env: TRACKER_ENV].
+    #[arg(long, value_name = "NAME")]
+    pub env: Option<String>,
+    /// Language of the job [env: TRACKER_LANGUAGE].
+    #[arg(long, value_name = "NAME")]
+    pub language: Option<String>,
+    /// Orchestrator, e.g. airflow [env: TRACKER_ORCHESTRATOR].
+    #[arg(long, value_name = "NAME")]
+    pub orchestrator: Option<String>,
+    /// Executor, e.g. kubernetes [env: TRACKER_EXECUTOR].
+    #[arg(long, value_name = "NAME")]
+    pub executor: Option<String>,
+    /// Run id in the orchestrator [env: TRACKER_EXTERNAL_RUN_ID].
+    #[arg(long, value_name = "ID")]
+    pub external_run_id: Option<String>,
+    /// Container image of the job [env: TRACKER_CONTAINER_IMAGE].
+    #[arg(long, value_name = "IMAGE")]
+    pub container_image: Option<String>,
+    /// Tag the run; repeatable.
+    #[arg(long, value_name = "KEY=VALUE")]
+    pub tag: Vec<String>,
     /// Write the run summary as one JSON object to FILE.
     #[arg(long, value_name = "FILE")]
     pub summary: Option<PathBuf>,
@@ -86,6 +117,25 @@ pub struct Opts {
     /// Capacity of the kernel task map (threads of the tree alive at once).
     #[arg(long, value_name = "N", default_value_t = tracker_common::DEFAULT_MAX_TASKS)]
     pub max_tasks: u32,
+}
+
+impl Opts {
+    /// The metadata flags in `config::META_FIELDS` order.
+    pub fn meta_flags(&self) -> [Option<&str>; 11] {
+        [
+            self.job_name.as_deref(),
+            self.project_name.as_deref(),
+            self.stage_name.as_deref(),
+            self.task_name.as_deref(),
+            self.team.as_deref(),
+            self.env.as_deref(),
+            self.language.as_deref(),
+            self.orchestrator.as_deref(),
+            self.executor.as_deref(),
+            self.external_run_id.as_deref(),
+            self.container_image.as_deref(),
+        ]
+    }
 }
 
 /// Parses and checks `--interval`: a finite number of seconds, at least 0.1.

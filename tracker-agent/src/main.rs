@@ -2,6 +2,9 @@
 
 mod agent;
 mod cli;
+mod collect;
+mod config;
+mod csv;
 mod engine;
 mod launcher;
 mod output;
@@ -9,6 +12,7 @@ mod sample;
 mod sampler;
 mod selfcost;
 mod summary;
+mod warn;
 
 use clap::Parser as _;
 
@@ -36,8 +40,8 @@ fn main() {
         Some(cli::Command::Run { opts, cmd }) => (opts, cmd),
         None => (cli.opts, cli.cmd),
     };
-    let interval = match cli::parse_interval(&opts.interval) {
-        Ok(v) => v,
+    let settings = match config::resolve(&opts, &|k| std::env::var_os(k)) {
+        Ok(s) => s,
         Err(e) => {
             eprintln!("resource-tracker: {e}");
             std::process::exit(2);
@@ -45,7 +49,7 @@ fn main() {
     };
     match agent::execute(agent::Plan {
         opts,
-        interval,
+        settings,
         cmd,
     }) {
         Ok(code) => std::process::exit(code),

@@ -1,5 +1,5 @@
-//! Sample sinks. JSON lines for now; each line is flushed so `tail -f` and pipes see
-//! samples as they are taken.
+//! Sample sinks: JSON lines or CSV (header first), to stderr or a file. Each line is
+//! flushed so `tail -f` and pipes see samples as they are taken.
 
 use std::{
     fs::File,
@@ -9,41 +9,68 @@ use std::{
 
 use anyhow::Context as _;
 
-use crate::sample::Sample;
+use crate::{cli::Format, csv, sample::Sample};
 
-pub enum Sink {
+enum Target {
     Stderr,
     File(BufWriter<File>, String),
     Null,
 }
 
+pub struct Sink {
+    target: Target,
+    format: Format,
+    header_done: bool,
+}
+
 impl Sink {
     /// Opens the sink before anything starts, so an unwritable path fails early.
-    pub fn open(path: Option<&Path>, quiet: bool) -> anyhow::Result<Sink> {
-        match path {
+    /// `--quiet` silences the terminal only: a file the user named is still written.
+    pub fn open(path: Option<&Path>, quiet: bool, format: Format) -> anyhow::Result<Sink> {
+        let target = match path {
             Some(p) => {
                 let f = File::create(p)
                     .with_context(|| format!("cannot write output file {}", p.display()))?;
-                Ok(Sink::File(BufWriter::new(f), p.display().to_string()))
+                Target::File(BufWriter::new(f), p.display().to_string())
             }
-            None if quiet => Ok(Sink::Null),
-            None => Ok(Sink::Stderr),
-        }
+            None if quiet => Target::Null,
+            None => Target::Stderr,
+        };
+        Ok(Sink {
+            target,
+            format,
+            header_done: false,
+        })
     }
 
     pub fn write(&mut self, s: &Sample) -> anyhow::Result<()> {
-        let line = serde_json::to_string(s)?;
-        match self {
-            Sink::Stderr => {
-                let mut e = std::io::stderr().lock();
-                writeln!(e, "{line}").context("writing a sample to stderr")?;
+        if matches!(self.target, Target::Null) {
+            return Ok(());
+        }
+        let mut text = String::new();
+        match self.format {
+            Format::Json => text.push_str(&serde_json::to_string(s)?),
+            Format::Csv => {
+                if !self.header_done {
+                    text.push_str(&csv::header());
+                    text.push('\n');
+                    self.header_done = true;
+                }
+                text.push_str(&csv::row(s));
             }
-            Sink::File(w, name) => {
-                writeln!(w, "{line}").with_context(|| format!("writing a sample to {name}"))?;
-                w.flush()
+        }
+        text.push('\n');
+        match &mut self.target {
+            Target::Stderr => std::io::stderr()
+                .lock()
+                .write_all(text.as_bytes())
+                .context("writing a sample to stderr")?,
+            Target::File(w, name) => {
+                w.write_all(text.as_bytes())
+                    .and_then(|_| w.flush())
                     .with_context(|| format!("writing a sample to {name}"))?;
             }
-            Sink::Null => {}
+            Target::Null => {}
         }
         Ok(())
     }

@@ -1,9 +1,9 @@
-//! The one sample model. Every output (JSON lines now; CSV, Sentinel and the summary
-//! later) is written from these types. Documented field by field in docs/schema.md.
+//! The one sample model. Every output (JSON lines, CSV, later Sentinel) is written
+//! from these types. Documented field by field in docs/schema.md.
 
 use serde::Serialize;
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Default, Serialize)]
 pub struct Sample {
     /// Unix time of the reading, microsecond precision.
     pub timestamp_secs: f64,
@@ -11,17 +11,136 @@ pub struct Sample {
     pub interval_secs: f64,
     pub job_name: Option<String>,
     pub cpu: CpuSample,
+    pub memory: MemorySample,
+    pub network: Vec<NetworkSample>,
+    pub disk: Vec<DiskSample>,
+    /// Filled by the GPU collectors; always present, empty without GPUs.
+    pub gpu: Vec<GpuSample>,
     /// The tracked process tree; null without `--pid` or a command.
     pub process: Option<ProcessSample>,
     pub tracker: TrackerSample,
 }
 
+/// Host CPU from /proc/stat plus the tree's share. Host fields are null when
+/// /proc/stat cannot be read.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct CpuSample {
+    /// Fractional cores busy over the interval (0..N), all non-idle time but steal.
+    pub utilization_pct: Option<f64>,
+    /// Busy percentage per logical core (0–100).
+    pub per_core_pct: Option<Vec<f64>>,
+    /// Host user+nice CPU seconds in the interval.
+    pub utime_secs: Option<f64>,
+    /// Host system CPU seconds in the interval.
+    pub stime_secs: Option<f64>,
+    /// Runnable tasks (`procs_running`).
+    pub process_count: Option<u64>,
     /// Cores used by the tracked tree over the interval (null without a tree).
     pub process_cores_used: Option<f64>,
     /// Live descendants of the root, the root excluded (null without a tree).
     pub process_child_count: Option<u64>,
+}
+
+/// /proc/meminfo in MiB; each field null when its line is missing.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct MemorySample {
+    pub total_mib: Option<f64>,
+    /// total − free − buffers − cached (the guide's definition).
+    pub used_mib: Option<f64>,
+    pub used_pct: Option<f64>,
+    pub free_mib: Option<f64>,
+    pub available_mib: Option<f64>,
+    pub buffers_mib: Option<f64>,
+    /// Cached + SReclaimable.
+    pub cached_mib: Option<f64>,
+    pub active_mib: Option<f64>,
+    pub inactive_mib: Option<f64>,
+    pub swap_total_mib: Option<f64>,
+    pub swap_used_mib: Option<f64>,
+    pub swap_used_pct: Option<f64>,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct NetworkSample {
+    pub interface: String,
+    pub mac_address: Option<String>,
+    pub driver: Option<String>,
+    pub operstate: Option<String>,
+    /// −1 when the link reports no speed.
+    pub speed_mbps: i64,
+    pub mtu: Option<u32>,
+    /// Null in the first reading of an interface that appeared mid-run.
+    pub rx_bytes_per_sec: Option<f64>,
+    pub tx_bytes_per_sec: Option<f64>,
+    /// Exact bytes in the interval (the CSV's per-interval columns).
+    pub rx_bytes: Option<u64>,
+    pub tx_bytes: Option<u64>,
+    pub rx_bytes_total: u64,
+    pub tx_bytes_total: u64,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct DiskSample {
+    pub device: String,
+    pub model: Option<String>,
+    pub vendor: Option<String>,
+    pub serial: Option<String>,
+    /// `nvme`, `ssd` or `hdd`.
+    pub device_type: Option<String>,
+    pub capacity_bytes: Option<u64>,
+    pub mounts: Vec<MountSample>,
+    /// Null in the first reading of a device that appeared mid-run.
+    pub read_bytes_per_sec: Option<f64>,
+    pub write_bytes_per_sec: Option<f64>,
+    /// Exact bytes in the interval (the CSV's per-interval columns).
+    pub read_bytes: Option<u64>,
+    pub write_bytes: Option<u64>,
+    /// Null when /proc/diskstats has no line for the device.
+    pub read_bytes_total: Option<u64>,
+    pub write_bytes_total: Option<u64>,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct MountSample {
+    pub mount_point: String,
+    pub filesystem: String,
+    pub total_bytes: u64,
+    /// (blocks − free blocks) × fragment size, as df counts it.
+    pub used_bytes: u64,
+    /// Available to unprivileged users.
+    pub available_bytes: u64,
+    pub used_pct: f64,
+}
+
+/// One accelerator (filled by the GPU issue's collectors).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct GpuSample {
+    pub uuid: Option<String>,
+    pub name: Option<String>,
+    pub device_type: String,
+    pub host_id: Option<String>,
+    pub detail: std::collections::BTreeMap<String, String>,
+    pub utilization_pct: Option<f64>,
+    pub vram_total_bytes: Option<u64>,
+    pub vram_used_bytes: Option<u64>,
+    pub vram_used_pct: Option<f64>,
+    pub temperature_celsius: Option<f64>,
+    pub power_watts: Option<f64>,
+    pub frequency_mhz: Option<f64>,
+    pub core_count: Option<u64>,
+}
+
+/// Facts about the host, read once at start (Sentinel's field names).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct HostInfo {
+    pub host_vcpus: Option<u64>,
+    pub host_cpu_model: Option<String>,
+    pub host_memory_mib: Option<f64>,
+    pub host_gpu_model: Option<String>,
+    pub host_gpu_count: Option<u64>,
+    pub host_gpu_memory_mib: Option<f64>,
+    /// Sum of the listed disks' capacities, 10^9 bytes.
+    pub host_storage_gb: Option<f64>,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -114,13 +233,18 @@ mod tests {
     #[test]
     fn schema_doc_matches_model() {
         let s = Sample {
-            timestamp_secs: 1.0,
-            interval_secs: 1.0,
             job_name: Some("j".into()),
             cpu: CpuSample {
                 process_cores_used: Some(1.0),
                 process_child_count: Some(1),
+                ..Default::default()
             },
+            network: vec![NetworkSample::default()],
+            disk: vec![DiskSample {
+                mounts: vec![MountSample::default()],
+                ..Default::default()
+            }],
+            gpu: vec![GpuSample::default()],
             process: Some(ProcessSample {
                 memory_pss_mib: Some(1.0),
                 ..Default::default()
@@ -130,6 +254,7 @@ mod tests {
                 bpf_run_count: Some(0),
                 ..Default::default()
             },
+            ..Default::default()
         };
         let mut got = BTreeSet::new();
         paths("", &serde_json::to_value(&s).unwrap(), &mut got);

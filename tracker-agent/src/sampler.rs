@@ -5,8 +5,9 @@
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use crate::{
+    collect::HostReading,
     engine::{Backend, TreeTotals},
-    sample::{CpuSample, ProcessSample, Sample, TrackerSample},
+    sample::{ProcessSample, Sample, TrackerSample},
     selfcost,
     summary::RunStats,
 };
@@ -14,8 +15,8 @@ use crate::{
 const MIB: f64 = 1048576.0;
 
 pub struct Sampler {
-    root: u32,
-    backend: Backend,
+    /// Root pid and backend of the tracked tree; None for host-only sampling.
+    tree: Option<(u32, Backend)>,
     job_name: Option<String>,
     prev: TreeTotals,
     /// CPU already used when tracking began (attach); zero for a started command.
@@ -38,10 +39,9 @@ pub fn unix_now() -> f64 {
 }
 
 impl Sampler {
-    pub fn new(root: u32, backend: Backend, job_name: Option<String>, start: Instant) -> Self {
+    pub fn new(tree: Option<(u32, Backend)>, job_name: Option<String>, start: Instant) -> Self {
         Sampler {
-            root,
-            backend,
+            tree,
             job_name,
             prev: TreeTotals::default(),
             origin_cpu_ns: 0,
@@ -65,8 +65,15 @@ impl Sampler {
         self.prev_bpf = bpf;
     }
 
-    /// `bpf` is the (run count, run time ns) of the programs, when known.
-    pub fn step(&mut self, now: TreeTotals, at: Instant, bpf: Option<(u64, u64)>) -> Sample {
+    /// `now` is the tree's reading (default without a tree); `bpf` is the (run
+    /// count, run time ns) of the programs, when known.
+    pub fn step(
+        &mut self,
+        now: TreeTotals,
+        host: HostReading,
+        at: Instant,
+        bpf: Option<(u64, u64)>,
+    ) -> Sample {
         let elapsed = at.duration_since(self.prev_at).as_secs_f64().max(1e-9);
         let d_cpu = now.cpu_ns.saturating_sub(self.prev.cpu_ns);
         let d_user_t = now.user_ticks_ns.saturating_sub(self.prev.user_ticks_ns);
@@ -100,9 +107,9 @@ impl Sampler {
         let lost = now.lost_events.saturating_sub(self.prev.lost_events);
         let rss_mib = now.rss_bytes as f64 / MIB;
         let cores = d_cpu as f64 / 1e9 / elapsed;
-        let process = ProcessSample {
-            pid: self.root,
-            backend: self.backend.as_str(),
+        let process = self.tree.map(|(root, backend)| ProcessSample {
+            pid: root,
+            backend: backend.as_str(),
             utime_secs: d_user as f64 / 1e9,
             stime_secs: d_sys as f64 / 1e9,
             cpu_secs_total: now.cpu_ns.saturating_sub(self.origin_cpu_ns) as f64 / 1e9,
@@ -117,7 +124,7 @@ impl Sampler {
             write_bytes: now.write_bytes.saturating_sub(self.prev.write_bytes),
             root_alive: now.root_alive,
             untracked_tasks: now.untracked_tasks,
-        };
+        });
         let tracker = TrackerSample {
             cpu_secs: d_self,
             rss_mib: selfcost::rss_mib(),
@@ -127,15 +134,21 @@ impl Sampler {
             lost_events_total: now.lost_events,
         };
         let children = now.live_procs.saturating_sub(u64::from(now.root_alive));
+        let mut cpu = host.cpu;
+        if process.is_some() {
+            cpu.process_cores_used = Some(cores);
+            cpu.process_child_count = Some(children);
+        }
         let sample = Sample {
             timestamp_secs: unix_now(),
             interval_secs: elapsed,
             job_name: self.job_name.clone(),
-            cpu: CpuSample {
-                process_cores_used: Some(cores),
-                process_child_count: Some(children),
-            },
-            process: Some(process),
+            cpu,
+            memory: host.memory,
+            network: host.network,
+            disk: host.disk,
+            gpu: Vec::new(),
+            process,
             tracker,
         };
         self.stats

@@ -3,7 +3,11 @@
 
 use serde::Serialize;
 
-use crate::{engine::TreeTotals, sample::Sample};
+use crate::{
+    config::JobMeta,
+    engine::TreeTotals,
+    sample::{HostInfo, Sample},
+};
 
 /// Accumulated over the samples of a run.
 #[derive(Clone, Debug, Default)]
@@ -77,6 +81,8 @@ pub struct Summary {
     pub ebpf_load_ms: Option<f64>,
     pub bpf_programs: Vec<BpfProgram>,
     pub top_commands: Vec<TopCommand>,
+    pub job: JobMeta,
+    pub host: HostInfo,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -129,11 +135,23 @@ impl Summary {
             ebpf_load_ms: None,
             bpf_programs: Vec::new(),
             top_commands,
+            job: JobMeta::default(),
+            host: HostInfo::default(),
         }
     }
 
     pub fn human(&self) -> String {
         let mut s = String::new();
+        if self.backend == "none" {
+            s.push_str(&format!(
+                "resource-tracker: host-wide sampling for {:.3}s, {} samples  observer cpu {:.1} ms, rss {:.1} MiB\n",
+                self.wall_secs,
+                self.samples,
+                self.tracker_cpu_secs * 1e3,
+                self.tracker_max_rss_mib
+            ));
+            return s;
+        }
         let code = self.exit_code.map_or("-".to_string(), |c| c.to_string());
         s.push_str(&format!(
             "resource-tracker: wall {:.3}s  cpu {:.3}s (user {:.3}s, sys {:.3}s)  avg {:.2} / peak {:.2} cores\n",

@@ -169,7 +169,7 @@ pub fn run(dir: &Path, args: &[String]) -> anyhow::Result<()> {
     // 2. Cost per sample with a 50-process tree and unrelated processes on the host.
     say("## Tracker cost per sample (goal: ≤ 1 ms CPU per sample at 1 s, RSS ≤ 10 MiB)".into());
     say(String::new());
-    say("Tree: `workload sleepers 49 SECS` (root + 49 children = 50 processes), `--interval 1`. Samples other than the first and the last are counted.".into());
+    say("Tree: `workload sleepers 49 SECS` (root + 49 children = 50 processes), `--interval 1`. Samples other than the first and the last are counted. Every sample includes the host collectors (cpu, memory, disk, network); `host only` runs them without a tree, which is what a system-only sample costs.".into());
     say(String::new());
     say("| unrelated host processes | backend | CPU per sample, median (min–max) | tracker RSS (MiB) |".into());
     say("|---|---|---|---|".into());
@@ -193,15 +193,26 @@ pub fn run(dir: &Path, args: &[String]) -> anyhow::Result<()> {
             None
         };
         let hostn = count_procs();
-        for backend in ["ebpf", "procfs"] {
+        for backend in ["ebpf", "procfs", "host only"] {
             let out = std::env::temp_dir().join("rt-bench-samples.jsonl");
             let mut cmd = Command::new(&tr);
-            cmd.args(["run", "-q", "-i", "1", "-o"]).arg(&out);
-            if backend == "procfs" {
-                cmd.arg("--no-ebpf");
+            if backend == "host only" {
+                // No tree: host collectors alone, stopped with SIGTERM.
+                cmd.args(["-q", "-i", "1", "-o"]).arg(&out);
+                let mut child = cmd.spawn().context("host-only tracker")?;
+                let n: u64 = secs.parse().unwrap_or(4);
+                std::thread::sleep(Duration::from_secs(n));
+                // SAFETY: signalling our own child.
+                unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+                child.wait().context("host-only tracker")?;
+            } else {
+                cmd.args(["run", "-q", "-i", "1", "-o"]).arg(&out);
+                if backend == "procfs" {
+                    cmd.arg("--no-ebpf");
+                }
+                cmd.arg("--").arg(&w).args(["sleepers", "49", secs]);
+                wall_of(&mut cmd)?;
             }
-            cmd.arg("--").arg(&w).args(["sleepers", "49", secs]);
-            wall_of(&mut cmd)?;
             let text = std::fs::read_to_string(&out)?;
             let samples: Vec<Value> = text
                 .lines()

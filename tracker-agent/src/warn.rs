@@ -1,0 +1,31 @@
+//! Warnings that would otherwise repeat every sample (a /proc file missing on an
+//! unusual kernel, say) are printed once per key for the whole run.
+
+use std::{collections::HashSet, sync::Mutex};
+
+static SEEN: Mutex<Option<HashSet<String>>> = Mutex::new(None);
+
+/// Logs `msg` as a warning the first time `key` is seen; returns whether it did.
+pub fn warn_once(key: &str, msg: impl std::fmt::Display) -> bool {
+    let mut g = match SEEN.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    };
+    let seen = g.get_or_insert_with(HashSet::new);
+    if seen.contains(key) {
+        return false;
+    }
+    seen.insert(key.to_string());
+    log::warn!("{msg}");
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn once_per_key() {
+        assert!(super::warn_once("t.a", "a"));
+        assert!(!super::warn_once("t.a", "a"));
+        assert!(super::warn_once("t.b", "b"));
+    }
+}
