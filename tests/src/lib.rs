@@ -148,3 +148,5 @@ impl Drop for Scratch {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+pub mod e2e;

@@ -42,7 +42,8 @@ fn bad_flags_and_values() {
         1,
         "/nonexistent-dir/s.json",
     );
-    check(&[], 1, "nothing to track");
+    // No command and no --pid is not an error any more: the tracker samples the
+    // host until it is signalled (tests/tests/host_metrics.rs).
 }
 
 #[test]
@@ -71,4 +72,227 @@ fn command_that_cannot_run_is_like_a_shell() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(err.lines().count(), 1, "one line: {err}");
     assert!(!marker.exists());
+}
+
+/// Like `check`, with a scratch working directory (no stray resource-tracker.toml),
+/// the TRACKER_* variables of the caller removed and `env` set.
+fn check_env(args: &[&str], env: &[(&str, &str)], code: i32, needles: &[&str]) -> String {
+    let s = Scratch::new("badenv");
+    let mut cmd = Command::new(tracker());
+    cmd.current_dir(&s.0).args(args);
+    e2e::clean_env(&mut cmd);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let o = run(&mut cmd);
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(o.status.code(), Some(code), "{args:?} {env:?}: {err}");
+    assert!(!err.contains("panicked"), "{args:?}: {err}");
+    for n in needles {
+        assert!(err.contains(n), "{args:?} {env:?}: expected {n:?} in {err}");
+    }
+    assert_eq!(
+        err.trim_end().lines().count(),
+        1,
+        "{args:?} {env:?}: one line, got {err}"
+    );
+    err
+}
+
+/// Config files, variables and flags that are wrong: exit 2 (argument or config
+/// error) before anything starts, one line naming the file, line and column, or the
+/// variable, or the flag.
+#[test]
+fn bad_config_env_and_flags() {
+    let s = Scratch::new("badcfg");
+    let cfg = |name: &str, body: &str| {
+        let p = s.path(name);
+        std::fs::write(&p, body).expect("write config");
+        p.to_str().expect("utf-8").to_string()
+    };
+    // Malformed TOML: the error is on line 3, after `pid = ` (column 7).
+    let bad = cfg("malformed.toml", "[job]\nname = \"x\"\npid = = 3\n");
+    check_env(
+        &["-c", &bad, "--", "true"],
+        &[],
+        2,
+        &[&bad, "line 3", "column 7"],
+    );
+    // Right syntax, wrong type: line 2, where the value starts.
+    let ty = cfg("type.toml", "[job]\npid = \"abc\"\n");
+    check_env(
+        &["-c", &ty, "--", "true"],
+        &[],
+        2,
+        &[&ty, "line 2", "column 7", "\"abc\""],
+    );
+    let ty2 = cfg("type2.toml", "[tracker]\ninterval_secs = \"fast\"\n");
+    check_env(&["-c", &ty2, "--", "true"], &[], 2, &[&ty2, "line 2"]);
+    check_env(
+        &["-c", "/nonexistent.toml", "--", "true"],
+        &[],
+        2,
+        &["/nonexistent.toml"],
+    );
+    // Host-wide (no command): bad intervals are refused before sampling starts.
+    check_env(&["--interval", "0"], &[], 2, &["--interval", "'0'"]);
+    check_env(&["--interval", "-1"], &[], 2, &["--interval", "'-1'"]);
+    check_env(&["--interval", "abc"], &[], 2, &["--interval", "'abc'"]);
+    check_env(
+        &["--tag", "novalue", "--", "true"],
+        &[],
+        2,
+        &["--tag", "novalue"],
+    );
+    check_env(
+        &["--", "true"],
+        &[("TRACKER_TEAM", "ops\nrm -rf")],
+        2,
+        &["TRACKER_TEAM"],
+    );
+    check_env(
+        &["--", "true"],
+        &[("TRACKER_UPLOAD_INTERVAL", "soon")],
+        2,
+        &["TRACKER_UPLOAD_INTERVAL", "'soon'"],
+    );
+    // Not an argument error: the path is fine, the file cannot be created (exit 1).
+    check_env(
+        &["-o", "/proc/nope/x", "--", "true"],
+        &[],
+        1,
+        &["/proc/nope/x"],
+    );
+}
+
+/// An unknown key is a warning naming it; the run goes on.
+#[test]
+fn unknown_config_key_only_warns() {
+    let s = Scratch::new("unkkey");
+    let p = s.path("c.toml");
+    std::fs::write(&p, "[job]\nname = \"a\"\ncolour = \"red\"\n").expect("write");
+    let mut cmd = Command::new(tracker());
+    cmd.current_dir(&s.0)
+        .arg("-q")
+        .arg("-c")
+        .arg(&p)
+        .args(["--", "true"]);
+    e2e::clean_env(&mut cmd);
+    let o = run(&mut cmd);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    let lines: Vec<&str> = err.lines().filter(|l| l.contains("colour")).collect();
+    assert_eq!(lines.len(), 1, "one warning naming the key: {err}");
+    assert!(lines[0].contains("WARN"), "{}", lines[0]);
+}
+
+/// The message part of the tracker's log lines (`[time LEVEL ] message`).
+fn messages(stderr: &str) -> Vec<String> {
+    stderr
+        .lines()
+        .map(|l| match l.split_once("] ") {
+            Some((_, m)) if l.starts_with('[') => m.to_string(),
+            _ => l.to_string(),
+        })
+        .collect()
+}
+
+/// Runs the tracker in a private mount namespace where /proc/meminfo is an empty file
+/// and /proc/diskstats cannot be opened (a write-only sysfs attribute bound over
+/// it: the kernel refuses to open those for reading, even for root), as on kernels
+/// built without those files. Returns the samples and stderr.
+fn run_with_broken_proc(secs: &str) -> (Vec<serde_json::Value>, String, serde_json::Value) {
+    let s = Scratch::new(&format!("brokenproc{}", secs.replace('.', "")));
+    let empty = s.path("empty");
+    std::fs::write(&empty, "").expect("empty file");
+    let (out, sum) = (s.path("out.jsonl"), s.path("s.json"));
+    let script = format!(
+        "mount --bind '{}' /proc/meminfo && mount --bind {UNREADABLE} /proc/diskstats && \
+         exec '{}' -q -i 0.2 -o '{}' --summary '{}' -- sleep {secs}",
+        empty.display(),
+        tracker().display(),
+        out.display(),
+        sum.display()
+    );
+    let mut cmd = Command::new("unshare");
+    cmd.current_dir(&s.0)
+        .args(["-m", "--propagation", "private", "sh", "-c", &script]);
+    e2e::clean_env(&mut cmd);
+    let o = run(&mut cmd);
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    (read_jsonl(&out), err, read_json(&sum))
+}
+
+/// A write-only sysfs attribute present on every kernel with a platform bus.
+const UNREADABLE: &str = "/sys/bus/platform/drivers_probe";
+
+#[test]
+fn missing_proc_files_degrade_with_one_warning_each() {
+    let usable = e2e::is_root()
+        && e2e::have("unshare")
+        && std::path::Path::new(UNREADABLE).exists()
+        && std::fs::File::open(UNREADABLE).is_err();
+    if !e2e::require(
+        usable,
+        "needs root, unshare(1) and an unreadable /sys/bus/platform/drivers_probe",
+    ) {
+        return;
+    }
+    let (short, short_err, summary) = run_with_broken_proc("0.5");
+    let (long, long_err, _) = run_with_broken_proc("2");
+    assert!(long.len() >= 8, "{} samples", long.len());
+    for x in short.iter().chain(&long) {
+        // Every memory field is null: the file has no lines.
+        for (k, v) in x["memory"].as_object().expect("memory") {
+            assert!(v.is_null(), "memory.{k} = {v}");
+        }
+        // Disks are still listed (from /sys/block), with their mounts (statvfs), but
+        // without I/O: no rate, no interval bytes, no total.
+        let disks = x["disk"].as_array().expect("disk");
+        for d in disks {
+            for k in [
+                "read_bytes_per_sec",
+                "write_bytes_per_sec",
+                "read_bytes",
+                "write_bytes",
+                "read_bytes_total",
+                "write_bytes_total",
+            ] {
+                assert!(d[k].is_null(), "disk {k}: {d}");
+            }
+        }
+        assert_eq!(
+            disks.len(),
+            e2e::listed_disks().len(),
+            "disks still listed: {x}"
+        );
+        // The rest is filled.
+        assert!(x["cpu"]["utilization_pct"].is_number(), "{x}");
+        assert!(x["cpu"]["per_core_pct"].is_array(), "{x}");
+        assert!(x["process"]["pid"].is_number(), "{x}");
+        assert!(x["timestamp_secs"].is_number() && x["tracker"]["rss_mib"].is_number());
+    }
+    assert!(summary["host"]["host_memory_mib"].is_null(), "{summary}");
+    assert!(summary["host"]["host_vcpus"].is_number(), "{summary}");
+    // One warning per broken file or field for the whole run: the 2 s run (10
+    // samples) says exactly what the 0.5 s run (3 samples) said, each line once.
+    let (a, b) = (messages(&short_err), messages(&long_err));
+    eprintln!("warnings:\n{}", b.join("\n"));
+    let mut uniq = b.clone();
+    uniq.sort();
+    uniq.dedup();
+    assert_eq!(uniq.len(), b.len(), "a warning repeated: {long_err}");
+    assert_eq!(a, b, "the same warnings whatever the run length");
+    let mem = b.iter().filter(|l| l.contains("/proc/meminfo")).count();
+    let disk = b.iter().filter(|l| l.contains("/proc/diskstats")).count();
+    assert!(mem >= 1, "meminfo named: {long_err}");
+    assert_eq!(disk, 1, "diskstats named once: {long_err}");
+    // At most one per meminfo field the sample uses (MemTotal, MemFree,
+    // MemAvailable, Buffers, Cached, SReclaimable, Active, Inactive, SwapTotal,
+    // SwapFree) plus one for the file.
+    assert!(mem <= 11, "{mem} meminfo warnings: {long_err}");
+    assert_eq!(b.len(), mem + disk, "nothing else warned: {long_err}");
 }

@@ -149,6 +149,12 @@ fn exit_code_of(status: i32) -> i32 {
     }
 }
 
+fn config_name(st: &Settings) -> String {
+    st.config_file
+        .as_ref()
+        .map_or_else(String::new, |p| p.display().to_string())
+}
+
 fn read_tree(engine: &mut Option<Engine>, o: ReadOpts) -> anyhow::Result<TreeTotals> {
     match engine {
         Some(e) => e.read(o),
@@ -187,12 +193,17 @@ pub fn execute(plan: Plan) -> anyhow::Result<i32> {
             None
         }
         (Some(p), false) => {
+            let origin = if o.pid.is_some() {
+                "--pid".to_string()
+            } else {
+                format!("[job] pid in {}", config_name(st))
+            };
             let p = u32::try_from(p)
                 .ok()
                 .filter(|&p| p > 0)
-                .ok_or_else(|| anyhow!("--pid: '{p}' is not a valid process id"))?;
+                .ok_or_else(|| anyhow!("{origin}: '{p}' is not a valid process id"))?;
             if !pid_exists(p) {
-                bail!("--pid: no process with id {p}");
+                bail!("{origin}: no process with id {p}");
             }
             Some(p)
         }

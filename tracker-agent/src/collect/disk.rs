@@ -81,7 +81,7 @@ impl DiskCollector {
                 warn_once(
                     "collect.disk.diskstats",
                     format!(
-                        "cannot read {}: {e}; disk I/O counters are 0 and rates null",
+                        "cannot read {}: {e}; disk I/O counters and rates are null",
                         self.stats.path().display()
                     ),
                 );

@@ -383,42 +383,4 @@ mod tests {
         assert!(r.network.iter().all(|n| n.interface != "lo"));
         eprintln!("{r:#?}\n{host:#?}");
     }
-
-    /// Cost of one host sample: `cargo test --release -p tracker-agent
-    /// collect::tests::sample_cost -- --ignored --nocapture`.
-    #[test]
-    #[ignore]
-    fn sample_cost() {
-        let mut c = SystemCollector::new(Roots::default());
-        for _ in 0..50 {
-            c.sample();
-        }
-        let n = 1000;
-        let t = std::time::Instant::now();
-        for _ in 0..n {
-            std::hint::black_box(c.sample());
-        }
-        let per = t.elapsed().as_secs_f64() / n as f64 * 1e6;
-        eprintln!("SystemCollector::sample: {per:.1} us per call (mean of {n})");
-        let time = |f: &mut dyn FnMut()| {
-            let t = std::time::Instant::now();
-            for _ in 0..n {
-                f();
-            }
-            t.elapsed().as_secs_f64() / n as f64 * 1e6
-        };
-        let cpu = time(&mut || {
-            std::hint::black_box(c.cpu.sample());
-        });
-        let mem = time(&mut || {
-            std::hint::black_box(c.memory.sample());
-        });
-        let net = time(&mut || {
-            std::hint::black_box(c.network.sample());
-        });
-        let disk = time(&mut || {
-            std::hint::black_box(c.disk.sample());
-        });
-        eprintln!("  cpu {cpu:.1}, memory {mem:.1}, network {net:.1}, disk {disk:.1} us");
-    }
 }

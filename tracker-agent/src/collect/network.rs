@@ -23,11 +23,62 @@ struct Iface {
     seen: u64,
 }
 
+/// The driver name ethtool reports (ETHTOOL_GDRVINFO): virtual interfaces (veth,
+/// bridge, vxlan, tun) have no `device/driver` link in sysfs but answer this.
+fn ethtool_driver(name: &str) -> Option<String> {
+    #[repr(C)]
+    struct DrvInfo {
+        cmd: u32,
+        driver: [u8; 32],
+        rest: [u8; 32 * 4 + 12 + 5 * 4],
+    }
+    #[repr(C)]
+    struct IfReq {
+        name: [u8; libc::IFNAMSIZ],
+        data: *mut DrvInfo,
+        _pad: [u8; 16],
+    }
+    const ETHTOOL_GDRVINFO: u32 = 0x3;
+    const SIOCETHTOOL: libc::c_ulong = 0x8946;
+    let bytes = name.as_bytes();
+    if bytes.len() >= libc::IFNAMSIZ {
+        return None;
+    }
+    let mut info = DrvInfo {
+        cmd: ETHTOOL_GDRVINFO,
+        driver: [0; 32],
+        rest: [0; 32 * 4 + 12 + 5 * 4],
+    };
+    let mut req = IfReq {
+        name: [0; libc::IFNAMSIZ],
+        data: &mut info,
+        _pad: [0; 16],
+    };
+    req.name[..bytes.len()].copy_from_slice(bytes);
+    // SAFETY: a datagram socket only used for this ioctl and closed below; the
+    // request points at live, correctly sized buffers.
+    let ok = unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+        if fd < 0 {
+            return None;
+        }
+        let r = libc::ioctl(fd, SIOCETHTOOL as _, &mut req);
+        libc::close(fd);
+        r == 0
+    };
+    let end = info.driver.iter().position(|&b| b == 0).unwrap_or(32);
+    let d = String::from_utf8_lossy(&info.driver[..end]).into_owned();
+    (ok && !d.is_empty()).then_some(d)
+}
+
 impl Iface {
-    fn new(dir: PathBuf) -> Iface {
+    /// `live`: the interface is one of this kernel's (not a test tree), so ethtool
+    /// may be asked when sysfs has no driver link.
+    fn new(dir: PathBuf, name: &str, live: bool) -> Iface {
         let driver = std::fs::read_link(dir.join("device/driver"))
             .ok()
-            .and_then(|t| t.file_name().map(|n| n.to_string_lossy().into_owned()));
+            .and_then(|t| t.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .or_else(|| live.then(|| ethtool_driver(name)).flatten());
         Iface {
             mac: read_attr(&dir.join("address")),
             driver,
@@ -49,6 +100,8 @@ pub struct NetworkCollector {
     ifaces: BTreeMap<String, Iface>,
     prev_at: Option<Instant>,
     reading: u64,
+    /// Reading the running kernel's /sys (not a test tree).
+    live: bool,
 }
 
 /// Interface name, rx bytes, tx bytes of one /proc/net/dev line.
@@ -70,6 +123,7 @@ impl NetworkCollector {
     pub fn new(roots: &Roots) -> NetworkCollector {
         NetworkCollector {
             class_net: roots.sys.join("class/net"),
+            live: roots.sys == std::path::Path::new("/sys"),
             dev: CachedFile::records(roots.proc.join("net/dev")),
             buf: Vec::new(),
             attr: Vec::new(),
@@ -109,7 +163,8 @@ impl NetworkCollector {
             }
             if !self.ifaces.contains_key(name) {
                 let dir = self.class_net.join(name);
-                self.ifaces.insert(name.to_string(), Iface::new(dir));
+                self.ifaces
+                    .insert(name.to_string(), Iface::new(dir, name, self.live));
             }
             let Some(i) = self.ifaces.get_mut(name) else {
                 continue;
