@@ -2,7 +2,7 @@
 //! a fixed grid, forwards signals, and writes the final sample and summary.
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet},
     ffi::OsString,
     io::Write,
     time::{Duration, Instant},
@@ -13,7 +13,7 @@ use tokio::{io::unix::AsyncFd, sync::mpsc};
 
 use crate::{
     cli::Opts,
-    collect::{Roots, SystemCollector},
+    collect::{gpu::GpuCollector, HostReading, Roots, SystemCollector},
     config::Settings,
     engine::{
         ebpf::{decode_event, EbpfEngine},
@@ -47,6 +47,13 @@ impl Engine {
         match self {
             Engine::Ebpf(e) => e.read(o),
             Engine::Procfs(e) => e.read(o),
+        }
+    }
+    /// Live processes of the tree (eBPF: the task map; procfs: the last walk).
+    fn live_pids(&self) -> HashSet<u32> {
+        match self {
+            Engine::Ebpf(e) => e.live_tasks().into_keys().collect(),
+            Engine::Procfs(e) => e.live_pids().collect(),
         }
     }
     fn bpf_stats(&self) -> Option<(u64, u64)> {
@@ -162,6 +169,18 @@ fn read_tree(engine: &mut Option<Engine>, o: ReadOpts) -> anyhow::Result<TreeTot
     }
 }
 
+/// The GPUs' readings and the tree's GPU use into `h`; nothing (not even the tree's
+/// pid list) without a GPU.
+fn read_gpu(gpus: &mut GpuCollector, engine: &Option<Engine>, h: &mut HostReading) {
+    if !gpus.active() {
+        return;
+    }
+    let pids = engine.as_ref().map(Engine::live_pids).unwrap_or_default();
+    let (g, p) = gpus.sample(&pids);
+    h.gpu = g;
+    h.process_gpu = engine.is_some().then_some(p);
+}
+
 fn pid_exists(pid: u32) -> bool {
     std::path::Path::new(&format!("/proc/{pid}")).exists()
 }
@@ -251,6 +270,8 @@ pub fn execute(plan: Plan) -> anyhow::Result<i32> {
         unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
     }
 
+    // GPUs: probed once (NVML's initialisation is not the command's time).
+    let mut gpus = GpuCollector::new(&Roots::default());
     // Baseline of the host counters: the first sample, one interval on, has rates.
     let mut host = SystemCollector::new(Roots::default());
     let start = Instant::now();
@@ -359,7 +380,8 @@ pub fn execute(plan: Plan) -> anyhow::Result<i32> {
                     if let Some(r) = ring.as_mut() { drain(r.get_mut(), &mut tops); }
                     let t0 = Instant::now();
                     let t = read_tree(&mut engine, read_opts)?;
-                    let h = host.sample();
+                    let mut h = host.sample();
+                    read_gpu(&mut gpus, &engine, &mut h);
                     let t1 = Instant::now();
                     let s = sampler.step(t, h, t1, engine.as_ref().and_then(Engine::bpf_stats));
                     sink.write(&s)?;
@@ -415,7 +437,8 @@ pub fn execute(plan: Plan) -> anyhow::Result<i32> {
             drain(r.get_mut(), &mut tops);
         }
         let t = read_tree(&mut engine, read_opts)?;
-        let h = host.sample();
+        let mut h = host.sample();
+        read_gpu(&mut gpus, &engine, &mut h);
         let s = sampler.step(t, h, Instant::now(), engine.as_ref().and_then(Engine::bpf_stats));
         sink.write(&s)?;
         if let Some(w) = events_file.as_mut() {
@@ -442,6 +465,7 @@ pub fn execute(plan: Plan) -> anyhow::Result<i32> {
     );
     summary.job = st.meta.clone();
     summary.host = host.host_info();
+    gpus.host_fields(&mut summary.host);
     if let Some(Engine::Ebpf(e)) = &engine {
         summary.ebpf_load_ms = Some(e.load_ms);
         if e.stats_enabled() {

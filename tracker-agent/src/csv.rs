@@ -173,8 +173,10 @@ pub fn row(s: &Sample) -> String {
             cells.push(num(p.memory_pss_mib.unwrap_or(p.memory_rss_mib), 4));
             cells.push(p.read_bytes.to_string());
             cells.push(p.write_bytes.to_string());
-            // Per-process GPU use arrives with the GPU collectors.
-            cells.extend(["0", "0", "0"].map(String::from));
+            // Empty without a GPU collector (no GPU on the host).
+            cells.push(opt_num(p.gpu_usage, 4));
+            cells.push(opt_num(p.gpu_vram_mib, 4));
+            cells.push(opt_int(p.gpu_utilized));
         }
         None => cells.extend(std::iter::repeat_n(String::new(), 11)),
     }

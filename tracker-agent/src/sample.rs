@@ -168,6 +168,13 @@ pub struct ProcessSample {
     pub root_alive: bool,
     /// New tasks the kernel could not record (task map full); 0 when exact.
     pub untracked_tasks: u64,
+    /// GPUs used by the tree (Σ of its utilisation fraction per GPU); null when no
+    /// GPU collector is active.
+    pub gpu_usage: Option<f64>,
+    /// VRAM held by the tree's live processes, MiB.
+    pub gpu_vram_mib: Option<f64>,
+    /// GPUs on which the tree's utilisation was above zero.
+    pub gpu_utilized: Option<u64>,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -247,6 +254,9 @@ mod tests {
             gpu: vec![GpuSample::default()],
             process: Some(ProcessSample {
                 memory_pss_mib: Some(1.0),
+                gpu_usage: Some(0.0),
+                gpu_vram_mib: Some(0.0),
+                gpu_utilized: Some(0),
                 ..Default::default()
             }),
             tracker: TrackerSample {

@@ -124,6 +124,9 @@ impl Sampler {
             write_bytes: now.write_bytes.saturating_sub(self.prev.write_bytes),
             root_alive: now.root_alive,
             untracked_tasks: now.untracked_tasks,
+            gpu_usage: host.process_gpu.map(|g| g.gpu_usage),
+            gpu_vram_mib: host.process_gpu.map(|g| g.gpu_vram_mib),
+            gpu_utilized: host.process_gpu.map(|g| g.gpu_utilized),
         });
         let tracker = TrackerSample {
             cpu_secs: d_self,
@@ -147,7 +150,7 @@ impl Sampler {
             memory: host.memory,
             network: host.network,
             disk: host.disk,
-            gpu: Vec::new(),
+            gpu: host.gpu,
             process,
             tracker,
         };

@@ -5,6 +5,7 @@
 
 pub mod cpu;
 pub mod disk;
+pub mod gpu;
 pub mod host;
 pub mod memory;
 pub mod network;
@@ -16,7 +17,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use crate::sample::{CpuSample, DiskSample, HostInfo, MemorySample, NetworkSample};
+use crate::sample::{CpuSample, DiskSample, GpuSample, HostInfo, MemorySample, NetworkSample};
 
 /// Where /proc and /sys are; tests point these at trees they lay out.
 #[derive(Clone, Debug)]
@@ -41,6 +42,10 @@ pub struct HostReading {
     pub memory: MemorySample,
     pub disk: Vec<DiskSample>,
     pub network: Vec<NetworkSample>,
+    /// Filled by the agent from `gpu::GpuCollector` (empty without GPUs).
+    pub gpu: Vec<GpuSample>,
+    /// The tree's GPU use; None when no GPU collector is active.
+    pub process_gpu: Option<gpu::ProcessGpu>,
 }
 
 /// All host sources. Per sample it only re-reads files it keeps open (no /proc/PID
@@ -76,6 +81,8 @@ impl SystemCollector {
             memory: self.memory.sample(),
             disk: self.disk.sample(),
             network: self.network.sample(),
+            gpu: Vec::new(),
+            process_gpu: None,
         }
     }
 

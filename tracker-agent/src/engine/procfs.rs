@@ -46,6 +46,8 @@ pub struct ProcfsEngine {
     tck_ns: u64,
     page: u64,
     buf: String,
+    /// Live (non-zombie) members at the last reading.
+    live: Vec<u32>,
 }
 
 /// Reads all processes of the host: pid → stat.
@@ -125,6 +127,7 @@ impl ProcfsEngine {
             tck_ns: 1_000_000_000 / procread::clk_tck(),
             page: procread::page_size(),
             buf: String::new(),
+            live: Vec::new(),
         }
     }
 
@@ -133,6 +136,11 @@ impl ProcfsEngine {
     pub fn note_reaped(&mut self, pid: u32, user_ns: u64, sys_ns: u64, maxrss_kib: u64) {
         self.reaped.insert(pid, (user_ns + sys_ns, user_ns, sys_ns));
         self.max_rss_kib = self.max_rss_kib.max(maxrss_kib);
+    }
+
+    /// Live processes of the tree at the last `read` (for the GPU attribution).
+    pub fn live_pids(&self) -> impl Iterator<Item = u32> + '_ {
+        self.live.iter().copied()
     }
 
     pub fn read(&mut self, opts: ReadOpts) -> anyhow::Result<TreeTotals> {
@@ -183,6 +191,7 @@ impl ProcfsEngine {
             }
         }
 
+        self.live.clear();
         let mut t = TreeTotals {
             cpu_ns: self.kept_cpu,
             user_ticks_ns: self.kept_user,
@@ -217,6 +226,7 @@ impl ProcfsEngine {
             t.read_bytes += entry.read;
             t.write_bytes += entry.write;
             if st.state != b'Z' && st.state != b'X' {
+                self.live.push(pid);
                 t.live_procs += 1;
                 t.live_threads += st.num_threads;
                 let rss = st.rss_pages * self.page;
