@@ -14,6 +14,9 @@ use std::os::unix::process::CommandExt as _;
 use anyhow::{bail, Context as _};
 use serde_json::Value;
 
+/// The first line of the peers section (see peers.rs).
+const PEERS_MARK: &str = "## Peers, side by side";
+
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     let n = v.len();
@@ -33,7 +36,7 @@ fn spread(v: &[f64]) -> (f64, f64) {
     (lo, hi)
 }
 
-fn stat(mut v: Vec<f64>) -> (f64, f64, f64) {
+pub(crate) fn stat(mut v: Vec<f64>) -> (f64, f64, f64) {
     let m = median(&mut v);
     let (lo, hi) = spread(&v);
     (m, lo, hi)
@@ -67,7 +70,7 @@ fn wall_of(cmd: &mut Command) -> anyhow::Result<f64> {
     Ok(t.elapsed().as_secs_f64())
 }
 
-fn read(cmd: &str) -> String {
+pub(crate) fn read(cmd: &str) -> String {
     Command::new("sh")
         .args(["-c", cmd])
         .output()
@@ -76,7 +79,7 @@ fn read(cmd: &str) -> String {
 }
 
 /// A background process group, killed whole on drop.
-struct Bg(Child);
+pub(crate) struct Bg(pub(crate) Child);
 impl Drop for Bg {
     fn drop(&mut self) {
         let pgid = format!("-{}", self.0.id());
@@ -87,6 +90,24 @@ impl Drop for Bg {
 
 pub fn run(dir: &Path, args: &[String]) -> anyhow::Result<()> {
     let quick = args.iter().any(|a| a == "--quick");
+    let only_peers = args.iter().any(|a| a == "--only-peers");
+    let peers = only_peers || args.iter().any(|a| a == "--peers");
+    let path = crate::root().join("docs/benchmarks.md");
+    if only_peers {
+        // Keep the engine's sections as they are; replace the peers section.
+        let old = std::fs::read_to_string(&path).unwrap_or_default();
+        let keep = old
+            .split(PEERS_MARK)
+            .next()
+            .unwrap_or("")
+            .trim_end()
+            .to_string();
+        let md = crate::peers::run(dir, quick)?;
+        std::fs::write(&path, format!("{keep}\n\n{md}"))
+            .with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("xtask: wrote {}", path.display());
+        return Ok(());
+    }
     let reps = if quick { 3 } else { 7 };
     let tr = dir.join("resource-tracker");
     let w = dir.join("workload");
@@ -289,15 +310,17 @@ pub fn run(dir: &Path, args: &[String]) -> anyhow::Result<()> {
     say(String::new());
     say("Commands: the table rows name the `workload` mode (tests/src/workload.rs); tracked runs are `resource-tracker run -q [--no-ebpf] -- workload …`, and the ratio compares the workload's own elapsed time, so the tracker's start-up is not in it.".into());
 
-    let path = crate::root().join("docs/benchmarks.md");
     let mut text = String::new();
     let _ = write!(text, "{md}");
+    if peers {
+        let _ = write!(text, "\n{}", crate::peers::run(dir, quick)?);
+    }
     std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
     eprintln!("xtask: wrote {}", path.display());
     Ok(())
 }
 
-fn count_procs() -> usize {
+pub(crate) fn count_procs() -> usize {
     std::fs::read_dir("/proc")
         .map(|d| {
             d.flatten()

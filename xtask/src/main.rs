@@ -4,6 +4,7 @@
 //! each works on a fresh machine.
 
 mod bench;
+mod peers;
 
 use std::{
     path::{Path, PathBuf},
@@ -96,6 +97,6 @@ fn main() -> anyhow::Result<()> {
             let dir = build_release()?;
             bench::run(&dir, &args[1..])
         }
-        _ => bail!("usage: cargo xtask setup | test | run -- ARGS | bench [--quick]"),
+        _ => bail!("usage: cargo xtask setup | test | run -- ARGS | bench [--quick] [--peers | --only-peers]"),
     }
 }
