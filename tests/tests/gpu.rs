@@ -365,3 +365,49 @@ fn gpu_lost_mid_run() {
     }
     assert_eq!(f(last, "/process/gpu_usage"), Some(0.0));
 }
+
+/// A process list that grows between NVML's count call and its fill call (the
+/// driver answers INSUFFICIENT_SIZE): the collector asks again, so the tree's VRAM
+/// is still attributed and nothing is warned.
+#[test]
+fn process_list_growing_between_calls() {
+    if !gcc_ok() {
+        return;
+    }
+    let s = Scratch::new("gpu-grow");
+    let lib = fake_lib(&s.0);
+    let scen = s.path("scenario");
+    std::fs::write(&scen, format!("{SCENARIO}grow_once 1\n")).expect("scenario");
+    let out = s.path("out.jsonl");
+    let out_s = out.to_string_lossy();
+    let cmd = tree_cmd(&scen);
+    let o = tracker_with(
+        &s.0,
+        &lib,
+        &scen,
+        &[
+            "-q",
+            "-i",
+            "0.2",
+            "-o",
+            &out_s,
+            "--no-ebpf",
+            "--",
+            "sh",
+            "-c",
+            &cmd,
+        ],
+        None,
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !err.contains("compute processes") && !err.contains("graphics processes"),
+        "warned: {err}"
+    );
+    let samples = read_jsonl(&out);
+    // The root registers itself right away; every sample after the first sees it
+    // on both GPUs: 2 GiB + 1 GiB.
+    let last = &samples[samples.len() - 2];
+    assert_eq!(f(last, "/process/gpu_vram_mib"), Some(3072.0), "{last}");
+}

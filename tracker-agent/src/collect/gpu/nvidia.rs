@@ -26,6 +26,7 @@ use nvml_wrapper::{
     enum_wrappers::device::{Clock, TemperatureSensor},
     enums::device::UsedGpuMemory,
     error::NvmlError,
+    struct_wrappers::device::ProcessInfo,
     Device, Nvml,
 };
 
@@ -213,9 +214,21 @@ fn read_dynamic(d: &Device<'_>, label: &str, g: &mut GpuSample) {
 fn tree_use(d: &Device<'_>, dev: &mut Dev, tree: &HashSet<u32>) -> (f64, u64) {
     // A process may be in both lists (compute and graphics) with the same memory.
     let mut mem: HashMap<u32, u64> = HashMap::new();
+    // A process that starts between NVML's count call and its fill call makes the
+    // list too small (InsufficientSize): ask once more.
+    let retry = |f: &dyn Fn() -> Result<Vec<ProcessInfo>, NvmlError>| match f() {
+        Err(NvmlError::InsufficientSize(_)) => f(),
+        r => r,
+    };
     for (what, list) in [
-        ("compute processes", d.running_compute_processes()),
-        ("graphics processes", d.running_graphics_processes()),
+        (
+            "compute processes",
+            retry(&|| d.running_compute_processes()),
+        ),
+        (
+            "graphics processes",
+            retry(&|| d.running_graphics_processes()),
+        ),
     ] {
         let Some(list) = get(&dev.label, what, list) else {
             continue;
