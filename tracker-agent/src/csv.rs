@@ -2,8 +2,6 @@
 //! in its order and units (the Sentinel backend reads them), then ours.
 //! Empty cells stand for null (no tree, no GPU, a source that could not be read).
 
-use std::fmt::Write as _;
-
 use crate::sample::Sample;
 
 pub const PYTHON_COLUMNS: [&str; 32] = [
@@ -202,14 +200,7 @@ pub fn row(s: &Sample) -> String {
     cells.push(num(s.tracker.cpu_secs, 6));
     cells.push(num(s.tracker.rss_mib, 4));
     cells.push(s.tracker.lost_events.to_string());
-    let mut out = String::with_capacity(cells.iter().map(|c| c.len() + 1).sum());
-    for (i, c) in cells.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        let _ = write!(out, "{c}");
-    }
-    out
+    cells.join(",")
 }
 
 #[cfg(test)]

@@ -88,6 +88,28 @@ impl Drop for Bg {
     }
 }
 
+/// `workload sleepers N SECS` in its own process group (killed when dropped),
+/// once the host has at least `until` processes (30 s at most).
+pub(crate) fn unrelated_sleepers(
+    w: &Path,
+    n: usize,
+    secs: &str,
+    until: usize,
+) -> anyhow::Result<Bg> {
+    let child = Command::new(w)
+        .args(["sleepers", &n.to_string(), secs])
+        .process_group(0)
+        .stdout(Stdio::null())
+        .spawn()
+        .context("unrelated sleepers")?;
+    let bg = Bg(child);
+    let t0 = Instant::now();
+    while count_procs() < until && t0.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Ok(bg)
+}
+
 pub fn run(dir: &Path, args: &[String]) -> anyhow::Result<()> {
     let quick = args.iter().any(|a| a == "--quick");
     let only_peers = args.iter().any(|a| a == "--only-peers");
@@ -197,19 +219,7 @@ pub fn run(dir: &Path, args: &[String]) -> anyhow::Result<()> {
     let secs = if quick { "4" } else { "8" };
     for unrelated in [0usize, 3000] {
         let _bg = if unrelated > 0 {
-            let child = Command::new(&w)
-                .args(["sleepers", &unrelated.to_string(), "600"])
-                .process_group(0)
-                .stdout(Stdio::null())
-                .spawn()
-                .context("unrelated sleepers")?;
-            let bg = Bg(child);
-            // Wait until they exist.
-            let t0 = Instant::now();
-            while count_procs() < unrelated && t0.elapsed() < Duration::from_secs(30) {
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            Some(bg)
+            Some(unrelated_sleepers(&w, unrelated, "600", unrelated)?)
         } else {
             None
         };

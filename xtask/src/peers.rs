@@ -5,7 +5,6 @@
 use std::{
     ffi::OsString,
     fmt::Write as _,
-    os::unix::process::CommandExt as _,
     path::{Path, PathBuf},
     process::{Command, Stdio},
     time::{Duration, Instant},
@@ -14,7 +13,7 @@ use std::{
 use anyhow::{bail, Context as _};
 use serde_json::Value;
 
-use crate::bench::{count_procs, stat, Bg};
+use crate::bench::{count_procs, stat, unrelated_sleepers};
 
 const PY_RT: &str = "0.5.0";
 const RS_RT: &str = "0.1.18";
@@ -535,6 +534,18 @@ fn acc_interval(t: Tool) -> f64 {
     }
 }
 
+/// A table header: the leading columns, then one per tool.
+fn say_tool_header(say: &mut impl FnMut(String), lead: &str, tools: &[Tool]) {
+    let mut head = lead.to_string();
+    let mut sep = "|---".repeat(lead.matches('|').count() - 1) + "|";
+    for t in tools {
+        let _ = write!(head, " {} |", t.name());
+        sep.push_str("---|");
+    }
+    say(head);
+    say(sep);
+}
+
 pub fn run(dir: &Path, quick: bool) -> anyhow::Result<String> {
     let t_all = Instant::now();
     let tr = dir.join("resource-tracker");
@@ -574,14 +585,7 @@ pub fn run(dir: &Path, quick: bool) -> anyhow::Result<String> {
     say(String::new());
     say("Each run executes `workload incgroup DIR --pre F -- workload MODE …` under the tool: the root joins a fresh cgroup (v1 `cpuacct.usage`, else v2 `cpu.stat`) before it execs the workload, and the truth is the cgroup's usage when the tool returns plus the root's CPU before it joined (`--pre`). The cell is the tool's CPU as a % of that truth, with the processes it reports / the processes in the tree in parentheses where it reports them (ours: all spawned; py-rt and rs-rt: the most alive in one sample). Intervals: 1 s, psrecord 0.5 s. One run per cell; repeated runs differ by about ±2 points for the tools that see every process.".into());
     say(String::new());
-    let mut head = "| workload | truth CPU (s) |".to_string();
-    let mut sep = "|---|---|".to_string();
-    for t in &tools {
-        let _ = write!(head, " {} |", t.name());
-        sep.push_str("---|");
-    }
-    say(head);
-    say(sep);
+    say_tool_header(&mut say, "| workload | truth CPU (s) |", &tools);
     let t_acc = Instant::now();
     for wl in acc_workloads(quick) {
         let mut row = format!("| {} |", wl.name);
@@ -652,14 +656,7 @@ pub fn run(dir: &Path, quick: bool) -> anyhow::Result<String> {
     say(String::new());
     say("Ratio of the workload's own `elapsed_secs` under the tool to the untracked run of the same round (none, tool 1, tool 2, …, repeated), so a tool's start-up is not in it; median (min–max).".into());
     say(String::new());
-    let mut head = "| workload | none (s) |".to_string();
-    let mut sep = "|---|---|".to_string();
-    for t in &tools {
-        let _ = write!(head, " {} |", t.name());
-        sep.push_str("---|");
-    }
-    say(head);
-    say(sep);
+    say_tool_header(&mut say, "| workload | none (s) |", &tools);
     let t_ovh = Instant::now();
     let storms: [(&str, &[&str]); 3] = [
         ("fork/exec storm", &["forkstorm", "3000"]),
@@ -709,18 +706,12 @@ pub fn run(dir: &Path, quick: bool) -> anyhow::Result<String> {
     for target in [100usize, 3000] {
         let have = count_procs();
         let _bg = if have + 50 < target {
-            let child = Command::new(&w)
-                .args(["sleepers", &(target - have - 50).to_string(), "900"])
-                .process_group(0)
-                .stdout(Stdio::null())
-                .spawn()
-                .context("unrelated sleepers")?;
-            let bg = Bg(child);
-            let t0 = Instant::now();
-            while count_procs() + 50 < target && t0.elapsed() < Duration::from_secs(30) {
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            Some(bg)
+            Some(unrelated_sleepers(
+                &w,
+                target - have - 50,
+                "900",
+                target - 50,
+            )?)
         } else {
             None
         };
