@@ -15,6 +15,7 @@ use crate::{
     cli::Opts,
     collect::{gpu::GpuCollector, HostReading, Roots, SystemCollector},
     config::Settings,
+    discovery,
     engine::{
         ebpf::{decode_event, EbpfEngine},
         procfs::ProcfsEngine,
@@ -243,6 +244,14 @@ pub fn execute(plan: Plan) -> anyhow::Result<i32> {
         .transpose()?;
 
     block_signals();
+    // Cloud discovery for the local summary only (streaming runs its own); it runs
+    // beside the command and never delays it.
+    let discovery = (st.discover && st.sentinel.is_none())
+        .then(|| {
+            let ep = discovery::Endpoints::from_env(&|k| std::env::var_os(k)).map_err(|e| anyhow!(e))?;
+            Ok::<_, anyhow::Error>(discovery::spawn(ep))
+        })
+        .transpose()?;
 
     // Engine.
     let mut backend_reason = None;
@@ -465,6 +474,7 @@ pub fn execute(plan: Plan) -> anyhow::Result<i32> {
     );
     summary.job = st.meta.clone();
     summary.host = host.host_info();
+    summary.cloud = discovery.and_then(|d| d.join().ok().flatten());
     gpus.host_fields(&mut summary.host);
     if let Some(Engine::Ebpf(e)) = &engine {
         summary.ebpf_load_ms = Some(e.load_ms);

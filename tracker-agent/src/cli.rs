@@ -115,6 +115,14 @@ pub struct Opts {
     #[arg(long)]
     pub bpf_stats: bool,
     /// Capacity of the kernel task map (threads of the tree alive at once).
+    /// Probe the cloud metadata services even without SENTINEL_API_TOKEN (the result
+    /// goes into the summary); env TRACKER_DISCOVER, [tracker] discover.
+    #[arg(long)]
+    pub discover: bool,
+    /// Send identifying host data (host id, hostname, IP, cloud account) to Sentinel;
+    /// env TRACKER_SHARE_IDENTITY, [tracker] share_identity.
+    #[arg(long)]
+    pub share_identity: bool,
     #[arg(long, value_name = "N", default_value_t = tracker_common::DEFAULT_MAX_TASKS)]
     pub max_tasks: u32,
 }

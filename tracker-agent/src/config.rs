@@ -82,12 +82,42 @@ pub struct Settings {
     pub output: Option<PathBuf>,
     pub quiet: bool,
     pub meta: JobMeta,
-    /// Seconds between Sentinel batch uploads (`TRACKER_UPLOAD_INTERVAL`); checked
-    /// now so a bad value stops the start, read by the uploader.
-    #[allow(dead_code)]
+    /// Seconds between Sentinel batch uploads (`TRACKER_UPLOAD_INTERVAL`).
     pub upload_interval: f64,
+    /// Probe cloud metadata without a token (`--discover`).
+    pub discover: bool,
+    /// Identifying host fields go to Sentinel only when this is set.
+    pub share_identity: bool,
+    /// Streaming, when `SENTINEL_API_TOKEN` is set and not empty.
+    pub sentinel: Option<SentinelSettings>,
     /// The config file that was read, if any.
     pub config_file: Option<PathBuf>,
+}
+
+/// The API token; never printed, not even by `{:?}`.
+#[derive(Clone)]
+pub struct Secret(pub String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
+pub const DEFAULT_API_URL: &str = "https://api.sentinel.sparecores.net";
+
+#[derive(Clone, Debug)]
+pub struct SentinelSettings {
+    pub token: Secret,
+    /// Base URL without a trailing slash (`SENTINEL_API_URL`).
+    pub api_url: String,
+    /// S3 endpoint for tests and private stores (`TRACKER_S3_ENDPOINT`, path-style).
+    pub s3_endpoint: Option<String>,
+    /// Bytes of pending batches kept in memory before they go to the spool file
+    /// (`TRACKER_UPLOAD_MEMORY_LIMIT`).
+    pub memory_limit: usize,
+    /// Directory of the spool file (`TRACKER_SPOOL_DIR`, default the temp dir).
+    pub spool_dir: PathBuf,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -122,6 +152,8 @@ struct TrackerSection {
     output: Option<PathBuf>,
     quiet: Option<bool>,
     upload_interval_secs: Option<f64>,
+    discover: Option<bool>,
+    share_identity: Option<bool>,
 }
 
 const JOB_KEYS: [&str; 13] = [
@@ -139,12 +171,14 @@ const JOB_KEYS: [&str; 13] = [
     "container_image",
     "tags",
 ];
-const TRACKER_KEYS: [&str; 5] = [
+const TRACKER_KEYS: [&str; 7] = [
     "interval_secs",
     "format",
     "output",
     "quiet",
     "upload_interval_secs",
+    "discover",
+    "share_identity",
 ];
 
 /// 1-based line and column of a byte offset.
@@ -251,6 +285,85 @@ pub fn parse_tag(s: &str) -> Result<(String, String), String> {
     let k = check_text("--tag", k)?;
     let v = check_text("--tag", v)?;
     Ok((k, v.to_string()))
+}
+
+/// A yes/no switch from the environment; unset or empty is `None`.
+fn env_bool(
+    get_env: &dyn Fn(&str) -> Option<std::ffi::OsString>,
+    var: &str,
+) -> Result<Option<bool>, String> {
+    match env_var(get_env, var)?.as_deref().map(str::trim) {
+        None | Some("") => Ok(None),
+        Some(v) => match v.to_ascii_lowercase().as_str() {
+            "1" | "true" | "yes" | "on" => Ok(Some(true)),
+            "0" | "false" | "no" | "off" => Ok(Some(false)),
+            _ => Err(format!(
+                "environment variable {var}: '{v}' is not one of 1/0, true/false, yes/no, on/off"
+            )),
+        },
+    }
+}
+
+/// An http(s) base URL without its trailing slashes.
+fn base_url(origin: &str, v: &str) -> Result<String, String> {
+    let v = v.trim();
+    let rest = v
+        .strip_prefix("https://")
+        .or_else(|| v.strip_prefix("http://"))
+        .ok_or_else(|| format!("{origin}: '{v}' is not an http:// or https:// URL"))?;
+    if rest.trim_end_matches('/').is_empty() || rest.contains(char::is_whitespace) {
+        return Err(format!("{origin}: '{v}' has no host"));
+    }
+    Ok(v.trim_end_matches('/').to_string())
+}
+
+fn sentinel_settings(
+    get_env: &dyn Fn(&str) -> Option<std::ffi::OsString>,
+) -> Result<Option<SentinelSettings>, String> {
+    // A token that is not UTF-8 must not be echoed back in the error.
+    let token = match get_env("SENTINEL_API_TOKEN") {
+        None => return Ok(None),
+        Some(t) => t
+            .into_string()
+            .map_err(|_| "environment variable SENTINEL_API_TOKEN: not valid UTF-8".to_string())?,
+    };
+    let token = token.trim().to_string();
+    if token.is_empty() {
+        return Ok(None);
+    }
+    if token.chars().any(|c| c.is_control() || c == ' ') {
+        return Err("environment variable SENTINEL_API_TOKEN: contains spaces or control characters".into());
+    }
+    let api_url = match env_var(get_env, "SENTINEL_API_URL")? {
+        Some(u) if !u.trim().is_empty() => {
+            base_url("environment variable SENTINEL_API_URL", &u)?
+        }
+        _ => DEFAULT_API_URL.to_string(),
+    };
+    let s3_endpoint = match env_var(get_env, "TRACKER_S3_ENDPOINT")? {
+        Some(u) if !u.trim().is_empty() => Some(base_url(
+            "environment variable TRACKER_S3_ENDPOINT",
+            &u,
+        )?),
+        _ => None,
+    };
+    let memory_limit = match env_var(get_env, "TRACKER_UPLOAD_MEMORY_LIMIT")? {
+        Some(v) if !v.trim().is_empty() => v.trim().parse::<usize>().map_err(|_| {
+            format!("environment variable TRACKER_UPLOAD_MEMORY_LIMIT: '{v}' is not a number of bytes")
+        })?,
+        _ => 16 << 20,
+    };
+    let spool_dir = match env_var(get_env, "TRACKER_SPOOL_DIR")? {
+        Some(v) if !v.trim().is_empty() => PathBuf::from(v),
+        _ => std::env::temp_dir(),
+    };
+    Ok(Some(SentinelSettings {
+        token: Secret(token),
+        api_url,
+        s3_endpoint,
+        memory_limit,
+        spool_dir,
+    }))
 }
 
 fn positive_secs(origin: &str, v: f64, min: f64) -> Result<f64, String> {
@@ -369,6 +482,15 @@ pub fn resolve(
         )?,
         (None, None) => 60.0,
     };
+    let discover = opts.discover
+        || env_bool(get_env, "TRACKER_DISCOVER")?
+            .or(cfg.tracker.discover)
+            .unwrap_or(false);
+    let share_identity = opts.share_identity
+        || env_bool(get_env, "TRACKER_SHARE_IDENTITY")?
+            .or(cfg.tracker.share_identity)
+            .unwrap_or(false);
+    let sentinel = sentinel_settings(get_env)?;
     Ok(Settings {
         pid,
         interval,
@@ -377,6 +499,9 @@ pub fn resolve(
         quiet,
         meta,
         upload_interval,
+        discover,
+        share_identity,
+        sentinel,
         config_file,
     })
 }

@@ -5,6 +5,7 @@ mod cli;
 mod collect;
 mod config;
 mod csv;
+mod discovery;
 mod engine;
 mod launcher;
 mod output;

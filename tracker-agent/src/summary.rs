@@ -5,6 +5,7 @@ use serde::Serialize;
 
 use crate::{
     config::JobMeta,
+    discovery::CloudInfo,
     engine::TreeTotals,
     sample::{HostInfo, Sample},
 };
@@ -83,6 +84,8 @@ pub struct Summary {
     pub top_commands: Vec<TopCommand>,
     pub job: JobMeta,
     pub host: HostInfo,
+    /// Cloud metadata, when discovery ran (with a token or `--discover`) and found one.
+    pub cloud: Option<CloudInfo>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -137,6 +140,7 @@ impl Summary {
             top_commands,
             job: JobMeta::default(),
             host: HostInfo::default(),
+            cloud: None,
         }
     }
 
