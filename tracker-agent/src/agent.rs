@@ -15,7 +15,7 @@ use crate::{
     cli::Opts,
     collect::{gpu::GpuCollector, HostReading, Roots, SystemCollector},
     config::Settings,
-    discovery,
+    csv, discovery,
     engine::{
         ebpf::{decode_event, EbpfEngine},
         procfs::ProcfsEngine,
@@ -23,6 +23,7 @@ use crate::{
     },
     launcher, output,
     sampler::Sampler,
+    stream,
     summary::{BpfProgram, Summary, TopCommand},
 };
 
@@ -248,7 +249,8 @@ pub fn execute(plan: Plan) -> anyhow::Result<i32> {
     // beside the command and never delays it.
     let discovery = (st.discover && st.sentinel.is_none())
         .then(|| {
-            let ep = discovery::Endpoints::from_env(&|k| std::env::var_os(k)).map_err(|e| anyhow!(e))?;
+            let ep =
+                discovery::Endpoints::from_env(&|k| std::env::var_os(k)).map_err(|e| anyhow!(e))?;
             Ok::<_, anyhow::Error>(discovery::spawn(ep))
         })
         .transpose()?;
@@ -283,6 +285,39 @@ pub fn execute(plan: Plan) -> anyhow::Result<i32> {
     let mut gpus = GpuCollector::new(&Roots::default());
     // Baseline of the host counters: the first sample, one interval on, has rates.
     let mut host = SystemCollector::new(Roots::default());
+    let streamer = match &st.sentinel {
+        Some(cfg) => {
+            let mut host_info = host.host_info();
+            gpus.host_fields(&mut host_info);
+            let run = stream::RunInfo {
+                meta: st.meta.clone(),
+                command: plan
+                    .cmd
+                    .iter()
+                    .map(|c| c.to_string_lossy().into_owned())
+                    .collect(),
+                host: host_info,
+                share_identity: st.share_identity,
+            };
+            let ep =
+                discovery::Endpoints::from_env(&|k| std::env::var_os(k)).map_err(|e| anyhow!(e))?;
+            Some(stream::Streamer::start(
+                cfg.clone(),
+                st.upload_interval,
+                csv::header() + "\n",
+                run,
+                ep,
+            )?)
+        }
+        None => None,
+    };
+    let emit = |sink: &mut output::Sink, s: &crate::sample::Sample| -> anyhow::Result<()> {
+        sink.write(s)?;
+        if let Some(up) = &streamer {
+            up.push(csv::row(s));
+        }
+        Ok(())
+    };
     let start = Instant::now();
     let (root, mut engine) = if !track_tree {
         (None, None)
@@ -393,7 +428,7 @@ pub fn execute(plan: Plan) -> anyhow::Result<i32> {
                     read_gpu(&mut gpus, &engine, &mut h);
                     let t1 = Instant::now();
                     let s = sampler.step(t, h, t1, engine.as_ref().and_then(Engine::bpf_stats));
-                    sink.write(&s)?;
+                    emit(&mut sink, &s)?;
                     log::debug!("sample: read {:?}, step+write {:?}", t1 - t0, t1.elapsed());
                 }
                 Some(r) = reap_rx.recv() => {
@@ -449,7 +484,7 @@ pub fn execute(plan: Plan) -> anyhow::Result<i32> {
         let mut h = host.sample();
         read_gpu(&mut gpus, &engine, &mut h);
         let s = sampler.step(t, h, Instant::now(), engine.as_ref().and_then(Engine::bpf_stats));
-        sink.write(&s)?;
+        emit(&mut sink, &s)?;
         if let Some(w) = events_file.as_mut() {
             w.flush().context("writing the events file")?;
         }
@@ -464,6 +499,7 @@ pub fn execute(plan: Plan) -> anyhow::Result<i32> {
     let (sampler, exit_status, top) = result?;
     let wall = start.elapsed().as_secs_f64();
     let code = exit_status.map(exit_code_of);
+    let streamed = streamer.map(|s| s.finish(code.unwrap_or(0)));
     let mut summary = Summary::build(
         &sampler.stats,
         wall,
@@ -475,6 +511,10 @@ pub fn execute(plan: Plan) -> anyhow::Result<i32> {
     summary.job = st.meta.clone();
     summary.host = host.host_info();
     summary.cloud = discovery.and_then(|d| d.join().ok().flatten());
+    if let Some(r) = streamed {
+        summary.cloud = r.cloud.clone();
+        summary.streaming = Some(r);
+    }
     gpus.host_fields(&mut summary.host);
     if let Some(Engine::Ebpf(e)) = &engine {
         summary.ebpf_load_ms = Some(e.load_ms);

@@ -118,6 +118,8 @@ pub struct SentinelSettings {
     pub memory_limit: usize,
     /// Directory of the spool file (`TRACKER_SPOOL_DIR`, default the temp dir).
     pub spool_dir: PathBuf,
+    /// Timeout of each API and S3 request (`TRACKER_HTTP_TIMEOUT`, seconds).
+    pub timeout: std::time::Duration,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -332,24 +334,25 @@ fn sentinel_settings(
         return Ok(None);
     }
     if token.chars().any(|c| c.is_control() || c == ' ') {
-        return Err("environment variable SENTINEL_API_TOKEN: contains spaces or control characters".into());
+        return Err(
+            "environment variable SENTINEL_API_TOKEN: contains spaces or control characters".into(),
+        );
     }
     let api_url = match env_var(get_env, "SENTINEL_API_URL")? {
-        Some(u) if !u.trim().is_empty() => {
-            base_url("environment variable SENTINEL_API_URL", &u)?
-        }
+        Some(u) if !u.trim().is_empty() => base_url("environment variable SENTINEL_API_URL", &u)?,
         _ => DEFAULT_API_URL.to_string(),
     };
     let s3_endpoint = match env_var(get_env, "TRACKER_S3_ENDPOINT")? {
-        Some(u) if !u.trim().is_empty() => Some(base_url(
-            "environment variable TRACKER_S3_ENDPOINT",
-            &u,
-        )?),
+        Some(u) if !u.trim().is_empty() => {
+            Some(base_url("environment variable TRACKER_S3_ENDPOINT", &u)?)
+        }
         _ => None,
     };
     let memory_limit = match env_var(get_env, "TRACKER_UPLOAD_MEMORY_LIMIT")? {
         Some(v) if !v.trim().is_empty() => v.trim().parse::<usize>().map_err(|_| {
-            format!("environment variable TRACKER_UPLOAD_MEMORY_LIMIT: '{v}' is not a number of bytes")
+            format!(
+                "environment variable TRACKER_UPLOAD_MEMORY_LIMIT: '{v}' is not a number of bytes"
+            )
         })?,
         _ => 16 << 20,
     };
@@ -357,7 +360,19 @@ fn sentinel_settings(
         Some(v) if !v.trim().is_empty() => PathBuf::from(v),
         _ => std::env::temp_dir(),
     };
+    let timeout = match env_var(get_env, "TRACKER_HTTP_TIMEOUT")? {
+        Some(v) if !v.trim().is_empty() => {
+            let n: f64 = v.trim().parse().map_err(|_| {
+                format!(
+                    "environment variable TRACKER_HTTP_TIMEOUT: '{v}' is not a number of seconds"
+                )
+            })?;
+            positive_secs("environment variable TRACKER_HTTP_TIMEOUT", n, 0.1)?
+        }
+        _ => 30.0,
+    };
     Ok(Some(SentinelSettings {
+        timeout: std::time::Duration::from_secs_f64(timeout),
         token: Secret(token),
         api_url,
         s3_endpoint,

@@ -12,6 +12,7 @@ mod output;
 mod sample;
 mod sampler;
 mod selfcost;
+mod stream;
 mod summary;
 mod warn;
 

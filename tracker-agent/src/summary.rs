@@ -8,6 +8,7 @@ use crate::{
     discovery::CloudInfo,
     engine::TreeTotals,
     sample::{HostInfo, Sample},
+    stream::StreamReport,
 };
 
 /// Accumulated over the samples of a run.
@@ -86,6 +87,8 @@ pub struct Summary {
     pub host: HostInfo,
     /// Cloud metadata, when discovery ran (with a token or `--discover`) and found one.
     pub cloud: Option<CloudInfo>,
+    /// Sentinel streaming, when SENTINEL_API_TOKEN was set.
+    pub streaming: Option<StreamReport>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -141,6 +144,7 @@ impl Summary {
             job: JobMeta::default(),
             host: HostInfo::default(),
             cloud: None,
+            streaming: None,
         }
     }
 

@@ -1,0 +1,322 @@
+//! Rows not yet uploaded: the open batch (CSV text) and sealed batches (gzip CSV,
+//! header included, each a standalone object). Sealed batches stay in memory up to a
+//! limit; past it they go to an unlinked spool file and come back in order.
+
+use std::{
+    collections::VecDeque,
+    fs::File,
+    io::{self, Read as _, Write as _},
+    os::unix::fs::FileExt as _,
+    path::{Path, PathBuf},
+};
+
+use flate2::{read::GzDecoder, write::GzEncoder, Compression};
+
+enum Stored {
+    Mem(Vec<u8>),
+    Spool { offset: u64, len: usize },
+}
+
+pub struct Batch {
+    pub seq: u32,
+    pub rows: usize,
+    data: Stored,
+}
+
+pub struct Queue {
+    header: String,
+    open: String,
+    open_rows: usize,
+    sealed: VecDeque<Batch>,
+    next_seq: u32,
+    /// Open text plus sealed batches held in memory.
+    mem_bytes: usize,
+    limit: usize,
+    spool_dir: PathBuf,
+    spool: Option<File>,
+    spool_end: u64,
+    /// Batches that went through the spool file.
+    pub spooled: u64,
+}
+
+fn gzip(parts: &[&str]) -> io::Result<Vec<u8>> {
+    let mut e = GzEncoder::new(Vec::new(), Compression::default());
+    for p in parts {
+        e.write_all(p.as_bytes())?;
+    }
+    e.finish()
+}
+
+pub fn gunzip(b: &[u8]) -> io::Result<String> {
+    let mut s = String::new();
+    GzDecoder::new(b).read_to_string(&mut s)?;
+    Ok(s)
+}
+
+impl Queue {
+    /// `header` ends with a newline.
+    pub fn new(header: String, limit: usize, spool_dir: &Path) -> Queue {
+        Queue {
+            header,
+            open: String::new(),
+            open_rows: 0,
+            sealed: VecDeque::new(),
+            next_seq: 1,
+            mem_bytes: 0,
+            limit: limit.max(1),
+            spool_dir: spool_dir.to_path_buf(),
+            spool: None,
+            spool_end: 0,
+            spooled: 0,
+        }
+    }
+
+    /// Adds one CSV row (without its newline). A large open batch is sealed early so
+    /// that memory stays bounded whatever the upload interval.
+    pub fn push(&mut self, row: &str) -> io::Result<()> {
+        self.open.push_str(row);
+        self.open.push('\n');
+        self.open_rows += 1;
+        self.mem_bytes += row.len() + 1;
+        if self.open.len() >= (self.limit / 4).max(1) {
+            self.seal()?;
+        }
+        Ok(())
+    }
+
+    /// Turns the open rows into the next batch.
+    pub fn seal(&mut self) -> io::Result<()> {
+        if self.open_rows == 0 {
+            return Ok(());
+        }
+        let gz = gzip(&[&self.header, &self.open])?;
+        self.mem_bytes -= self.open.len();
+        let rows = std::mem::replace(&mut self.open_rows, 0);
+        self.open.clear();
+        // Sealed batches get three quarters of the limit, the open batch the rest.
+        let data = if self.mem_bytes + gz.len() > self.limit - self.limit / 4 {
+            self.to_spool(&gz)?
+        } else {
+            self.mem_bytes += gz.len();
+            Stored::Mem(gz)
+        };
+        self.sealed.push_back(Batch {
+            seq: self.next_seq,
+            rows,
+            data,
+        });
+        self.next_seq += 1;
+        Ok(())
+    }
+
+    fn to_spool(&mut self, gz: &[u8]) -> io::Result<Stored> {
+        let f = match &mut self.spool {
+            Some(f) => f,
+            None => {
+                let path = self
+                    .spool_dir
+                    .join(format!("resource-tracker-spool-{}", std::process::id()));
+                let f = File::options()
+                    .read(true)
+                    .write(true)
+                    .create(true)
+                    .truncate(true)
+                    .open(&path)
+                    .map_err(|e| {
+                        io::Error::new(e.kind(), format!("spool file {}: {e}", path.display()))
+                    })?;
+                // Unlinked at once: a crash leaves nothing behind.
+                let _ = std::fs::remove_file(&path);
+                self.spool.insert(f)
+            }
+        };
+        f.write_all_at(gz, self.spool_end)?;
+        let s = Stored::Spool {
+            offset: self.spool_end,
+            len: gz.len(),
+        };
+        self.spool_end += gz.len() as u64;
+        self.spooled += 1;
+        Ok(s)
+    }
+
+    fn bytes_of(&self, b: &Batch) -> io::Result<Vec<u8>> {
+        match &b.data {
+            Stored::Mem(v) => Ok(v.clone()),
+            Stored::Spool { offset, len } => {
+                let mut v = vec![0; *len];
+                self.spool
+                    .as_ref()
+                    .ok_or_else(|| io::Error::other("spool file missing"))?
+                    .read_exact_at(&mut v, *offset)?;
+                Ok(v)
+            }
+        }
+    }
+
+    /// The oldest sealed batch: (seq, rows, gzip bytes).
+    pub fn front(&self) -> io::Result<Option<(u32, usize, Vec<u8>)>> {
+        match self.sealed.front() {
+            Some(b) => Ok(Some((b.seq, b.rows, self.bytes_of(b)?))),
+            None => Ok(None),
+        }
+    }
+
+    /// Drops the oldest batch once it is uploaded.
+    pub fn pop_front(&mut self) {
+        if let Some(b) = self.sealed.pop_front() {
+            if let Stored::Mem(v) = &b.data {
+                self.mem_bytes -= v.len();
+            }
+        }
+        let spool_used = self
+            .sealed
+            .iter()
+            .any(|b| matches!(b.data, Stored::Spool { .. }));
+        if !spool_used && self.spool_end > 0 {
+            if let Some(f) = &self.spool {
+                let _ = f.set_len(0);
+            }
+            self.spool_end = 0;
+        }
+    }
+
+    pub fn sealed_len(&self) -> usize {
+        self.sealed.len()
+    }
+
+    pub fn rows_waiting(&self) -> usize {
+        self.open_rows + self.sealed.iter().map(|b| b.rows).sum::<usize>()
+    }
+
+    #[cfg(test)]
+    pub fn mem_bytes(&self) -> usize {
+        self.mem_bytes
+    }
+
+    /// Everything not uploaded as one CSV (header once), oldest first.
+    pub fn all_csv(&self) -> io::Result<String> {
+        let mut out = self.header.clone();
+        for b in &self.sealed {
+            let text = gunzip(&self.bytes_of(b)?)?;
+            out.push_str(text.strip_prefix(self.header.as_str()).unwrap_or(&text));
+        }
+        out.push_str(&self.open);
+        Ok(out)
+    }
+
+    /// Writes the batches that were never uploaded to `dir` as standalone
+    /// `NNNN.csv.gz` files, so nothing is lost; returns how many.
+    pub fn keep(&mut self, dir: &Path) -> io::Result<usize> {
+        self.seal()?;
+        if self.sealed.is_empty() {
+            return Ok(0);
+        }
+        std::fs::create_dir_all(dir)?;
+        let mut n = 0;
+        while let Some((seq, _, bytes)) = self.front()? {
+            std::fs::write(dir.join(format!("{seq:04}.csv.gz")), bytes)?;
+            self.pop_front();
+            n += 1;
+        }
+        Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rows_of(gz: &[u8]) -> Vec<String> {
+        let t = gunzip(gz).unwrap();
+        let mut l = t.lines().map(str::to_string).collect::<Vec<_>>();
+        assert_eq!(l.remove(0), "h1,h2");
+        l
+    }
+
+    fn tmpdir(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("rt-queue-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn batches_stand_alone_in_order() {
+        let d = tmpdir("order");
+        let mut q = Queue::new("h1,h2\n".into(), 1 << 20, &d);
+        q.seal().unwrap();
+        assert_eq!(q.sealed_len(), 0, "no empty batch");
+        q.push("1,a").unwrap();
+        q.push("2,b").unwrap();
+        q.seal().unwrap();
+        q.push("3,c").unwrap();
+        q.seal().unwrap();
+        let (seq, rows, gz) = q.front().unwrap().unwrap();
+        assert_eq!((seq, rows), (1, 2));
+        assert_eq!(rows_of(&gz), ["1,a", "2,b"]);
+        q.pop_front();
+        let (seq, _, gz) = q.front().unwrap().unwrap();
+        assert_eq!(seq, 2);
+        assert_eq!(rows_of(&gz), ["3,c"]);
+        q.pop_front();
+        assert_eq!(q.mem_bytes(), 0);
+        assert!(q.front().unwrap().is_none());
+    }
+
+    #[test]
+    fn past_the_limit_batches_spool_and_come_back_in_order() {
+        let d = tmpdir("spool");
+        // Limit of 4 KiB: the open batch seals every 1 KiB and most batches spool.
+        let mut q = Queue::new("h1,h2\n".into(), 4096, &d);
+        let mut expect = Vec::new();
+        for i in 0..5000 {
+            // Incompressible-ish rows so that gzip cannot hide the growth.
+            let r = format!("{i},{:x}", (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+            q.push(&r).unwrap();
+            expect.push(r);
+            assert!(
+                q.mem_bytes() <= 4096 + 64,
+                "memory {} over the limit",
+                q.mem_bytes()
+            );
+        }
+        q.seal().unwrap();
+        assert!(q.spooled > 10, "spooled {}", q.spooled);
+        assert_eq!(q.rows_waiting(), 5000);
+        // The spool file is unlinked.
+        assert_eq!(std::fs::read_dir(&d).unwrap().count(), 0);
+        let all = q.all_csv().unwrap();
+        assert_eq!(all.lines().skip(1).collect::<Vec<_>>(), expect);
+        let mut got = Vec::new();
+        let mut last = 0;
+        while let Some((seq, _, gz)) = q.front().unwrap() {
+            assert_eq!(seq, last + 1);
+            last = seq;
+            got.extend(rows_of(&gz));
+            q.pop_front();
+        }
+        assert_eq!(got, expect);
+        assert_eq!(q.spool_end, 0, "spool truncated once empty");
+    }
+
+    #[test]
+    fn keep_writes_what_was_not_uploaded() {
+        let d = tmpdir("keep");
+        let mut q = Queue::new("h1,h2\n".into(), 1 << 20, &d);
+        q.push("1,a").unwrap();
+        q.seal().unwrap();
+        q.push("2,b").unwrap();
+        let out = d.join("kept");
+        assert_eq!(q.keep(&out).unwrap(), 2);
+        assert_eq!(
+            rows_of(&std::fs::read(out.join("0001.csv.gz")).unwrap()),
+            ["1,a"]
+        );
+        assert_eq!(
+            rows_of(&std::fs::read(out.join("0002.csv.gz")).unwrap()),
+            ["2,b"]
+        );
+        assert_eq!(q.rows_waiting(), 0);
+    }
+}
