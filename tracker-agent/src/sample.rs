@@ -291,6 +291,8 @@ mod tests {
             run_count: 1,
             run_time_ns: 1,
         });
+        sum.cloud = Some(crate::discovery::CloudInfo::default());
+        sum.streaming = Some(crate::stream::StreamReport::default());
         let mut got = BTreeSet::new();
         paths("", &serde_json::to_value(&sum).unwrap(), &mut got);
         assert_eq!(
