@@ -444,6 +444,131 @@ fn run_rusage(cmd: &mut Command) -> anyhow::Result<(f64, f64, f64, String)> {
     Ok((wall, cpu, ru.ru_maxrss as f64 / 1024.0, text))
 }
 
+/// (ppid, comm) of every process.
+fn process_table() -> Vec<(i32, i32, String)> {
+    let mut v = vec![];
+    let Ok(d) = std::fs::read_dir("/proc") else {
+        return v;
+    };
+    for e in d.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(st) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // comm is in parentheses and may hold spaces: split after the last ')'.
+        let (Some(a), Some(b)) = (st.find('('), st.rfind(')')) else {
+            continue;
+        };
+        let comm = st[a + 1..b].to_string();
+        let ppid = st[b + 1..]
+            .split_whitespace()
+            .nth(1)
+            .and_then(|x| x.parse().ok())
+            .unwrap_or(0);
+        v.push((pid, ppid, comm));
+    }
+    v
+}
+
+/// The tool's own processes: `root` and its descendants, minus the workload's
+/// subtree (processes named `workload` and everything under them).
+fn tool_pids(root: i32) -> Vec<i32> {
+    let table = process_table();
+    let mut out = vec![root];
+    let mut i = 0;
+    while i < out.len() {
+        let p = out[i];
+        for (pid, ppid, comm) in &table {
+            if *ppid == p && comm != "workload" {
+                out.push(*pid);
+            }
+        }
+        i += 1;
+    }
+    out
+}
+
+/// Run time of every thread of `pids`, ns (schedstat: exact, unlike 10 ms ticks).
+fn run_time_ns(pids: &[i32]) -> u64 {
+    let mut sum = 0;
+    for p in pids {
+        let Ok(d) = std::fs::read_dir(format!("/proc/{p}/task")) else {
+            continue;
+        };
+        for t in d.flatten() {
+            if let Ok(s) = std::fs::read_to_string(t.path().join("schedstat")) {
+                sum += s
+                    .split_whitespace()
+                    .next()
+                    .and_then(|x| x.parse::<u64>().ok())
+                    .unwrap_or(0);
+            }
+        }
+    }
+    sum
+}
+
+fn rss_mib(pids: &[i32]) -> f64 {
+    let mut kib = 0u64;
+    for p in pids {
+        if let Ok(s) = std::fs::read_to_string(format!("/proc/{p}/status")) {
+            kib += s
+                .lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.split_whitespace().next()?.parse().ok())
+                .unwrap_or(0);
+        }
+    }
+    kib as f64 / 1024.0
+}
+
+/// (CPU ms per sample, RSS MiB) of `t` tracking 50 idle processes, in steady state.
+fn steady_cost(
+    p: &Peers,
+    t: Tool,
+    w: &Path,
+    iv: f64,
+    warm: f64,
+    win: f64,
+) -> anyhow::Result<(f64, f64)> {
+    let cmd: Vec<OsString> = vec![
+        w.to_path_buf().into(),
+        "sleepers".into(),
+        "49".into(),
+        format!("{}", warm + win + 1.0).into(),
+    ];
+    let out = tmp("out");
+    let mut child = t
+        .command(p, iv, &out, &cmd, false)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .with_context(|| format!("starting {}", t.name()))?;
+    let root = child.id() as i32;
+    std::thread::sleep(Duration::from_secs_f64(warm));
+    let pids = tool_pids(root);
+    let a = run_time_ns(&pids);
+    std::thread::sleep(Duration::from_secs_f64(win));
+    let pids_b = tool_pids(root);
+    let b = run_time_ns(&pids);
+    let mib = rss_mib(&pids_b);
+    let status = child.wait()?;
+    if !status.success() {
+        bail!("{} exited with {status}", t.name());
+    }
+    if pids_b.len() != pids.len() {
+        eprintln!(
+            "bench: {}: its processes changed during the window ({} → {})",
+            t.name(),
+            pids.len(),
+            pids_b.len()
+        );
+    }
+    Ok((b.saturating_sub(a) as f64 / 1e6 / (win / iv), mib))
+}
+
 fn elapsed_of(stdout: &str) -> anyhow::Result<f64> {
     stdout
         .lines()
@@ -694,13 +819,14 @@ pub fn run(dir: &Path, quick: bool) -> anyhow::Result<String> {
     let ovh_secs = t_ovh.elapsed().as_secs_f64();
     say(String::new());
 
-    // 3. Cost per sample.
+    // 3. Cost per sample, in steady state.
     say("### Each tracker's own CPU per sample and RSS, 50-process tree".into());
     say(String::new());
-    let (ta, tb) = if quick { (2.0, 4.0) } else { (2.0, 6.0) };
-    say(format!("Method: the tool runs `workload sleepers 49 T` (50 processes, idle) for T = {ta} s and T = {tb} s; the bench waits for the tool with `wait4` and takes its rusage (user + system CPU of the tool and every descendant it reaped: the tool's helper processes and threads and the idle tree). The difference between the two runs divided by the difference in samples, (T₂ − T₁) / interval, is the CPU one more sample costs: start-up, the tree's own CPU and the tool's exit cancel out. RSS is `ru_maxrss`: the peak of the largest process among them (for py-rt, the Python wrapper or its tracker processes). Median (min–max) over {reps} interleaved pairs; rusage is exact to the µs, but the machine's noise shows in the spread, and a negative difference (noise larger than the cost) can occur at 1 s.", reps = if quick { 2 } else { 3 }));
+    let (warm, win) = if quick { (2.0, 3.0) } else { (2.0, 6.0) };
+    let reps = 3;
+    say(format!("Method: the tool runs `workload sleepers 49 T` (50 idle processes). After {warm} s (start-up, BPF load and the first samples are over) the bench takes the CPU time of the tool's own tasks — the tool's process and every descendant outside the workload's subtree (py-rt's helper processes, pidstat's shell and tee), every thread of each — from `/proc/PID/task/TID/schedstat` (nanoseconds of run time), and again {win} s later; the difference divided by the samples in the window ({win} s ÷ interval) is the CPU per sample. RSS is the sum of those processes' VmRSS at the end of the window (steady state, not the start-up peak). Median (min–max) of {reps} runs per cell, tools interleaved."));
     say(String::new());
-    say("| host processes | interval | tool | CPU per sample (ms) | peak RSS (MiB) |".into());
+    say("| host processes | interval | tool | CPU per sample (ms) | RSS (MiB) |".into());
     say("|---|---|---|---|---|".into());
     let t_cost = Instant::now();
     for target in [100usize, 3000] {
@@ -717,42 +843,32 @@ pub fn run(dir: &Path, quick: bool) -> anyhow::Result<String> {
         };
         let hostn = count_procs() + 50;
         for iv in [1.0, 0.1] {
+            let active: Vec<Tool> = tools
+                .iter()
+                .copied()
+                .filter(|t| iv >= t.min_interval())
+                .collect();
+            let mut per: Vec<Vec<f64>> = vec![vec![]; active.len()];
+            let mut rss: Vec<Vec<f64>> = vec![vec![]; active.len()];
+            for _ in 0..reps {
+                for (i, &t) in active.iter().enumerate() {
+                    let (ms, mib) = steady_cost(&p, t, &w, iv, warm, win)?;
+                    per[i].push(ms);
+                    rss[i].push(mib);
+                }
+            }
             for &t in &tools {
-                if iv < t.min_interval() {
+                let Some(i) = active.iter().position(|&a| a == t) else {
                     say(format!(
                         "| ~{hostn} | {iv} s | {} | n/a (interval ≥ 1 s only) | |",
                         t.name()
                     ));
                     continue;
-                }
-                let (mut per, mut rss) = (vec![], 0.0f64);
-                let pairs = if quick { 2 } else { 3 };
-                let (a, b) = if iv < 1.0 { (1.0, 3.0) } else { (ta, tb) };
-                for _ in 0..pairs {
-                    let mut cpu = [0.0; 2];
-                    for (k, secs) in [a, b].into_iter().enumerate() {
-                        let cmd: Vec<OsString> = vec![
-                            w.clone().into(),
-                            "sleepers".into(),
-                            "49".into(),
-                            format!("{secs}").into(),
-                        ];
-                        let out = tmp("out");
-                        let r = run_rusage(&mut t.command(&p, iv, &out, &cmd, false))?;
-                        cpu[k] = r.1;
-                        rss = rss.max(r.2);
-                    }
-                    per.push((cpu[1] - cpu[0]) / ((b - a) / iv) * 1e3);
-                }
-                let (m, lo, hi) = stat(per);
-                // A negative difference means start-up noise exceeded the cost.
-                let cell = if m < 0.0 {
-                    format!("below noise ({lo:.2}–{hi:.2})")
-                } else {
-                    format!("**{m:.2}** ({lo:.2}–{hi:.2})")
                 };
+                let (m, lo, hi) = stat(per[i].clone());
+                let (r, rlo, rhi) = stat(rss[i].clone());
                 say(format!(
-                    "| ~{hostn} | {iv} s | {} | {cell} | {rss:.1} |",
+                    "| ~{hostn} | {iv} s | {} | **{m:.2}** ({lo:.2}–{hi:.2}) | {r:.1} ({rlo:.1}–{rhi:.1}) |",
                     t.name()
                 ));
             }
