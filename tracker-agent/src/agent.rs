@@ -247,13 +247,8 @@ pub fn execute(plan: Plan) -> anyhow::Result<i32> {
     block_signals();
     // Cloud discovery for the local summary only (streaming runs its own); it runs
     // beside the command and never delays it.
-    let discovery = (st.discover && st.sentinel.is_none())
-        .then(|| {
-            let ep =
-                discovery::Endpoints::from_env(&|k| std::env::var_os(k)).map_err(|e| anyhow!(e))?;
-            Ok::<_, anyhow::Error>(discovery::spawn(ep))
-        })
-        .transpose()?;
+    let discovery =
+        (st.discover && st.sentinel.is_none()).then(|| discovery::spawn(st.metadata.clone()));
 
     // Engine.
     let mut backend_reason = None;
@@ -299,14 +294,12 @@ pub fn execute(plan: Plan) -> anyhow::Result<i32> {
                 host: host_info,
                 share_identity: st.share_identity,
             };
-            let ep =
-                discovery::Endpoints::from_env(&|k| std::env::var_os(k)).map_err(|e| anyhow!(e))?;
             Some(stream::Streamer::start(
                 cfg.clone(),
                 st.upload_interval,
                 csv::header() + "\n",
                 run,
-                ep,
+                st.metadata.clone(),
             )?)
         }
         None => None,

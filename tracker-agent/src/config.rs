@@ -90,6 +90,8 @@ pub struct Settings {
     pub share_identity: bool,
     /// Streaming, when `SENTINEL_API_TOKEN` is set and not empty.
     pub sentinel: Option<SentinelSettings>,
+    /// Cloud metadata services' base URLs (`TRACKER_METADATA_*_URL`).
+    pub metadata: crate::discovery::Endpoints,
     /// The config file that was read, if any.
     pub config_file: Option<PathBuf>,
 }
@@ -506,6 +508,7 @@ pub fn resolve(
             .or(cfg.tracker.share_identity)
             .unwrap_or(false);
     let sentinel = sentinel_settings(get_env)?;
+    let metadata = crate::discovery::Endpoints::from_env(get_env)?;
     Ok(Settings {
         pid,
         interval,
@@ -517,6 +520,7 @@ pub fn resolve(
         discover,
         share_identity,
         sentinel,
+        metadata,
         config_file,
     })
 }

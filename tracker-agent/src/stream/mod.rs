@@ -96,7 +96,10 @@ impl Streamer {
                         return StreamReport::default();
                     }
                 };
-                rt.block_on(run_stream(cfg, upload_interval, header, run, ep, rx))
+                let report = rt.block_on(run_stream(cfg, upload_interval, header, run, ep, rx));
+                // A DNS lookup still blocked in the pool must not hold up the exit.
+                rt.shutdown_background();
+                report
             })?;
         Ok(Streamer { tx, handle })
     }

@@ -95,7 +95,7 @@ impl Queue {
         self.open.clear();
         // Sealed batches get three quarters of the limit, the open batch the rest.
         let data = if self.mem_bytes + gz.len() > self.limit - self.limit / 4 {
-            self.to_spool(&gz)?
+            self.spool_out(&gz)?
         } else {
             self.mem_bytes += gz.len();
             Stored::Mem(gz)
@@ -109,7 +109,7 @@ impl Queue {
         Ok(())
     }
 
-    fn to_spool(&mut self, gz: &[u8]) -> io::Result<Stored> {
+    fn spool_out(&mut self, gz: &[u8]) -> io::Result<Stored> {
         let f = match &mut self.spool {
             Some(f) => f,
             None => {
