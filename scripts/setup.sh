@@ -66,4 +66,36 @@ else
   "$venv/bin/pip" install -q --disable-pip-version-check "$want_py"
   echo "$want_py" > "$venv/.installed"
 fi
+# --- moto (S3/IAM/STS server, SigV4 enforced) for the Sentinel streaming tests ---
+# tests/src/sentinel.rs starts target/moto/bin/moto_server; tests/fixtures/moto_ctl.py
+# drives it with boto3 (a dependency of moto). moto's iam/sts extras are empty in
+# 5.2.5 (pulled in for clarity); server mode needs flask and flask-cors.
+moto_venv="$repo/target/moto"
+moto_pkgs=("moto[s3,iam,sts]==5.2.5" flask flask-cors)
+want_moto="${moto_pkgs[*]}"
+if [ -x "$moto_venv/bin/moto_server" ] && [ -f "$moto_venv/.installed" ] \
+  && [ "$(cat "$moto_venv/.installed")" = "$want_moto" ] \
+  && "$moto_venv/bin/python" -c 'import moto' 2>/dev/null; then
+  :
+else
+  log "creating $moto_venv with $want_moto"
+  rm -rf "$moto_venv"
+  if ! python3 -m venv "$moto_venv"; then
+    # Debian's python3 needs python3-venv for ensurepip.
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+      log "python3 -m venv failed: installing python3-venv"
+      export DEBIAN_FRONTEND=noninteractive
+      apt-get update -qq >/dev/null || log "apt-get update failed (continuing)"
+      apt-get install -y -qq python3-venv >/dev/null
+      rm -rf "$moto_venv"
+      python3 -m venv "$moto_venv"
+    else
+      log "python3 -m venv failed and cannot apt-get install python3-venv (not root?)"
+      exit 1
+    fi
+  fi
+  "$moto_venv/bin/pip" install -q --disable-pip-version-check "${moto_pkgs[@]}"
+  "$moto_venv/bin/python" -c 'import moto.server, boto3, flask, flask_cors'
+  echo "$want_moto" > "$moto_venv/.installed"
+fi
 log "ok"

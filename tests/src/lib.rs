@@ -150,3 +150,4 @@ impl Drop for Scratch {
 }
 
 pub mod e2e;
+pub mod sentinel;
