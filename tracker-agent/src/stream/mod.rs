@@ -175,6 +175,7 @@ struct Uploader {
     client: Option<aws_sdk_s3::Client>,
     force_refresh: bool,
     uploaded: Vec<String>,
+    put_sent: bool,
     report: StreamReport,
     backoff: Duration,
     max_backoff: Duration,
@@ -330,6 +331,7 @@ impl Uploader {
             let Some(client) = self.client().await else {
                 return;
             };
+            self.put_sent = true;
             match s3::put(&client, &bucket, &key, gz).await {
                 Ok(()) => {
                     log::debug!("Sentinel: uploaded {uri} ({rows} rows)");
@@ -373,9 +375,11 @@ impl Uploader {
             self.keep();
             return;
         };
-        let inline_csv = match self.uploaded.is_empty() {
-            true => self.q.all_csv().ok().filter(|s| s.len() <= INLINE_MAX),
-            false => None,
+        // Inline only when no PUT was ever sent: one that timed out may still have
+        // landed, and then its retry must overwrite it and `finish` must list it.
+        let inline_csv = match self.put_sent {
+            false => self.q.all_csv().ok().filter(|s| s.len() <= INLINE_MAX),
+            true => None,
         };
         let inline = inline_csv.is_some();
         let status = if exit_code == 0 { "finished" } else { "failed" };
@@ -486,6 +490,7 @@ async fn run_stream(
         client: None,
         force_refresh: false,
         uploaded: Vec::new(),
+        put_sent: false,
         backoff: Duration::from_secs(1),
         max_backoff: period.clamp(Duration::from_secs(1), Duration::from_secs(60)),
         retry_at: None,

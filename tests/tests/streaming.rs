@@ -1,0 +1,692 @@
+//! Streaming to Sentinel against real parts: moto (S3 with SigV4 and STS temporary
+//! credentials) behind the mock Sentinel API and its fault-injecting S3 relay.
+//! The claim under test: the objects in the bucket decompress to CSVs whose rows are
+//! exactly the rows written locally, in order, none missing, none twice — whatever
+//! fails on the way — and the token never shows.
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, ExitStatus, Stdio},
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+use tracker_tests::{
+    e2e::{clean_env, have, is_root, require, Bg},
+    read_json,
+    sentinel::{Creds, Issue, MockSentinel, Moto, Scenario, TOKEN},
+    tracker, Scratch,
+};
+
+fn mock(sc: &Scenario) -> MockSentinel {
+    MockSentinel::start_bin(Path::new(env!("CARGO_BIN_EXE_mock-sentinel")), sc)
+}
+
+/// A URL where nothing listens.
+fn closed_url() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    format!("http://{}", l.local_addr().expect("addr"))
+}
+
+struct Streamed {
+    status: ExitStatus,
+    stderr: String,
+    /// The local CSV, as written.
+    local: String,
+    summary: Value,
+    summary_text: String,
+    dir: PathBuf,
+}
+
+impl Streamed {
+    fn rows(&self) -> Vec<String> {
+        self.local.lines().skip(1).map(str::to_string).collect()
+    }
+    fn header(&self) -> &str {
+        self.local.lines().next().unwrap_or("")
+    }
+}
+
+/// The tracker command for a streamed run: CSV into `local.csv`, summary into
+/// `summary.json`, procfs backend (streaming does not depend on it), every
+/// metadata service pointed at a closed port.
+fn command(dir: &Scratch, api: &str, s3: &str, upload: &str, cmd: &[&str]) -> Command {
+    let mut c = Command::new(tracker());
+    clean_env(&mut c);
+    let dead = closed_url();
+    c.env("SENTINEL_API_TOKEN", TOKEN)
+        .env("SENTINEL_API_URL", api)
+        .env("TRACKER_S3_ENDPOINT", s3)
+        .env("TRACKER_UPLOAD_INTERVAL", upload)
+        .env("TRACKER_HTTP_TIMEOUT", "1")
+        .env("TRACKER_SPOOL_DIR", &dir.0)
+        .env("TRACKER_METADATA_URL", &dead)
+        .env("TRACKER_METADATA_GCP_URL", &dead)
+        .env("TRACKER_METADATA_ALIBABA_URL", &dead)
+        .args(["run", "--no-ebpf", "-i", "0.2", "-f", "csv", "-o"])
+        .arg(dir.path("local.csv"))
+        .arg("--summary")
+        .arg(dir.path("summary.json"))
+        .arg("--")
+        .args(cmd)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    c
+}
+
+fn collect(dir: &Scratch, status: ExitStatus, stderr: String) -> Streamed {
+    let local = std::fs::read_to_string(dir.path("local.csv")).expect("local.csv");
+    let summary_text = std::fs::read_to_string(dir.path("summary.json")).unwrap_or_default();
+    let summary = read_json(&dir.path("summary.json"));
+    let r = Streamed {
+        status,
+        stderr,
+        local,
+        summary,
+        summary_text,
+        dir: dir.0.clone(),
+    };
+    assert!(!r.stderr.contains("panicked"), "{}", r.stderr);
+    assert!(!r.rows().is_empty(), "no local rows:\n{}", r.local);
+    r
+}
+
+fn run_streamed(dir: &Scratch, m: &MockSentinel, upload: &str, cmd: &[&str]) -> Streamed {
+    run_with(dir, command(dir, &m.api_url(), &m.s3_url(), upload, cmd))
+}
+
+fn run_with(dir: &Scratch, mut c: Command) -> Streamed {
+    let o = c.output().expect("run the tracker");
+    collect(
+        dir,
+        o.status,
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+/// The token appears in no output the tracker made.
+fn assert_no_token(r: &Streamed) {
+    for (what, text) in [
+        ("stderr", &r.stderr),
+        ("local CSV", &r.local),
+        ("summary", &r.summary_text),
+    ] {
+        assert!(
+            !text.contains(TOKEN),
+            "the token appears in the {what}:\n{text}"
+        );
+    }
+}
+
+/// Rows of the batch objects, in key order, after checking every object stands alone.
+fn bucket_rows(moto: &Moto, r: &Streamed) -> (Vec<String>, Vec<String>) {
+    let objects = moto.dump(&moto.bucket, "runs/");
+    assert!(
+        !objects.is_empty(),
+        "no object in the bucket; stderr:\n{}",
+        r.stderr
+    );
+    let mut rows = Vec::new();
+    let mut uris = Vec::new();
+    for o in &objects {
+        let text = o
+            .text
+            .as_ref()
+            .unwrap_or_else(|e| panic!("{} is not a gzip CSV: {e}", o.key));
+        let mut lines = text.lines();
+        assert_eq!(lines.next(), Some(r.header()), "{}: header line", o.key);
+        let n = rows.len();
+        rows.extend(lines.map(str::to_string));
+        assert!(rows.len() > n, "{}: an object without rows", o.key);
+        uris.push(format!("s3://{}/{}", moto.bucket, o.key));
+    }
+    (rows, uris)
+}
+
+/// The bucket holds exactly the local rows, and `finish` named exactly its objects.
+fn assert_lossless(moto: &Moto, m: &MockSentinel, r: &Streamed) -> usize {
+    let (rows, uris) = bucket_rows(moto, r);
+    let local = r.rows();
+    let puts: Vec<String> = m
+        .records_of("s3_put")
+        .iter()
+        .map(|p| format!("{} {} {}", p["path"], p["status"], p["action"]))
+        .collect();
+    assert_eq!(
+        rows.len(),
+        local.len(),
+        "bucket rows vs local rows; streaming {}; PUTs {puts:#?}; stderr:\n{}",
+        r.summary["streaming"],
+        r.stderr
+    );
+    assert_eq!(rows, local, "bucket rows differ from the local CSV");
+    let fin: Vec<Value> = m
+        .records_of("finish")
+        .into_iter()
+        .filter(|f| f["status"] == 200)
+        .collect();
+    assert_eq!(fin.len(), 1, "one accepted finish: {fin:?}");
+    let body = &fin[0]["body"];
+    assert_eq!(body["data_source"], "s3", "{body}");
+    let sent: Vec<String> = body["data_uris"]
+        .as_array()
+        .expect("data_uris")
+        .iter()
+        .map(|v| v.as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(sent, uris, "finish must list every object, in order");
+    let s = &r.summary["streaming"];
+    assert_eq!(s["finished"], true, "{s}");
+    assert_eq!(s["rows"].as_u64(), Some(local.len() as u64), "{s}");
+    assert_eq!(s["rows_uploaded"].as_u64(), Some(local.len() as u64), "{s}");
+    assert_no_token(r);
+    uris.len()
+}
+
+#[test]
+fn long_run_uploads_several_batches_that_match_the_local_csv() {
+    let Some(moto) = Moto::start("stream-long", 2) else {
+        return;
+    };
+    let m = mock(&Scenario::new(&moto));
+    let dir = Scratch::new("stream-long");
+    let mut c = command(&dir, &m.api_url(), &m.s3_url(), "1", &["sleep", "4.5"]);
+    // Debug logging too must not show the token.
+    c.env("RUST_LOG", "debug");
+    let r = run_with(&dir, c);
+    assert!(r.status.success(), "{:?}\n{}", r.status, r.stderr);
+    let n = assert_lossless(&moto, &m, &r);
+    assert!(n >= 3, "{n} batches in a 4.5 s run at 1 s");
+    let reg = &m.records_of("register")[0];
+    assert_eq!(reg["status"], 200, "{reg}");
+    assert_eq!(reg["body"]["command"], "[\"sleep\",\"4.5\"]");
+    assert!(reg["body"].get("pid").is_none());
+    assert!(
+        reg["body"].get("host_hostname").is_none(),
+        "identifying field without opt-in"
+    );
+    let fin = &m.records_of("finish")[0]["body"];
+    assert_eq!(
+        (fin["exit_code"].as_i64(), fin["run_status"].as_str()),
+        (Some(0), Some("finished"))
+    );
+    // Every request carried the token as a bearer token.
+    for rec in m
+        .records()
+        .iter()
+        .filter(|r| r["kind"] == "register" || r["kind"] == "finish")
+    {
+        assert_eq!(rec["headers"]["authorization"], format!("Bearer {TOKEN}"));
+    }
+}
+
+#[test]
+fn short_run_goes_inline() {
+    let Some(moto) = Moto::start("stream-short", 2) else {
+        return;
+    };
+    let m = mock(&Scenario::new(&moto));
+    let dir = Scratch::new("stream-short");
+    let r = run_streamed(&dir, &m, "60", &["sh", "-c", "sleep 0.5; exit 3"]);
+    assert_eq!(r.status.code(), Some(3), "{}", r.stderr);
+    assert!(
+        m.records_of("s3_put").is_empty(),
+        "a short run uploads nothing"
+    );
+    let fin = m.records_of("finish");
+    assert_eq!(fin.len(), 1, "{fin:?}");
+    let b = &fin[0]["body"];
+    assert_eq!(fin[0]["status"], 200, "{}", fin[0]);
+    assert_eq!(b["data_source"], "inline");
+    assert_eq!(b["exit_code"], 3);
+    assert_eq!(b["run_status"], "failed");
+    assert_eq!(
+        b["data_csv"].as_str(),
+        Some(r.local.as_str()),
+        "inline CSV = local CSV"
+    );
+    assert!(
+        b.get("data_uris").is_none() && b.get("run_id").is_none(),
+        "{b}"
+    );
+    assert_eq!(r.summary["streaming"]["data_source"], "inline");
+    assert_no_token(&r);
+}
+
+#[test]
+fn upload_failures_for_several_intervals_lose_nothing() {
+    let Some(moto) = Moto::start("stream-faults", 2) else {
+        return;
+    };
+    // 5xx, a dropped connection, an answer past the 1 s timeout (the PUT still
+    // lands later: the retry must overwrite it, not duplicate it), an S3 error body.
+    let sc = Scenario::new(&moto).fault(
+        "s3_put",
+        &[
+            "status:503",
+            "status:500",
+            "close",
+            "sleep:2500",
+            "status:400:InvalidArgument",
+        ],
+    );
+    let m = mock(&sc);
+    let dir = Scratch::new("stream-faults");
+    let r = run_streamed(&dir, &m, "1", &["sleep", "9"]);
+    assert!(r.status.success(), "{}", r.stderr);
+    assert_lossless(&moto, &m, &r);
+    let puts = m.records_of("s3_put");
+    let failed = puts.iter().filter(|p| p["status"] != 200).count();
+    assert!(failed >= 4, "{failed} failed PUTs: {puts:?}");
+    assert!(
+        r.summary["streaming"]["upload_failures"].as_u64() >= Some(5),
+        "{}",
+        r.summary["streaming"]
+    );
+    // One warning when the failures start, one when they end; the reasons named.
+    let warns: Vec<&str> = r
+        .stderr
+        .lines()
+        .filter(|l| l.contains("Sentinel"))
+        .collect();
+    assert!(
+        warns.len() <= 4,
+        "warnings should not repeat per failure:\n{}",
+        r.stderr
+    );
+    assert!(r.stderr.contains("503"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("working again"),
+        "recovery said: {}",
+        r.stderr
+    );
+    // Several batches waited and went up in order after the failures.
+    assert!(r.summary["streaming"]["batches_uploaded"].as_u64() >= Some(3));
+}
+
+#[test]
+fn memory_limit_spools_batches_and_they_come_back_in_order() {
+    let Some(moto) = Moto::start("stream-spool", 2) else {
+        return;
+    };
+    // S3 down for ~4 intervals with a 1.5 KB memory limit: batches pile up and
+    // must go through the spool file.
+    let m = mock(&Scenario::new(&moto).fault("s3_put", &["status:503"; 4]));
+    let dir = Scratch::new("stream-spool");
+    let mut c = command(&dir, &m.api_url(), &m.s3_url(), "1", &["sleep", "7"]);
+    c.env("TRACKER_UPLOAD_MEMORY_LIMIT", "1500");
+    let r = run_with(&dir, c);
+    assert!(r.status.success(), "{}", r.stderr);
+    assert_lossless(&moto, &m, &r);
+    let spooled = r.summary["streaming"]["spooled_batches"]
+        .as_u64()
+        .unwrap_or(0);
+    assert!(
+        spooled >= 2,
+        "spooled {spooled}: {}",
+        r.summary["streaming"]
+    );
+    // The spool file is unlinked: nothing is left in the spool directory.
+    let left: Vec<_> = std::fs::read_dir(&dir.0)
+        .expect("dir")
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("resource-tracker-")
+        })
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+#[test]
+fn s3_forbidden_until_the_credentials_are_refreshed() {
+    let Some(moto) = Moto::start("stream-403", 2) else {
+        return;
+    };
+    let mut sc = Scenario::new(&moto);
+    // The first issuance carries a wrong secret: S3 answers 403 SignatureDoesNotMatch.
+    let good = sc.credentials[0].clone();
+    sc.credentials.push(Creds {
+        secret_key: format!("{}x", good.secret_key),
+        ..good
+    });
+    let bad = sc.credentials.len() - 1;
+    let sc = sc
+        .issue(Issue::cred(bad, 3600.0))
+        .issue(Issue::cred(1, 3600.0));
+    let m = mock(&sc);
+    let dir = Scratch::new("stream-403");
+    let r = run_streamed(&dir, &m, "1", &["sleep", "3"]);
+    assert!(r.status.success(), "{}", r.stderr);
+    assert_lossless(&moto, &m, &r);
+    let recs = m.records();
+    let first_403 = recs
+        .iter()
+        .position(|x| x["kind"] == "s3_put" && x["status"] == 403)
+        .expect("a 403 from S3 with the bad credentials");
+    let refresh = recs
+        .iter()
+        .position(|x| x["kind"] == "refresh" && x["status"] == 200)
+        .expect("a refresh");
+    assert!(refresh > first_403, "refresh after the 403");
+    assert!(
+        recs[refresh..]
+            .iter()
+            .any(|x| x["kind"] == "s3_put" && x["status"] == 200),
+        "uploads succeed after the refresh"
+    );
+    assert!(recs[..refresh]
+        .iter()
+        .all(|x| x["kind"] != "s3_put" || x["status"] != 200));
+}
+
+#[test]
+fn refresh_failing_once_keeps_the_old_credentials() {
+    let Some(moto) = Moto::start("stream-refresh", 2) else {
+        return;
+    };
+    // 200 s left at registration: under the 300 s margin, so a refresh is due at
+    // once; the first one fails, the old credentials (still valid) carry on.
+    let sc = Scenario::new(&moto)
+        .issue(Issue::cred(0, 200.0))
+        .issue(Issue::cred(1, 3600.0))
+        .fault("refresh", &["status:500"]);
+    let m = mock(&sc);
+    let dir = Scratch::new("stream-refresh");
+    let r = run_streamed(&dir, &m, "1", &["sleep", "3.5"]);
+    assert!(r.status.success(), "{}", r.stderr);
+    assert_lossless(&moto, &m, &r);
+    let refreshes = m.records_of("refresh");
+    let st: Vec<&Value> = refreshes.iter().map(|x| &x["status"]).collect();
+    assert!(refreshes.len() >= 2, "{st:?}");
+    assert_eq!(refreshes[0]["status"], 500);
+    assert_eq!(refreshes[1]["status"], 200);
+    assert_eq!(
+        refreshes.len(),
+        2,
+        "no refresh once the new credentials last: {st:?}"
+    );
+    assert_eq!(r.summary["streaming"]["credential_refreshes"], 1);
+    // The upload right after the failed refresh used the first credentials.
+    let puts = m.records_of("s3_put");
+    let ak = |p: &Value| {
+        p["headers"]["authorization"]
+            .as_str()
+            .unwrap_or("")
+            .to_string()
+    };
+    assert!(
+        ak(&puts[0]).contains(&moto.credentials[0].access_key),
+        "{}",
+        puts[0]
+    );
+    assert!(ak(puts.last().expect("puts")).contains(&moto.credentials[1].access_key));
+}
+
+#[test]
+fn api_down_at_start_then_up_loses_nothing() {
+    let Some(moto) = Moto::start("stream-apidown", 2) else {
+        return;
+    };
+    let m = mock(&Scenario::new(&moto).fault("register", &["status:503", "close", "status:502"]));
+    let dir = Scratch::new("stream-apidown");
+    let r = run_streamed(&dir, &m, "1", &["sleep", "5"]);
+    assert!(r.status.success(), "{}", r.stderr);
+    assert_lossless(&moto, &m, &r);
+    let regs = m.records_of("register");
+    assert_eq!(regs.len(), 4, "three failures then success: {regs:?}");
+    let said = r
+        .stderr
+        .lines()
+        .filter(|l| l.contains("registering the run failed"))
+        .count();
+    assert_eq!(said, 1, "said once:\n{}", r.stderr);
+}
+
+#[test]
+fn api_never_reachable_keeps_everything_locally() {
+    let dir = Scratch::new("stream-noapi");
+    let api = closed_url();
+    let t0 = Instant::now();
+    let r = run_with(
+        &dir,
+        command(
+            &dir,
+            &api,
+            &closed_url(),
+            "1",
+            &["sh", "-c", "sleep 2; exit 4"],
+        ),
+    );
+    let wall = t0.elapsed();
+    assert_eq!(
+        r.status.code(),
+        Some(4),
+        "the command's exit code: {}",
+        r.stderr
+    );
+    let said = r
+        .stderr
+        .lines()
+        .filter(|l| l.contains("registering the run failed"))
+        .count();
+    assert_eq!(said, 1, "said once:\n{}", r.stderr);
+    assert!(r.stderr.contains(&api), "names the API: {}", r.stderr);
+    // What could not be sent is on disk, as standalone gzip CSVs = the local rows.
+    let kept = r.summary["streaming"]["kept_dir"]
+        .as_str()
+        .expect("kept_dir");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(kept)
+        .expect("kept dir")
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    files.sort();
+    let mut rows = Vec::new();
+    for f in &files {
+        let mut text = String::new();
+        std::io::Read::read_to_string(
+            &mut flate2::read::GzDecoder::new(std::fs::File::open(f).expect("open")),
+            &mut text,
+        )
+        .expect("gzip");
+        let mut l = text.lines();
+        assert_eq!(l.next(), Some(r.header()));
+        rows.extend(l.map(str::to_string));
+    }
+    assert_eq!(rows, r.rows(), "kept batches = local rows");
+    assert!(r.dir.exists());
+    assert_no_token(&r);
+    // Refused connections cost nothing: no waiting on timeouts at the end.
+    assert!(wall < Duration::from_secs(8), "took {wall:?}");
+}
+
+#[test]
+fn sigterm_mid_run_still_finishes() {
+    let Some(moto) = Moto::start("stream-term", 2) else {
+        return;
+    };
+    let m = mock(&Scenario::new(&moto));
+    let dir = Scratch::new("stream-term");
+    let mut c = command(&dir, &m.api_url(), &m.s3_url(), "1", &["sleep", "60"]);
+    c.stderr(Stdio::null());
+    let mut bg = Bg::spawn(&mut c, "tracker");
+    m.wait_records("s3_put", 1, Duration::from_secs(20));
+    bg.signal(libc::SIGTERM);
+    let status = bg.wait_for(Duration::from_secs(40));
+    let r = collect(&dir, status, String::new());
+    assert_eq!(r.status.code(), Some(128 + 15), "the command's exit code");
+    assert_lossless(&moto, &m, &r);
+    let fin = &m.records_of("finish")[0]["body"];
+    assert_eq!(fin["exit_code"], 143);
+    assert_eq!(fin["run_status"], "failed");
+}
+
+#[test]
+fn answers_that_make_no_sense_get_a_warning_and_the_run_goes_on() {
+    // (scenario, words the warning must contain)
+    let cases: Vec<(Scenario, &str)> = vec![
+        (
+            Scenario::offline().fault("register", &["malformed"]),
+            "not JSON",
+        ),
+        (
+            Scenario::offline().fault("register", &["missing:upload_credentials"]),
+            "upload_credentials",
+        ),
+        (
+            Scenario::offline().fault("register", &["missing:run_id"]),
+            "run_id",
+        ),
+        (
+            Scenario::offline().fault("register", &["bad_prefix"]),
+            "s3://",
+        ),
+        (
+            Scenario::offline().issue(Issue {
+                omit: vec!["session_token".into()],
+                ..Issue::default()
+            }),
+            "session_token",
+        ),
+        (
+            Scenario::offline().issue(Issue {
+                expiry_raw: Some(Value::String("soon".into())),
+                ..Issue::default()
+            }),
+            "'soon'",
+        ),
+        (
+            Scenario::offline().fault("register", &["status:422:bad metadata"]),
+            "422",
+        ),
+        // An error body that echoes the token: the warning must not repeat it.
+        (
+            Scenario::offline().fault("register", &[&format!("status:401:bad token {TOKEN}")]),
+            "401",
+        ),
+    ];
+    for (i, (sc, words)) in cases.into_iter().enumerate() {
+        let m = mock(&sc);
+        let dir = Scratch::new(&format!("stream-bad-{i}"));
+        let r = run_streamed(&dir, &m, "60", &["sh", "-c", "sleep 0.5; exit 3"]);
+        assert_eq!(r.status.code(), Some(3), "case {i}: {}", r.stderr);
+        let warn = r
+            .stderr
+            .lines()
+            .find(|l| l.contains("registering the run failed"))
+            .unwrap_or_else(|| panic!("case {i}: no warning:\n{}", r.stderr));
+        assert!(
+            warn.contains(words),
+            "case {i}: warning without '{words}': {warn}"
+        );
+        assert_no_token(&r);
+    }
+}
+
+#[test]
+fn no_token_no_connection() {
+    // Everything the tracker could contact points at one listener, which must see
+    // nothing; the same listener does see the tracker when a token is set (so the
+    // check can fail).
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.set_nonblocking(true).expect("nonblocking");
+    let url = format!("http://{}", l.local_addr().expect("addr"));
+    let dir = Scratch::new("stream-notoken");
+    let connections = |l: &std::net::TcpListener| {
+        let mut n = 0;
+        while l.accept().is_ok() {
+            n += 1;
+        }
+        n
+    };
+    for token in [None, Some("")] {
+        let mut c = command(&dir, &url, &url, "1", &["true"]);
+        c.env_remove("SENTINEL_API_TOKEN");
+        for v in [
+            "TRACKER_METADATA_URL",
+            "TRACKER_METADATA_GCP_URL",
+            "TRACKER_METADATA_ALIBABA_URL",
+        ] {
+            c.env(v, &url);
+        }
+        if let Some(t) = token {
+            c.env("SENTINEL_API_TOKEN", t);
+        }
+        let r = run_with(&dir, c);
+        assert!(r.status.success(), "{}", r.stderr);
+        assert_eq!(connections(&l), 0, "token {token:?}: a connection was made");
+        assert!(r.summary["streaming"].is_null());
+        // Only the run summary: no warning, nothing about Sentinel.
+        assert!(
+            r.stderr
+                .lines()
+                .all(|l| l.starts_with("resource-tracker: ") && !l.contains("Sentinel")),
+            "nothing to say: {}",
+            r.stderr
+        );
+    }
+    let mut c = command(&dir, &url, &url, "1", &["true"]);
+    c.env("TRACKER_HTTP_TIMEOUT", "0.3");
+    let _ = c.output();
+    assert!(
+        connections(&l) > 0,
+        "control: with a token the listener is contacted"
+    );
+}
+
+#[test]
+fn no_token_in_a_namespace_without_routes_runs_clean() {
+    if !require(is_root(), "network namespaces need root")
+        || !require(have("ip"), "iproute2 missing")
+    {
+        return;
+    }
+    let ns = format!("rt-noroute-{}", std::process::id());
+    let ok = Command::new("ip")
+        .args(["netns", "add", &ns])
+        .status()
+        .map(|s| s.success());
+    assert_eq!(ok.ok(), Some(true), "ip netns add {ns}");
+    struct Del(String);
+    impl Drop for Del {
+        fn drop(&mut self) {
+            let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+        }
+    }
+    let _del = Del(ns.clone());
+    let dir = Scratch::new("stream-netns");
+    let run = |token: Option<&str>| {
+        let mut c = Command::new("ip");
+        clean_env(&mut c);
+        c.args(["netns", "exec", &ns])
+            .arg(tracker())
+            .args(["run", "--no-ebpf", "-q", "-i", "0.2", "--summary"])
+            .arg(dir.path("summary.json"))
+            .args(["--", "true"])
+            .env("TRACKER_HTTP_TIMEOUT", "1")
+            .env("TRACKER_SPOOL_DIR", &dir.0)
+            .env("SENTINEL_API_URL", "http://192.0.2.1:8080");
+        if let Some(t) = token {
+            c.env("SENTINEL_API_TOKEN", t);
+        }
+        let t0 = Instant::now();
+        let o = c.output().expect("ip netns exec");
+        (
+            o.status,
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+            t0.elapsed(),
+        )
+    };
+    let (st, err, wall) = run(None);
+    assert!(st.success(), "{err}");
+    assert!(err.trim().is_empty(), "no error without a token: {err}");
+    // Nothing waited on the network: well under one request timeout.
+    assert!(wall < Duration::from_millis(900), "took {wall:?}");
+    // Control: with a token the same run does try, fails, and says so.
+    let (st, err, _) = run(Some(TOKEN));
+    assert!(st.success(), "{err}");
+    assert!(err.contains("registering the run failed"), "{err}");
+    assert!(!err.contains(TOKEN));
+}
