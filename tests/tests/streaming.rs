@@ -227,7 +227,15 @@ fn short_run_goes_inline() {
     };
     let m = mock(&Scenario::new(&moto));
     let dir = Scratch::new("stream-short");
-    let r = run_streamed(&dir, &m, "60", &["sh", "-c", "sleep 0.5; exit 3"]);
+    let mut c = command(
+        &dir,
+        &m.api_url(),
+        &m.s3_url(),
+        "60",
+        &["sh", "-c", "sleep 0.5; exit 3"],
+    );
+    c.env("TRACKER_SHARE_IDENTITY", "1");
+    let r = run_with(&dir, c);
     assert_eq!(r.status.code(), Some(3), "{}", r.stderr);
     assert!(
         m.records_of("s3_put").is_empty(),
@@ -251,6 +259,14 @@ fn short_run_goes_inline() {
     );
     assert_eq!(r.summary["streaming"]["data_source"], "inline");
     assert_no_token(&r);
+    // Opted in: the identifying fields are there.
+    let reg = &m.records_of("register")[0]["body"];
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").expect("hostname");
+    assert_eq!(reg["host_hostname"].as_str(), Some(host.trim()), "{reg}");
+    assert!(
+        reg["host_id"].as_str().is_some_and(|s| !s.is_empty()),
+        "{reg}"
+    );
 }
 
 #[test]
