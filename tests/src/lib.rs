@@ -128,12 +128,15 @@ pub fn read_jsonl(path: &Path) -> Vec<serde_json::Value> {
         .collect()
 }
 
-/// A scratch directory removed on drop.
+static SCRATCH_SEQ: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// A scratch directory removed on drop; unique per call.
 pub struct Scratch(pub PathBuf);
 
 impl Scratch {
     pub fn new(tag: &str) -> Scratch {
-        let d = std::env::temp_dir().join(format!("rt-test-{tag}-{}", std::process::id()));
+        let n = SCRATCH_SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let d = std::env::temp_dir().join(format!("rt-test-{tag}-{}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).expect("scratch dir");
         Scratch(d)
@@ -147,6 +150,17 @@ impl Drop for Scratch {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
+}
+
+/// A free port on 127.0.0.1 (bound, then released).
+pub fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    l.local_addr().expect("local_addr").port()
+}
+
+/// A URL where nothing listens.
+pub fn closed_url() -> String {
+    format!("http://127.0.0.1:{}", free_port())
 }
 
 pub mod e2e;

@@ -50,13 +50,15 @@ use std::{
     net::TcpStream,
     path::{Path, PathBuf},
     process::{Command, Stdio},
-    sync::atomic::{AtomicUsize, Ordering},
     time::{Duration, Instant},
 };
 
 use serde_json::{json, Value};
 
-use crate::e2e::{require, Bg};
+use crate::{
+    e2e::{require, Bg},
+    free_port, Scratch,
+};
 
 /// The workspace root (the tests crate's parent).
 pub fn repo_root() -> PathBuf {
@@ -105,30 +107,6 @@ pub fn mock_sentinel_bin() -> PathBuf {
         p.display()
     );
     p
-}
-
-static SEQ: AtomicUsize = AtomicUsize::new(0);
-
-/// A fresh directory under the temp dir, removed on drop.
-pub struct TempDir(pub PathBuf);
-
-impl TempDir {
-    pub fn new(tag: &str) -> TempDir {
-        let n = SEQ.fetch_add(1, Ordering::Relaxed);
-        let d = std::env::temp_dir().join(format!("rt-{tag}-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap_or_else(|e| panic!("{}: {e}", d.display()));
-        TempDir(d)
-    }
-    pub fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 /// Temporary credentials from moto's STS AssumeRole (role "uploader": PutObject,
@@ -266,7 +244,7 @@ pub struct Moto {
     pub admin: AdminKeys,
     /// `count` sets of temporary credentials from STS AssumeRole, distinct.
     pub credentials: Vec<Creds>,
-    dir: TempDir,
+    dir: Scratch,
 }
 
 impl Moto {
@@ -287,7 +265,7 @@ impl Moto {
         let k = k
             .as_u64()
             .unwrap_or_else(|| panic!("setup-actions said {k}"));
-        let dir = TempDir::new("moto");
+        let dir = Scratch::new("moto");
         let mut last = String::new();
         // A free port is picked and released before moto binds it: retry on a race.
         for attempt in 0..3 {
@@ -504,7 +482,7 @@ impl Moto {
     }
 }
 
-fn read_logs(dir: &TempDir) -> String {
+fn read_logs(dir: &Scratch) -> String {
     let mut names: Vec<PathBuf> = std::fs::read_dir(&dir.0)
         .map(|d| d.flatten().map(|e| e.path()).collect())
         .unwrap_or_default();
@@ -515,12 +493,6 @@ fn read_logs(dir: &TempDir) -> String {
         .map(|p| std::fs::read_to_string(p).unwrap_or_default())
         .collect::<Vec<_>>()
         .join("\n")
-}
-
-/// A TCP port free on 127.0.0.1 a moment ago.
-pub fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-    l.local_addr().expect("local_addr").port()
 }
 
 fn wait_listening(bg: &mut Bg, port: u16, limit: Duration) -> Result<(), String> {
@@ -717,7 +689,7 @@ pub struct MockSentinel {
     s3: String,
     record: PathBuf,
     pub scenario: Scenario,
-    dir: TempDir,
+    dir: Scratch,
 }
 
 impl MockSentinel {
@@ -728,7 +700,7 @@ impl MockSentinel {
 
     /// Starts the mock binary at `bin` (e.g. `env!("CARGO_BIN_EXE_mock-sentinel")`).
     pub fn start_bin(bin: &Path, sc: &Scenario) -> MockSentinel {
-        let dir = TempDir::new("mock-sentinel");
+        let dir = Scratch::new("mock-sentinel");
         let (api_f, s3_f, record) = (
             dir.path("api.addr"),
             dir.path("s3.addr"),

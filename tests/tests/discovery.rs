@@ -12,6 +12,7 @@ use std::{
 
 use serde_json::{json, Value};
 use tracker_tests::{
+    closed_url,
     e2e::{clean_env, unix_now, Bg},
     read_json, run, tracker, Scratch,
 };
@@ -71,12 +72,6 @@ impl Fake {
             .map(str::to_string)
             .collect()
     }
-}
-
-/// A URL where nothing listens: a port that was bound and released.
-fn closed_url() -> String {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    format!("http://{}", l.local_addr().expect("local addr"))
 }
 
 /// Which endpoint variable a vendor's service is found at.

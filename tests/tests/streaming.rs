@@ -12,6 +12,7 @@ use std::{
 
 use serde_json::Value;
 use tracker_tests::{
+    closed_url,
     e2e::{clean_env, have, is_root, require, Bg},
     read_json,
     sentinel::{Creds, Issue, MockSentinel, Moto, Scenario, TOKEN},
@@ -20,12 +21,6 @@ use tracker_tests::{
 
 fn mock(sc: &Scenario) -> MockSentinel {
     MockSentinel::start_bin(Path::new(env!("CARGO_BIN_EXE_mock-sentinel")), sc)
-}
-
-/// A URL where nothing listens.
-fn closed_url() -> String {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    format!("http://{}", l.local_addr().expect("addr"))
 }
 
 struct Streamed {

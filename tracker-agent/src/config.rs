@@ -308,17 +308,35 @@ fn env_bool(
     }
 }
 
-/// An http(s) base URL without its trailing slashes.
-fn base_url(origin: &str, v: &str) -> Result<String, String> {
-    let v = v.trim();
-    let rest = v
-        .strip_prefix("https://")
-        .or_else(|| v.strip_prefix("http://"))
-        .ok_or_else(|| format!("{origin}: '{v}' is not an http:// or https:// URL"))?;
-    if rest.trim_end_matches('/').is_empty() || rest.contains(char::is_whitespace) {
-        return Err(format!("{origin}: '{v}' has no host"));
+/// An http(s) base URL (a path prefix is allowed) without its trailing slashes.
+pub fn base_url(s: &str) -> Result<String, &'static str> {
+    let s = s.trim();
+    let lower = s.to_ascii_lowercase();
+    let Some(scheme_len) = ["http://", "https://"]
+        .iter()
+        .find(|p| lower.starts_with(*p))
+        .map(|p| p.len())
+    else {
+        return Err("is not an http:// or https:// URL");
+    };
+    if s.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err("contains spaces or control characters");
     }
-    Ok(v.trim_end_matches('/').to_string())
+    if s[scheme_len..].is_empty() || s[scheme_len..].starts_with('/') {
+        return Err("has no host");
+    }
+    let url = reqwest::Url::parse(s).map_err(|_| "is not a valid URL")?;
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err("has no host");
+    }
+    if url.query().is_some() || url.fragment().is_some() {
+        return Err("must not have a query or fragment");
+    }
+    Ok(s.trim_end_matches('/').to_string())
+}
+
+fn url_setting(var: &str, v: &str) -> Result<String, String> {
+    base_url(v).map_err(|why| format!("environment variable {var}: '{}' {why}", v.escape_debug()))
 }
 
 fn sentinel_settings(
@@ -341,13 +359,11 @@ fn sentinel_settings(
         );
     }
     let api_url = match env_var(get_env, "SENTINEL_API_URL")? {
-        Some(u) if !u.trim().is_empty() => base_url("environment variable SENTINEL_API_URL", &u)?,
+        Some(u) if !u.trim().is_empty() => url_setting("SENTINEL_API_URL", &u)?,
         _ => DEFAULT_API_URL.to_string(),
     };
     let s3_endpoint = match env_var(get_env, "TRACKER_S3_ENDPOINT")? {
-        Some(u) if !u.trim().is_empty() => {
-            Some(base_url("environment variable TRACKER_S3_ENDPOINT", &u)?)
-        }
+        Some(u) if !u.trim().is_empty() => Some(url_setting("TRACKER_S3_ENDPOINT", &u)?),
         _ => None,
     };
     let memory_limit = match env_var(get_env, "TRACKER_UPLOAD_MEMORY_LIMIT")? {
@@ -697,5 +713,98 @@ mod tests {
                 .map(|(k, v)| (k.as_str(), v.as_str()))
                 .collect()
         }
+    }
+
+    #[test]
+    fn sentinel_settings_from_the_environment() {
+        let with = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| OsString::from(*v))
+            }
+        };
+        let o = opts(&["--", "true"]);
+        // No token, or an empty one: off, and the other variables are not even read.
+        let st = resolve(&o, &with(&[("SENTINEL_API_URL", "nonsense")])).unwrap();
+        assert!(st.sentinel.is_none());
+        let st = resolve(&o, &with(&[("SENTINEL_API_TOKEN", " ")])).unwrap();
+        assert!(st.sentinel.is_none());
+        let st = resolve(
+            &o,
+            &with(&[
+                ("SENTINEL_API_TOKEN", "tok"),
+                ("SENTINEL_API_URL", "http://127.0.0.1:9/api/"),
+                ("TRACKER_HTTP_TIMEOUT", "2.5"),
+            ]),
+        )
+        .unwrap();
+        let sc = st.sentinel.unwrap();
+        assert_eq!(sc.api_url, "http://127.0.0.1:9/api");
+        assert_eq!(sc.timeout, std::time::Duration::from_millis(2500));
+        assert!(!format!("{sc:?}").contains("tok\""), "{sc:?}");
+        for (pairs, needle) in [
+            (
+                &[("SENTINEL_API_TOKEN", "t"), ("SENTINEL_API_URL", "ftp://x")][..],
+                "SENTINEL_API_URL",
+            ),
+            (
+                &[
+                    ("SENTINEL_API_TOKEN", "t"),
+                    ("TRACKER_S3_ENDPOINT", "http://"),
+                ][..],
+                "TRACKER_S3_ENDPOINT",
+            ),
+            (
+                &[("SENTINEL_API_TOKEN", "t"), ("TRACKER_HTTP_TIMEOUT", "-1")][..],
+                "TRACKER_HTTP_TIMEOUT",
+            ),
+            (
+                &[
+                    ("SENTINEL_API_TOKEN", "t"),
+                    ("TRACKER_UPLOAD_MEMORY_LIMIT", "lots"),
+                ][..],
+                "TRACKER_UPLOAD_MEMORY_LIMIT",
+            ),
+            (
+                &[("TRACKER_SHARE_IDENTITY", "maybe")][..],
+                "TRACKER_SHARE_IDENTITY",
+            ),
+            (
+                &[("TRACKER_METADATA_URL", "169.254.169.254")][..],
+                "TRACKER_METADATA_URL",
+            ),
+        ] {
+            let pairs: Vec<(String, String)> = pairs
+                .iter()
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+                .collect();
+            let env = |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| n == k)
+                    .map(|(_, v)| OsString::from(v))
+            };
+            let e = resolve(&o, &env).unwrap_err();
+            assert!(e.contains(needle) && !e.contains('\n'), "{e}");
+        }
+        // A token with a space is refused without being echoed.
+        let e = resolve(&o, &with(&[("SENTINEL_API_TOKEN", "sec ret")])).unwrap_err();
+        assert!(
+            e.contains("SENTINEL_API_TOKEN") && !e.contains("sec ret"),
+            "{e}"
+        );
+        // Opt-ins: flag, variable, file.
+        assert!(
+            resolve(&opts(&["--share-identity", "--", "true"]), &|_| None)
+                .unwrap()
+                .share_identity
+        );
+        assert!(
+            resolve(&o, &with(&[("TRACKER_DISCOVER", "yes")]))
+                .unwrap()
+                .discover
+        );
     }
 }

@@ -58,7 +58,7 @@ impl Endpoints {
             Some(v) => match v.to_str() {
                 None => Err(format!("environment variable {var}: not valid UTF-8")),
                 Some(s) if s.trim().is_empty() => Ok(default.to_string()),
-                Some(s) => base_url(s).map_err(|why| {
+                Some(s) => crate::config::base_url(s).map_err(|why| {
                     format!("environment variable {var}: '{}' {why}", s.escape_debug())
                 }),
             },
@@ -69,33 +69,6 @@ impl Endpoints {
             alibaba: alibaba?,
         })
     }
-}
-
-/// An http(s) base URL (a path prefix is allowed) without its trailing slashes.
-fn base_url(s: &str) -> Result<String, &'static str> {
-    let s = s.trim();
-    let lower = s.to_ascii_lowercase();
-    let Some(scheme_len) = ["http://", "https://"]
-        .iter()
-        .find(|p| lower.starts_with(*p))
-        .map(|p| p.len())
-    else {
-        return Err("is not an http:// or https:// URL");
-    };
-    if s.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err("contains spaces or control characters");
-    }
-    if s[scheme_len..].is_empty() || s[scheme_len..].starts_with('/') {
-        return Err("has no host");
-    }
-    let url = reqwest::Url::parse(s).map_err(|_| "is not a valid URL")?;
-    if url.host_str().is_none_or(str::is_empty) {
-        return Err("has no host");
-    }
-    if url.query().is_some() || url.fragment().is_some() {
-        return Err("must not have a query or fragment");
-    }
-    Ok(s.trim_end_matches('/').to_string())
 }
 
 /// Probes every vendor in parallel, each request bounded by `timeout`. When more
