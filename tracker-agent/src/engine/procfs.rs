@@ -48,6 +48,8 @@ pub struct ProcfsEngine {
     buf: String,
     /// Live (non-zombie) members at the last reading.
     live: Vec<u32>,
+    /// Walk the tree through `children` files instead of scanning all of /proc.
+    children_files: bool,
 }
 
 /// Reads all processes of the host: pid → stat.
@@ -85,6 +87,46 @@ fn walk(from: &[u32], kids: &HashMap<u32, Vec<u32>>, into: &mut HashSet<u32>) {
             }
         }
     }
+}
+
+/// Children of `pid` from every thread's `/proc/PID/task/TID/children`.
+fn children_of(pid: u32, buf: &mut String, out: &mut Vec<u32>) {
+    let Ok(d) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return;
+    };
+    for t in d.flatten() {
+        let path = t.path().join("children");
+        if procread::read_into(&path.to_string_lossy(), buf).is_some() {
+            out.extend(buf.split_whitespace().filter_map(|x| x.parse::<u32>().ok()));
+        }
+    }
+}
+
+/// The processes under `roots` (roots included), reading only those: pid → stat.
+/// Costs O(tree) instead of a scan of every process of the host.
+fn tree_from(roots: &[u32], buf: &mut String) -> HashMap<u32, procread::Stat> {
+    let mut out = HashMap::new();
+    let mut stack = roots.to_vec();
+    let mut kids = Vec::new();
+    while let Some(p) = stack.pop() {
+        if out.contains_key(&p) {
+            continue;
+        }
+        let Some(st) = procread::stat(p, buf) else {
+            continue;
+        };
+        out.insert(p, st);
+        kids.clear();
+        children_of(p, buf, &mut kids);
+        stack.extend(kids.iter().copied());
+    }
+    out
+}
+
+/// Whether this kernel has `/proc/PID/task/TID/children` (CONFIG_PROC_CHILDREN).
+fn have_children_files() -> bool {
+    let me = std::process::id();
+    std::path::Path::new(&format!("/proc/{me}/task/{me}/children")).exists()
 }
 
 /// The processes of the tree under `root` (root included) with their threads.
@@ -128,6 +170,7 @@ impl ProcfsEngine {
             page: procread::page_size(),
             buf: String::new(),
             live: Vec::new(),
+            children_files: have_children_files(),
         }
     }
 
@@ -143,11 +186,28 @@ impl ProcfsEngine {
         self.live.iter().copied()
     }
 
-    pub fn read(&mut self, opts: ReadOpts) -> anyhow::Result<TreeTotals> {
+    /// The tree now: every process read (pid → stat) and the members among them.
+    /// Roots: the root, known members that are still the same process (orphans keep
+    /// membership) and the tracker's other children when it is the subreaper.
+    fn find_tree(&mut self) -> (HashMap<u32, procread::Stat>, HashSet<u32>) {
+        if self.children_files {
+            let mut roots = vec![self.root];
+            for (&pid, m) in &self.members {
+                if procread::stat(pid, &mut self.buf).is_some_and(|st| st.starttime == m.starttime)
+                {
+                    roots.push(pid);
+                }
+            }
+            if let Some(me) = self.reaper {
+                children_of(me, &mut self.buf, &mut roots);
+            }
+            let all = tree_from(&roots, &mut self.buf);
+            let set = all.keys().copied().collect();
+            return (all, set);
+        }
         let all = scan();
         let kids = children_index(&all);
         let mut roots: Vec<u32> = vec![self.root];
-        // Known members that are still the same process (orphans keep membership).
         roots.extend(
             self.members
                 .iter()
@@ -162,6 +222,11 @@ impl ProcfsEngine {
         roots.retain(|p| all.contains_key(p));
         let mut set = HashSet::new();
         walk(&roots, &kids, &mut set);
+        (all, set)
+    }
+
+    pub fn read(&mut self, opts: ReadOpts) -> anyhow::Result<TreeTotals> {
+        let (all, set) = self.find_tree();
 
         // Members that vanished since the last poll.
         let gone: Vec<(u32, Member)> = self
@@ -169,6 +234,13 @@ impl ProcfsEngine {
             .iter()
             .filter(|(pid, m)| all.get(pid).is_none_or(|st| st.starttime != m.starttime))
             .map(|(&p, &m)| (p, m))
+            .collect();
+        // Vanished members the tracker reaped itself: their exact rusage already holds
+        // every child they waited for, including children that vanished with them.
+        let gone_reaped: HashSet<u32> = gone
+            .iter()
+            .map(|(p, _)| *p)
+            .filter(|p| self.reaped.contains_key(p))
             .collect();
         for (pid, m) in gone {
             self.members.remove(&pid);
@@ -180,8 +252,9 @@ impl ProcfsEngine {
                 self.kept_sys += sys;
                 self.kept_read += m.read;
                 self.kept_write += m.write;
-            } else if set.contains(&m.ppid) {
-                // Reaped by a live member: now inside its cutime/cstime.
+            } else if set.contains(&m.ppid) || gone_reaped.contains(&m.ppid) {
+                // Reaped by a live member (now inside its cutime/cstime), or by a
+                // member whose exact rusage the tracker holds.
             } else {
                 self.kept_cpu += m.cpu();
                 self.kept_user += m.user_ns;
