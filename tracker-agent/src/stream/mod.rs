@@ -182,14 +182,19 @@ struct Uploader {
     retry_at: Option<tokio::time::Instant>,
     /// Consecutive failures of the current episode (0: all well).
     failing: u64,
+    /// The reason last warned about in this episode.
+    warned: Option<String>,
     told_unregistered: bool,
 }
 
 impl Uploader {
+    /// A failure: warned once per distinct reason within an episode (a retry that
+    /// fails the same way again is logged at debug), then a retry is scheduled.
     fn fail(&mut self, what: &str, e: &str) {
         let e = self.api.redact(e);
-        if self.failing == 0 {
+        if self.failing == 0 || self.warned.as_deref() != Some(e.as_str()) {
             log::warn!("Sentinel: {what}: {e}; the data is kept and retried");
+            self.warned = Some(e.clone());
         } else {
             log::debug!("Sentinel: {what} (failure {}): {e}", self.failing + 1);
         }
@@ -207,6 +212,7 @@ impl Uploader {
             );
         }
         self.failing = 0;
+        self.warned = None;
         self.backoff = Duration::from_secs(1);
         self.retry_at = None;
     }
@@ -495,6 +501,7 @@ async fn run_stream(
         max_backoff: period.clamp(Duration::from_secs(1), Duration::from_secs(60)),
         retry_at: None,
         failing: 0,
+        warned: None,
         told_unregistered: false,
     };
     u.register().await;
