@@ -524,7 +524,8 @@ fn rss_mib(pids: &[i32]) -> f64 {
     kib as f64 / 1024.0
 }
 
-/// (CPU ms per sample, RSS MiB) of `t` tracking 50 idle processes, in steady state.
+/// (CPU ms per sample, rows the tool wrote, RSS MiB) of `t` tracking 50 idle
+/// processes, in steady state.
 fn steady_cost(
     p: &Peers,
     t: Tool,
@@ -532,7 +533,7 @@ fn steady_cost(
     iv: f64,
     warm: f64,
     win: f64,
-) -> anyhow::Result<(f64, f64)> {
+) -> anyhow::Result<(f64, usize, f64)> {
     let cmd: Vec<OsString> = vec![
         w.to_path_buf().into(),
         "sleepers".into(),
@@ -566,7 +567,21 @@ fn steady_cost(
             pids_b.len()
         );
     }
-    Ok((b.saturating_sub(a) as f64 / 1e6 / (win / iv), mib))
+    // Rows of output, to tell a tool that samples from one that reports only at exit
+    // (pidstat -e … -T CHILD ignores its interval).
+    let rows = std::fs::read_to_string(&out)
+        .map(|t| {
+            t.lines()
+                .filter(|l| !l.trim().is_empty() && !l.starts_with('#') && !l.starts_with('{'))
+                .count()
+        })
+        .unwrap_or(usize::MAX);
+    let rows = if t == Tool::Pidstat {
+        rows.saturating_sub(1)
+    } else {
+        usize::MAX
+    };
+    Ok((b.saturating_sub(a) as f64 / 1e6 / (win / iv), rows, mib))
 }
 
 fn elapsed_of(stdout: &str) -> anyhow::Result<f64> {
@@ -848,12 +863,12 @@ pub fn run(dir: &Path, quick: bool) -> anyhow::Result<String> {
                 .copied()
                 .filter(|t| iv >= t.min_interval())
                 .collect();
-            let mut per: Vec<Vec<f64>> = vec![vec![]; active.len()];
+            let mut per: Vec<Vec<(f64, usize)>> = vec![vec![]; active.len()];
             let mut rss: Vec<Vec<f64>> = vec![vec![]; active.len()];
             for _ in 0..reps {
                 for (i, &t) in active.iter().enumerate() {
-                    let (ms, mib) = steady_cost(&p, t, &w, iv, warm, win)?;
-                    per[i].push(ms);
+                    let (ms, rows, mib) = steady_cost(&p, t, &w, iv, warm, win)?;
+                    per[i].push((ms, rows));
                     rss[i].push(mib);
                 }
             }
@@ -865,10 +880,16 @@ pub fn run(dir: &Path, quick: bool) -> anyhow::Result<String> {
                     ));
                     continue;
                 };
-                let (m, lo, hi) = stat(per[i].clone());
+                let (m, lo, hi) = stat(per[i].iter().map(|x| x.0).collect());
                 let (r, rlo, rhi) = stat(rss[i].clone());
+                // A tool that wrote no row inside the window took no samples there.
+                let cell = if per[i].iter().all(|x| x.1 <= 1) {
+                    format!("no samples taken ({m:.3} ms per interval; it reports once at exit)")
+                } else {
+                    format!("**{m:.2}** ({lo:.2}–{hi:.2})")
+                };
                 say(format!(
-                    "| ~{hostn} | {iv} s | {} | **{m:.2}** ({lo:.2}–{hi:.2}) | {r:.1} ({rlo:.1}–{rhi:.1}) |",
+                    "| ~{hostn} | {iv} s | {} | {cell} | {r:.1} ({rlo:.1}–{rhi:.1}) |",
                     t.name()
                 ));
             }
