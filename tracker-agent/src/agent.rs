@@ -280,10 +280,16 @@ pub fn execute(plan: Plan) -> anyhow::Result<i32> {
     let mut gpus = GpuCollector::new(&Roots::default());
     // Baseline of the host counters: the first sample, one interval on, has rates.
     let mut host = SystemCollector::new(Roots::default());
+    let host_facts = |host: &SystemCollector, gpus: &GpuCollector| {
+        let mut h = host.host_info();
+        gpus.host_fields(&mut h);
+        h
+    };
+    // Read at start only when streaming registers with them; the summary reuses them.
+    let mut host_info = None;
     let streamer = match &st.sentinel {
         Some(cfg) => {
-            let mut host_info = host.host_info();
-            gpus.host_fields(&mut host_info);
+            let info = host_info.insert(host_facts(&host, &gpus)).clone();
             let run = stream::RunInfo {
                 meta: st.meta.clone(),
                 command: plan
@@ -291,7 +297,7 @@ pub fn execute(plan: Plan) -> anyhow::Result<i32> {
                     .iter()
                     .map(|c| c.to_string_lossy().into_owned())
                     .collect(),
-                host: host_info,
+                host: info,
                 share_identity: st.share_identity,
             };
             Some(stream::Streamer::start(
@@ -502,13 +508,12 @@ pub fn execute(plan: Plan) -> anyhow::Result<i32> {
         top,
     );
     summary.job = st.meta.clone();
-    summary.host = host.host_info();
+    summary.host = host_info.unwrap_or_else(|| host_facts(&host, &gpus));
     summary.cloud = discovery.and_then(|d| d.join().ok().flatten());
     if let Some(r) = streamed {
         summary.cloud = r.cloud.clone();
         summary.streaming = Some(r);
     }
-    gpus.host_fields(&mut summary.host);
     if let Some(Engine::Ebpf(e)) = &engine {
         summary.ebpf_load_ms = Some(e.load_ms);
         if e.stats_enabled() {

@@ -198,6 +198,11 @@ impl Uploader {
         } else {
             log::debug!("Sentinel: {what} (failure {}): {e}", self.failing + 1);
         }
+        self.schedule_retry(what, e);
+    }
+
+    /// Counts the failure, keeps its reason and schedules the next try with backoff.
+    fn schedule_retry(&mut self, what: &str, e: String) {
         self.failing += 1;
         self.report.last_error = Some(format!("{what}: {e}"));
         self.retry_at = Some(tokio::time::Instant::now() + self.backoff);
@@ -238,21 +243,21 @@ impl Uploader {
                 self.client = None;
                 true
             }
+            Err(e) if !self.told_unregistered => {
+                // The first time, say what it means for the run; retries that fail
+                // the same way are then quiet (see `fail`).
+                self.told_unregistered = true;
+                let e = self.api.redact(&e.to_string());
+                log::warn!(
+                    "Sentinel API {}: registering the run failed: {e}; the run goes on locally and registration is retried",
+                    self.cfg.api_url
+                );
+                self.warned = Some(e.clone());
+                self.schedule_retry("registering the run", e);
+                false
+            }
             Err(e) => {
-                if !self.told_unregistered {
-                    self.told_unregistered = true;
-                    log::warn!(
-                        "Sentinel API {}: registering the run failed: {}; the run goes on locally and registration is retried",
-                        self.cfg.api_url,
-                        self.api.redact(&e.to_string())
-                    );
-                    self.failing += 1;
-                    self.report.last_error = Some(format!("register: {e}"));
-                    self.retry_at = Some(tokio::time::Instant::now() + self.backoff);
-                    self.backoff = (self.backoff * 2).min(self.max_backoff);
-                } else {
-                    self.fail("registering the run", &e.to_string());
-                }
+                self.fail("registering the run", &e.to_string());
                 false
             }
         }
