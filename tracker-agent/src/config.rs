@@ -379,14 +379,7 @@ fn sentinel_settings(
         _ => std::env::temp_dir(),
     };
     let timeout = match env_var(get_env, "TRACKER_HTTP_TIMEOUT")? {
-        Some(v) if !v.trim().is_empty() => {
-            let n: f64 = v.trim().parse().map_err(|_| {
-                format!(
-                    "environment variable TRACKER_HTTP_TIMEOUT: '{v}' is not a number of seconds"
-                )
-            })?;
-            positive_secs("environment variable TRACKER_HTTP_TIMEOUT", n, 0.1)?
-        }
+        Some(v) if !v.trim().is_empty() => env_secs("TRACKER_HTTP_TIMEOUT", &v, 0.1)?,
         _ => 30.0,
     };
     Ok(Some(SentinelSettings {
@@ -397,6 +390,15 @@ fn sentinel_settings(
         memory_limit,
         spool_dir,
     }))
+}
+
+/// Seconds from the environment variable `var` (value `v`), at least `min`.
+fn env_secs(var: &str, v: &str, min: f64) -> Result<f64, String> {
+    let n: f64 = v
+        .trim()
+        .parse()
+        .map_err(|_| format!("environment variable {var}: '{v}' is not a number of seconds"))?;
+    positive_secs(&format!("environment variable {var}"), n, min)
 }
 
 fn positive_secs(origin: &str, v: f64, min: f64) -> Result<f64, String> {
@@ -502,12 +504,7 @@ pub fn resolve(
         env_var(get_env, "TRACKER_UPLOAD_INTERVAL")?,
         cfg.tracker.upload_interval_secs,
     ) {
-        (Some(s), _) => {
-            let v: f64 = s.trim().parse().map_err(|_| {
-                format!("environment variable TRACKER_UPLOAD_INTERVAL: '{s}' is not a number of seconds")
-            })?;
-            positive_secs("environment variable TRACKER_UPLOAD_INTERVAL", v, 1.0)?
-        }
+        (Some(s), _) => env_secs("TRACKER_UPLOAD_INTERVAL", &s, 1.0)?,
         (None, Some(v)) => positive_secs(
             &format!("config file {cname}: [tracker] upload_interval_secs"),
             v,
