@@ -100,6 +100,29 @@ impl Bg {
         unsafe { libc::kill(self.pid(), sig) };
     }
 
+    /// Waits (up to 10 s) until the test server this child is writes its
+    /// `HOST:PORT` into `file`; `Err(status)` when it exits first.
+    pub fn wait_addr_file(&mut self, file: &Path) -> Result<String, std::process::ExitStatus> {
+        let t0 = Instant::now();
+        loop {
+            if let Ok(a) = std::fs::read_to_string(file) {
+                if a.contains(':') {
+                    return Ok(a.trim().to_string());
+                }
+            }
+            if let Some(st) = self.child.try_wait().expect("try_wait") {
+                return Err(st);
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "{} did not write {}",
+                self.what,
+                file.display()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// Waits up to `limit`; panics (after the kill in drop) when it does not end.
     pub fn wait_for(&mut self, limit: Duration) -> std::process::ExitStatus {
         let t0 = Instant::now();

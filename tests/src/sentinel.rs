@@ -376,20 +376,11 @@ impl Moto {
             .collect()
     }
 
-    /// PUTs `body` (gzip-compressed when `gzip`, then with Content-Encoding gzip and
-    /// Content-Type text/csv) to each key of this moto's bucket through `endpoint`
-    /// (moto itself or a proxy), with one client, so several keys share a connection.
-    pub fn put(
-        &self,
-        endpoint: &str,
-        keys: &[&str],
-        creds: &Creds,
-        body: &str,
-        gzip: bool,
-        mode: PutMode,
-    ) -> Vec<PutResult> {
-        let mut args = vec![
-            "put",
+    /// `moto_ctl.py CMD` arguments for a request to this moto's bucket through
+    /// `endpoint`, signed with `creds`.
+    fn ctl_args<'a>(&'a self, cmd: &'a str, endpoint: &'a str, creds: &'a Creds) -> Vec<&'a str> {
+        vec![
+            cmd,
             "--endpoint",
             endpoint,
             "--bucket",
@@ -402,11 +393,23 @@ impl Moto {
             &creds.session_token,
             "--region",
             &self.region,
-            "--body",
-            body,
-            "--mode",
-            mode.arg(),
-        ];
+        ]
+    }
+
+    /// PUTs `body` (gzip-compressed when `gzip`, then with Content-Encoding gzip and
+    /// Content-Type text/csv) to each key of this moto's bucket through `endpoint`
+    /// (moto itself or a proxy), with one client, so several keys share a connection.
+    pub fn put(
+        &self,
+        endpoint: &str,
+        keys: &[&str],
+        creds: &Creds,
+        body: &str,
+        gzip: bool,
+        mode: PutMode,
+    ) -> Vec<PutResult> {
+        let mut args = self.ctl_args("put", endpoint, creds);
+        args.extend(["--body", body, "--mode", mode.arg()]);
         if gzip {
             args.push("--gzip");
         }
@@ -431,22 +434,8 @@ impl Moto {
     /// HEAD on this moto's bucket through `endpoint` with `creds`: (status, the
     /// `x-amz-bucket-region` header). moto sends the header only with a 200.
     pub fn head_bucket(&self, endpoint: &str, creds: &Creds) -> (Option<u16>, Option<String>) {
-        let v = moto_ctl(&[
-            "head-bucket",
-            "--endpoint",
-            endpoint,
-            "--bucket",
-            &self.bucket,
-            "--access-key",
-            &creds.access_key,
-            "--secret-key",
-            &creds.secret_key,
-            "--session-token",
-            &creds.session_token,
-            "--region",
-            &self.region,
-        ])
-        .unwrap_or_else(|e| panic!("{e}"));
+        let v = moto_ctl(&self.ctl_args("head-bucket", endpoint, creds))
+            .unwrap_or_else(|e| panic!("{e}"));
         (
             v["status"].as_u64().map(|s| s as u16),
             v["region"].as_str().map(str::to_string),
@@ -459,26 +448,15 @@ impl Moto {
     /// codes it saw (`{"no_credentials": [500, "500"], "wrong_session_token": [400,
     /// "InvalidToken"], …}`).
     pub fn check_auth(&self, creds: &Creds) -> Result<Value, String> {
-        moto_ctl(&[
-            "check-auth",
-            "--endpoint",
-            &self.endpoint(),
-            "--bucket",
-            &self.bucket,
-            "--access-key",
-            &creds.access_key,
-            "--secret-key",
-            &creds.secret_key,
-            "--session-token",
-            &creds.session_token,
+        let endpoint = self.endpoint();
+        let mut args = self.ctl_args("check-auth", &endpoint, creds);
+        args.extend([
             "--admin-access-key",
             &self.admin.access_key,
             "--admin-secret-key",
             &self.admin.secret_key,
-            "--region",
-            &self.region,
-        ])
-        .map(|v| v["results"].clone())
+        ]);
+        moto_ctl(&args).map(|v| v["results"].clone())
     }
 }
 
@@ -717,29 +695,18 @@ impl MockSentinel {
                 .stderr(std::fs::File::create(&err).expect("stderr file")),
             "mock-sentinel",
         );
-        let t0 = Instant::now();
-        while !(api_f.exists() && s3_f.exists()) {
-            if let Some(st) = bg.child.try_wait().expect("try_wait") {
+        let mut addr = |f: &Path| {
+            bg.wait_addr_file(f).unwrap_or_else(|st| {
                 panic!(
                     "mock-sentinel exited ({st}): {}",
                     std::fs::read_to_string(&err).unwrap_or_default()
-                );
-            }
-            assert!(
-                t0.elapsed() < Duration::from_secs(10),
-                "mock-sentinel did not start"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let read = |p: &Path| {
-            std::fs::read_to_string(p)
-                .expect("addr file")
-                .trim()
-                .to_string()
+                )
+            })
         };
+        let (api, s3) = (addr(&api_f), addr(&s3_f));
         MockSentinel {
-            api: read(&api_f),
-            s3: read(&s3_f),
+            api,
+            s3,
             bg,
             record,
             scenario: sc.clone(),

@@ -7,7 +7,7 @@
 use std::{
     path::{Path, PathBuf},
     process::{Command, Output, Stdio},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use serde_json::{json, Value};
@@ -42,21 +42,10 @@ impl Fake {
             .arg(&log)
             .args(extra)
             .stdin(Stdio::null());
-        let bg = Bg::spawn(&mut cmd, "fake-metadata");
-        let t0 = Instant::now();
-        let addr = loop {
-            if let Ok(a) = std::fs::read_to_string(&addr_file) {
-                if a.contains(':') {
-                    break a.trim().to_string();
-                }
-            }
-            assert!(
-                t0.elapsed() < Duration::from_secs(10),
-                "fake-metadata --vendor {vendor} did not write {}",
-                addr_file.display()
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        };
+        let mut bg = Bg::spawn(&mut cmd, &format!("fake-metadata --vendor {vendor}"));
+        let addr = bg
+            .wait_addr_file(&addr_file)
+            .unwrap_or_else(|st| panic!("fake-metadata --vendor {vendor} exited ({st})"));
         Fake {
             _bg: bg,
             url: format!("http://{addr}"),
