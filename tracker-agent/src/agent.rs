@@ -19,7 +19,7 @@ use crate::{
     engine::{
         ebpf::{decode_event, EbpfEngine},
         procfs::ProcfsEngine,
-        Backend, ReadOpts, TreeTotals,
+        Backend, ProcEvent, ReadOpts, TreeTotals,
     },
     launcher, output,
     sampler::Sampler,
@@ -45,9 +45,14 @@ impl Engine {
             Engine::Procfs(_) => Backend::Procfs,
         }
     }
-    fn read(&mut self, o: ReadOpts) -> anyhow::Result<TreeTotals> {
+    fn read(
+        &mut self,
+        o: ReadOpts,
+        ring: Option<&mut Ring>,
+        log: &mut EventLog,
+    ) -> anyhow::Result<TreeTotals> {
         match self {
-            Engine::Ebpf(e) => e.read(o),
+            Engine::Ebpf(e) => e.read(o, ring, &mut |ev| log.show(ev)),
             Engine::Procfs(e) => e.read(o),
         }
     }
@@ -67,6 +72,41 @@ impl Engine {
                 }))
             }
             _ => None,
+        }
+    }
+}
+
+type Ring = aya::maps::RingBuf<aya::maps::MapData>;
+
+/// Where the tree's process events go: the `--events` file and the top commands.
+struct EventLog {
+    file: Option<std::io::BufWriter<std::fs::File>>,
+    tops: HashMap<String, (u64, u64)>,
+}
+
+impl EventLog {
+    fn show(&mut self, ev: ProcEvent) {
+        if let Some(w) = self.file.as_mut() {
+            if let Ok(line) = serde_json::to_string(&ev) {
+                let _ = writeln!(w, "{line}");
+            }
+        }
+        if ev.kind == "exit" && (self.tops.len() < 10_000 || self.tops.contains_key(&ev.comm)) {
+            let e = self.tops.entry(ev.comm).or_default();
+            e.0 += 1;
+            e.1 += (ev.cpu_secs.unwrap_or(0.0) * 1e9) as u64;
+        }
+    }
+
+    /// Takes what the ring holds between two samples.
+    fn drain(&mut self, ring: &mut Ring, engine: &mut Option<Engine>) {
+        let Some(Engine::Ebpf(e)) = engine else {
+            return;
+        };
+        while let Some(item) = ring.next() {
+            if let Some(ev) = decode_event(&item).and_then(|ev| e.absorb(&ev)) {
+                self.show(ev);
+            }
         }
     }
 }
@@ -164,9 +204,14 @@ fn config_name(st: &Settings) -> String {
         .map_or_else(String::new, |p| p.display().to_string())
 }
 
-fn read_tree(engine: &mut Option<Engine>, o: ReadOpts) -> anyhow::Result<TreeTotals> {
+fn read_tree(
+    engine: &mut Option<Engine>,
+    o: ReadOpts,
+    ring: Option<&mut Ring>,
+    log: &mut EventLog,
+) -> anyhow::Result<TreeTotals> {
     match engine {
-        Some(e) => e.read(o),
+        Some(e) => e.read(o, ring, log),
         None => Ok(TreeTotals::default()),
     }
 }
@@ -238,7 +283,7 @@ pub fn execute(plan: Plan) -> anyhow::Result<i32> {
         .as_deref()
         .map(|p| output::create(p, "summary"))
         .transpose()?;
-    let mut events_file = o
+    let events_file = o
         .events
         .as_deref()
         .map(|p| output::create(p, "events").map(std::io::BufWriter::new))
@@ -385,27 +430,12 @@ pub fn execute(plan: Plan) -> anyhow::Result<i32> {
             _ => None,
         };
         let mut ring = ring;
-        let mut tops: HashMap<String, (u64, u64)> = HashMap::new();
-        let mut drain = |ring: &mut aya::maps::RingBuf<aya::maps::MapData>, tops: &mut HashMap<String, (u64, u64)>| {
-            while let Some(item) = ring.next() {
-                let Some(ev) = decode_event(&item) else { continue };
-                if let Some(w) = events_file.as_mut() {
-                    if let Ok(line) = serde_json::to_string(&ev) {
-                        let _ = writeln!(w, "{line}");
-                    }
-                }
-                if ev.kind == "exit" && (tops.len() < 10_000 || tops.contains_key(&ev.comm)) {
-                    let e = tops.entry(ev.comm.clone()).or_default();
-                    e.0 += 1;
-                    e.1 += (ev.cpu_secs.unwrap_or(0.0) * 1e9) as u64;
-                }
-            }
-        };
+        let mut log = EventLog { file: events_file, tops: HashMap::new() };
 
         let read_opts = ReadOpts { pss: o.pss };
         let mut sampler = Sampler::new(root.zip(backend), st.meta.job_name.clone(), start);
         let base = match &mut engine {
-            Some(e) if !is_run => Some(e.read(read_opts)?),
+            Some(e) if !is_run => Some(e.read(read_opts, ring.as_mut().map(|r| r.get_mut()), &mut log)?),
             _ => None,
         };
         sampler.baseline(base, engine.as_ref().and_then(Engine::bpf_stats));
@@ -420,9 +450,8 @@ pub fn execute(plan: Plan) -> anyhow::Result<i32> {
                     // Deadline grid: no drift, and a late wake-up skips missed slots.
                     let now = tokio::time::Instant::now();
                     while next <= now { next += period; }
-                    if let Some(r) = ring.as_mut() { drain(r.get_mut(), &mut tops); }
                     let t0 = Instant::now();
-                    let t = read_tree(&mut engine, read_opts)?;
+                    let t = read_tree(&mut engine, read_opts, ring.as_mut().map(|r| r.get_mut()), &mut log)?;
                     let mut h = host.sample();
                     read_gpu(&mut gpus, &engine, &mut h);
                     let t1 = Instant::now();
@@ -452,22 +481,16 @@ pub fn execute(plan: Plan) -> anyhow::Result<i32> {
                 }
                 guard = async { match ring.as_mut() { Some(r) => r.readable_mut().await, None => std::future::pending().await } } => {
                     let mut guard = guard.context("waiting on the event ring")?;
-                    drain(guard.get_inner_mut(), &mut tops);
+                    log.drain(guard.get_inner_mut(), &mut engine);
                     guard.clear_ready();
                 }
             }
         }
-        // Let released members reach their RCU-delayed free, where their CPU is final,
-        // and give fresh zombies the microseconds to their final context switch.
-        if let Some(Engine::Ebpf(e)) = &engine {
-            let t0 = Instant::now();
-            while t0.elapsed() < Duration::from_secs(1) {
-                let (released, zombies) = e.dying_tasks();
-                if released == 0 && (zombies == 0 || t0.elapsed() >= Duration::from_millis(20)) {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(1));
-            }
+        // Members that have exited retire at their final context switch, microseconds
+        // later: wait for those, never for reapers or RCU.
+        if let Some(Engine::Ebpf(e)) = &mut engine {
+            let waited = e.settle(Duration::from_millis(50));
+            log::debug!("settled in {waited:?}");
         }
         // Orphans the tracker reaped (procfs): collect what is already there.
         // Zombies are reaped at once, so a short quiet gap means none is left.
@@ -476,18 +499,15 @@ pub fn execute(plan: Plan) -> anyhow::Result<i32> {
                 p.note_reaped(r.pid, r.user_ns, r.sys_ns, r.maxrss_kib);
             }
         }
-        if let Some(r) = ring.as_mut() {
-            drain(r.get_mut(), &mut tops);
-        }
-        let t = read_tree(&mut engine, read_opts)?;
+        let t = read_tree(&mut engine, read_opts, ring.as_mut().map(|r| r.get_mut()), &mut log)?;
         let mut h = host.sample();
         read_gpu(&mut gpus, &engine, &mut h);
         let s = sampler.step(t, h, Instant::now(), engine.as_ref().and_then(Engine::bpf_stats));
         emit(&mut sink, &s)?;
-        if let Some(w) = events_file.as_mut() {
+        if let Some(w) = log.file.as_mut() {
             w.flush().context("writing the events file")?;
         }
-        let mut top: Vec<TopCommand> = tops
+        let mut top: Vec<TopCommand> = log.tops
             .into_iter()
             .map(|(comm, (n, ns))| TopCommand { comm, processes: n, cpu_secs: ns as f64 / 1e9 })
             .collect();

@@ -40,7 +40,7 @@ pub const PYTHON_COLUMNS: [&str; 32] = [
 ];
 
 /// Our columns after the Python ones (documented in docs/schema.md).
-pub const EXTRA_COLUMNS: [&str; 16] = [
+pub const EXTRA_COLUMNS: [&str; 18] = [
     "interval_secs",
     "job_name",
     "system_memory_total_mib",
@@ -54,6 +54,8 @@ pub const EXTRA_COLUMNS: [&str; 16] = [
     "process_processes_exited",
     "process_memory_rss_mib",
     "process_root_alive",
+    "process_rchar_bytes",
+    "process_wchar_bytes",
     "tracker_cpu_secs",
     "tracker_rss_mib",
     "tracker_lost_events",
@@ -194,8 +196,10 @@ pub fn row(s: &Sample) -> String {
             cells.push(p.processes_exited.to_string());
             cells.push(num(p.memory_rss_mib, 4));
             cells.push(p.root_alive.to_string());
+            cells.push(p.rchar_bytes.to_string());
+            cells.push(p.wchar_bytes.to_string());
         }
-        None => cells.extend(std::iter::repeat_n(String::new(), 7)),
+        None => cells.extend(std::iter::repeat_n(String::new(), 9)),
     }
     cells.push(num(s.tracker.cpu_secs, 6));
     cells.push(num(s.tracker.rss_mib, 4));

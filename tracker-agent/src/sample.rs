@@ -165,6 +165,10 @@ pub struct ProcessSample {
     /// Storage bytes read/written by the tree in this interval.
     pub read_bytes: u64,
     pub write_bytes: u64,
+    /// Bytes the tree passed through read/write-like system calls in this interval,
+    /// page-cache hits and pipes included.
+    pub rchar_bytes: u64,
+    pub wchar_bytes: u64,
     pub root_alive: bool,
     /// New tasks the kernel could not record (task map full); 0 when exact.
     pub untracked_tasks: u64,

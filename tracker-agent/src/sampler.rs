@@ -122,6 +122,8 @@ impl Sampler {
             max_process_rss_mib: now.max_rss_kib as f64 / 1024.0,
             read_bytes: now.read_bytes.saturating_sub(self.prev.read_bytes),
             write_bytes: now.write_bytes.saturating_sub(self.prev.write_bytes),
+            rchar_bytes: now.rchar.saturating_sub(self.prev.rchar),
+            wchar_bytes: now.wchar.saturating_sub(self.prev.wchar),
             root_alive: now.root_alive,
             untracked_tasks: now.untracked_tasks,
             gpu_usage: host.process_gpu.map(|g| g.gpu_usage),

@@ -12,10 +12,12 @@ pub const MAX_TREES: u32 = 16;
 /// Default capacity of the task map (threads of all tracked trees together).
 pub const DEFAULT_MAX_TASKS: u32 = 65_536;
 
-/// Ring buffer size in bytes (a power of two, multiple of the page size).
-pub const EVENTS_BYTES: u32 = 256 * 1024;
+/// Ring buffer size in bytes (a power of two, multiple of the page size). Every
+/// thread's exit is a record, so this holds ~4,300 of them between two drains.
+pub const EVENTS_BYTES: u32 = 512 * 1024;
 
-/// Per-task map value, keyed by the kernel tid (`task->pid`).
+/// Per-task map value, keyed by the kernel tid (`task->pid`). An entry lives from
+/// the task's fork (or registration) to its final context switch.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TaskInfo {
@@ -26,27 +28,40 @@ pub struct TaskInfo {
     /// `TASK_FLAG_*` bits.
     pub flags: u32,
     pub _pad: u32,
+    /// Address of the `task_struct`, used only as an identity (never read through)
+    /// so that a dead task never retires another task that took its tid; 0 when not
+    /// known yet (registered from user space).
+    pub task: u64,
 }
 
 /// Set at `sched_process_exit` when this thread was the last of its process.
 pub const TASK_FLAG_GROUP_DEAD: u32 = 1;
+/// Set at `sched_process_exit` for every thread: it is on its way out, and its
+/// final context switch (where it retires) is microseconds away.
+pub const TASK_FLAG_EXITED: u32 = 2;
+/// The tree's root, set by user space: its exit record wakes user space at once.
+pub const TASK_FLAG_ROOT: u32 = 4;
 
-/// Per-tree totals of everything that has exited, kept per CPU (no atomics needed)
-/// and summed by user space. Values only grow, so sums of differences add up.
+/// Per-tree totals of every retired thread, kept per CPU and summed by user space.
+/// Values only grow. The per-thread EXIT records carry the same figures one by
+/// one; these totals stay exact when records are lost.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TreeStats {
-    /// Exact CPU time of freed threads (`se.sum_exec_runtime` at `sched_process_free`,
-    /// which only runs after the task's final context switch).
+    /// Exact CPU time of retired threads (`se.sum_exec_runtime` after their final
+    /// context switch).
     pub cpu_ns: u64,
     /// Tick-sampled user time of exited threads; only used to split `cpu_ns`.
     pub utime_ns: u64,
     /// Tick-sampled system time of exited threads; only used to split `cpu_ns`.
     pub stime_ns: u64,
-    /// Storage bytes read / written by exited processes (`signal->ioac` when the
-    /// leader is freed), counted once per process, like /proc/PID/io.
+    /// Storage bytes read / written by retired threads, each thread's own
+    /// `task->ioac` (never `signal->ioac`, which also holds reaped children).
     pub read_bytes: u64,
     pub write_bytes: u64,
+    /// Bytes passed to read/write-like system calls (`rchar`/`wchar`).
+    pub rchar: u64,
+    pub wchar: u64,
     /// Processes (not threads) that started in the tree.
     pub procs_spawned: u64,
     /// Processes whose last thread exited.
@@ -67,7 +82,15 @@ pub const EVENT_FORK: u32 = 1;
 pub const EVENT_EXEC: u32 = 2;
 pub const EVENT_EXIT: u32 = 3;
 
-/// One record of the ordered event stream (ring buffer).
+/// EXIT record of the last thread of its process.
+pub const EVENT_FLAG_GROUP_DEAD: u32 = 1;
+/// EXIT record of a dead task whose tid a live member has taken (its leader's,
+/// through an exec from a non-leader thread): the live member's entry stays.
+pub const EVENT_FLAG_SHARED_TID: u32 = 2;
+
+/// One record of the ordered event stream (ring buffer). FORK is sent for new
+/// processes, EXEC for each exec, EXIT for every thread at its final context switch
+/// with that thread's final figures.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Event {
@@ -75,15 +98,25 @@ pub struct Event {
     pub tree: u32,
     /// Process id (tgid) the event is about.
     pub pid: u32,
+    /// Thread id (EXIT), else the process id.
+    pub tid: u32,
     /// Parent process id (the forker for FORK, `real_parent` otherwise).
     pub ppid: u32,
-    /// `bpf_ktime_get_ns()` (CLOCK_MONOTONIC).
-    pub ts_ns: u64,
-    /// EXIT: CPU of the whole process in ns. Otherwise 0.
-    pub cpu_ns: u64,
     /// EXIT: exit code as `wait` reports it. Otherwise 0.
     pub exit_code: u32,
+    /// `EVENT_FLAG_*` bits.
+    pub flags: u32,
     pub _pad: u32,
+    /// `bpf_ktime_get_ns()` (CLOCK_MONOTONIC).
+    pub ts_ns: u64,
+    /// EXIT: the thread's final figures. Otherwise 0.
+    pub cpu_ns: u64,
+    pub utime_ns: u64,
+    pub stime_ns: u64,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    pub rchar: u64,
+    pub wchar: u64,
     pub comm: [u8; 16],
 }
 
@@ -101,15 +134,24 @@ pub struct Offsets {
     pub task_utime: u32,
     pub task_stime: u32,
     pub task_signal: u32,
+    pub task_state: u32,
+    pub task_group_leader: u32,
+    /// `task->ioac.read_bytes`, or `NO_FIELD` without CONFIG_TASK_IO_ACCOUNTING.
+    pub task_io_read_bytes: u32,
+    pub task_io_write_bytes: u32,
+    /// `task->ioac.rchar`, or `NO_FIELD` without CONFIG_TASK_XACCT.
+    pub task_io_rchar: u32,
+    pub task_io_wchar: u32,
     pub signal_maxrss: u32,
-    pub signal_sum_sched_runtime: u32,
-    /// `signal->ioac.read_bytes`, or `NO_FIELD` without CONFIG_TASK_IO_ACCOUNTING.
-    pub signal_io_read_bytes: u32,
-    pub signal_io_write_bytes: u32,
     /// 1 when `sched_process_exit` passes `group_dead` as its 2nd argument (6.16+).
     pub exit_has_group_dead: u32,
+    /// 1 when `sched_switch` passes `prev_state` as its 4th argument (5.18+).
+    pub switch_has_prev_state: u32,
     pub signal_live: u32,
 }
+
+/// `TASK_DEAD` in `task->__state`: set just before the final context switch.
+pub const TASK_DEAD: u32 = 0x80;
 
 /// Marks a field that the running kernel does not have.
 pub const NO_FIELD: u32 = u32::MAX;

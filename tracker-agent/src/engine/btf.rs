@@ -279,6 +279,7 @@ impl Btf {
         let t = "task_struct";
         let s = "signal_struct";
         let exit_args = self.tracepoint_args("sched_process_exit")?;
+        let switch_args = self.tracepoint_args("sched_switch")?;
         Ok(Offsets {
             task_pid: self.required(t, "pid")?,
             task_tgid: self.required(t, "tgid")?,
@@ -289,11 +290,19 @@ impl Btf {
             task_utime: self.required(t, "utime")?,
             task_stime: self.required(t, "stime")?,
             task_signal: self.required(t, "signal")?,
+            // `state` was renamed `__state` in 5.14.
+            task_state: match self.offset_of(t, "__state")? {
+                Some(o) => o,
+                None => self.required(t, "state")?,
+            },
+            task_group_leader: self.required(t, "group_leader")?,
+            task_io_read_bytes: self.optional(t, "ioac.read_bytes")?,
+            task_io_write_bytes: self.optional(t, "ioac.write_bytes")?,
+            task_io_rchar: self.optional(t, "ioac.rchar")?,
+            task_io_wchar: self.optional(t, "ioac.wchar")?,
             signal_maxrss: self.required(s, "maxrss")?,
-            signal_sum_sched_runtime: self.required(s, "sum_sched_runtime")?,
-            signal_io_read_bytes: self.optional(s, "ioac.read_bytes")?,
-            signal_io_write_bytes: self.optional(s, "ioac.write_bytes")?,
             exit_has_group_dead: u32::from(exit_args >= 2),
+            switch_has_prev_state: u32::from(switch_args >= 4),
             signal_live: self.required(s, "live")?,
         })
     }
@@ -346,6 +355,12 @@ mod tests {
         if fmt.contains("group_dead") {
             assert_eq!(o.exit_has_group_dead, 1);
         }
+        // Every kernel since 5.18 passes prev_state.
+        assert_eq!(
+            btf.tracepoint_args("sched_switch").expect("sched_switch"),
+            4
+        );
+        assert_eq!(o.switch_has_prev_state, 1);
         assert_eq!(btf.offset_of("task_struct", "no_such_field").unwrap(), None);
     }
 }

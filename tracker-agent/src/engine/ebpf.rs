@@ -1,16 +1,29 @@
 //! The eBPF engine: loads the programs with this kernel's offsets, registers trees and
-//! reads their totals. Exited members come from the in-kernel per-tree counters (exact,
-//! independent of the event ring); live members are read from /proc, listed by the
-//! kernel's own task map so that cost follows the tree, not the host.
+//! reads their totals.
+//!
+//! Every thread of the tree retires in the kernel at its final context switch, with
+//! an EXIT record that carries its final CPU and I/O. Live threads, listed by the
+//! kernel's own task map (so cost follows the tree, not the host), are read from
+//! /proc. A per-thread ledger joins the two: a thread counts with its last live
+//! reading until its record arrives, then with its final figures, so totals never go
+//! back and nothing is counted twice, whatever the order of exits, reaping and reads.
 
-use std::{collections::HashMap as StdHashMap, fmt, os::fd::OwnedFd, time::Duration};
+use std::{
+    collections::HashMap as StdHashMap,
+    fmt,
+    os::fd::OwnedFd,
+    time::{Duration, Instant},
+};
 
 use aya::{
     maps::{HashMap, MapData, PerCpuArray, RingBuf},
     programs::BtfTracePoint,
     Btf as AyaBtf, Ebpf, EbpfLoader,
 };
-use tracker_common::{Event, TaskInfo, TreeStats, EVENT_EXEC, EVENT_EXIT, EVENT_FORK};
+use tracker_common::{
+    Event, TaskInfo, TreeStats, EVENT_EXEC, EVENT_EXIT, EVENT_FLAG_GROUP_DEAD,
+    EVENT_FLAG_SHARED_TID, EVENT_FORK, TASK_FLAG_EXITED, TASK_FLAG_ROOT,
+};
 
 use super::{
     btf::Btf,
@@ -20,18 +33,113 @@ use super::{
 
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tracker"));
 
-const PROGRAMS: [&str; 4] = [
+/// Where threads retire: at their final context switch (`sched_switch` with a dead
+/// `prev`). `sched_process_free` catches any the first missed.
+const TRACEPOINTS: [&str; 5] = [
     "sched_process_fork",
     "sched_process_exec",
     "sched_process_exit",
+    "sched_switch",
     "sched_process_free",
 ];
+
+/// A PID namespace's inode that is the host's (`PROC_PID_INIT_INO`).
+const INIT_PID_NS_INO: u64 = 0xEFFF_FFFC;
+
+/// The figures of one thread that only grow.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Figures {
+    cpu_ns: u64,
+    read_bytes: u64,
+    write_bytes: u64,
+    rchar: u64,
+    wchar: u64,
+}
+
+impl Figures {
+    fn add(&mut self, o: &Figures) {
+        self.cpu_ns += o.cpu_ns;
+        self.read_bytes += o.read_bytes;
+        self.write_bytes += o.write_bytes;
+        self.rchar += o.rchar;
+        self.wchar += o.wchar;
+    }
+    fn max(&mut self, o: &Figures) {
+        self.cpu_ns = self.cpu_ns.max(o.cpu_ns);
+        self.read_bytes = self.read_bytes.max(o.read_bytes);
+        self.write_bytes = self.write_bytes.max(o.write_bytes);
+        self.rchar = self.rchar.max(o.rchar);
+        self.wchar = self.wchar.max(o.wchar);
+    }
+}
+
+/// Retired threads' figures from their EXIT records, and each live thread's last
+/// reading until its record arrives.
+#[derive(Debug, Default)]
+struct Ledger {
+    retired: Figures,
+    retired_utime_ns: u64,
+    retired_stime_ns: u64,
+    live: StdHashMap<u32, Figures>,
+    /// CPU of a process's retired threads, until its last thread retires.
+    proc_cpu: StdHashMap<u32, u64>,
+}
+
+/// Bounds the per-process accumulators (a thread retiring after its process's last
+/// record starts one that is never closed).
+const MAX_PROC_CPU: usize = 100_000;
+
+impl Ledger {
+    /// Takes one EXIT record; returns the process's total CPU when it was the last.
+    fn retire(&mut self, ev: &Event) -> Option<u64> {
+        let f = Figures {
+            cpu_ns: ev.cpu_ns,
+            read_bytes: ev.read_bytes,
+            write_bytes: ev.write_bytes,
+            rchar: ev.rchar,
+            wchar: ev.wchar,
+        };
+        self.retired.add(&f);
+        self.retired_utime_ns += ev.utime_ns;
+        self.retired_stime_ns += ev.stime_ns;
+        if ev.flags & EVENT_FLAG_SHARED_TID == 0 {
+            self.live.remove(&ev.tid);
+        }
+        let acc = if ev.flags & EVENT_FLAG_GROUP_DEAD != 0 {
+            Some(self.proc_cpu.remove(&ev.pid).unwrap_or(0) + ev.cpu_ns)
+        } else {
+            if self.proc_cpu.len() < MAX_PROC_CPU || self.proc_cpu.contains_key(&ev.pid) {
+                *self.proc_cpu.entry(ev.pid).or_default() += ev.cpu_ns;
+            }
+            None
+        };
+        acc
+    }
+
+    /// Retired plus the last reading of every thread not retired yet.
+    fn total(&self) -> Figures {
+        let mut t = self.retired;
+        for f in self.live.values() {
+            t.add(f);
+        }
+        t
+    }
+}
+
+/// True when this process is in the host's PID namespace, where the kernel's pids and
+/// /proc's agree. An unreadable namespace link (no /proc) counts as the host's.
+fn in_host_pid_ns() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self/ns/pid").map_or(true, |m| m.ino() == INIT_PID_NS_INO)
+}
 
 /// Why the eBPF engine could not start; the agent then falls back to procfs.
 #[derive(Debug)]
 pub enum EbpfUnavailable {
     NoBtf(String),
     NoPrivilege(String),
+    /// Pids in BPF are the host's; this process sees another namespace's.
+    PidNamespace,
     Load(String),
 }
 
@@ -42,6 +150,10 @@ impl fmt::Display for EbpfUnavailable {
             EbpfUnavailable::NoPrivilege(s) => {
                 write!(f, "not allowed to load BPF programs ({s}); run as root or with CAP_BPF+CAP_PERFMON")
             }
+            EbpfUnavailable::PidNamespace => write!(
+                f,
+                "the tracker runs in a PID namespace other than the host's (the kernel's pids are not the ones this /proc shows)"
+            ),
             EbpfUnavailable::Load(s) => write!(f, "loading the BPF programs failed: {s}"),
         }
     }
@@ -56,6 +168,9 @@ pub struct EbpfEngine {
     root: u32,
     /// 1 when the tracker started the root itself (it counts as spawned).
     root_spawned: u64,
+    ledger: Ledger,
+    /// Largest totals handed out, so that a reading after lost records never goes back.
+    reported: Figures,
     tck_ns: u64,
     page: u64,
     buf: String,
@@ -93,8 +208,11 @@ fn has_cap_bpf() -> Result<(), String> {
 impl EbpfEngine {
     /// Loads and attaches everything. `max_tasks` sizes the task map.
     pub fn load(max_tasks: u32, bpf_stats: bool) -> Result<Self, EbpfUnavailable> {
-        let t0 = std::time::Instant::now();
+        let t0 = Instant::now();
         has_cap_bpf().map_err(EbpfUnavailable::NoPrivilege)?;
+        if !in_host_pid_ns() {
+            return Err(EbpfUnavailable::PidNamespace);
+        }
         // Read once (sysfs serves it 4 KiB per read) and parse twice: ours for the
         // offsets, aya's for loading the programs.
         let path = "/sys/kernel/btf/vmlinux";
@@ -115,7 +233,7 @@ impl EbpfEngine {
             .map_max_entries("TASKS", max_tasks)
             .load(OBJECT)
             .map_err(|e| classify(e.to_string()))?;
-        for name in PROGRAMS {
+        for name in TRACEPOINTS {
             let prog: &mut BtfTracePoint = bpf
                 .program_mut(name)
                 .ok_or_else(|| {
@@ -167,6 +285,8 @@ impl EbpfEngine {
             tree: 1,
             root: 0,
             root_spawned: 0,
+            ledger: Ledger::default(),
+            reported: Figures::default(),
             tck_ns: 1_000_000_000 / procread::clk_tck(),
             page: procread::page_size(),
             buf: String::new(),
@@ -186,8 +306,9 @@ impl EbpfEngine {
         let info = TaskInfo {
             tgid: pid,
             tree: self.tree,
-            flags: 0,
+            flags: TASK_FLAG_ROOT,
             _pad: 0,
+            task: 0,
         };
         self.tasks.insert(pid, info, 0)?;
         if existing {
@@ -198,8 +319,9 @@ impl EbpfEngine {
                     let info = TaskInfo {
                         tgid,
                         tree: self.tree,
-                        flags: 0,
+                        flags: if tgid == pid { TASK_FLAG_ROOT } else { 0 },
                         _pad: 0,
+                        task: 0,
                     };
                     // NOEXIST (1): the kernel may have inserted it already.
                     let _ = self.tasks.insert(tid, info, 1);
@@ -222,6 +344,8 @@ impl EbpfEngine {
             t.stime_ns += s.stime_ns;
             t.read_bytes += s.read_bytes;
             t.write_bytes += s.write_bytes;
+            t.rchar += s.rchar;
+            t.wchar += s.wchar;
             t.procs_spawned += s.procs_spawned;
             t.procs_exited += s.procs_exited;
             t.threads_spawned += s.threads_spawned;
@@ -234,7 +358,7 @@ impl EbpfEngine {
         Ok(t)
     }
 
-    /// Live members as (tgid → tids), from the kernel's task map.
+    /// Members not retired yet as (tgid → tids), from the kernel's task map.
     pub fn live_tasks(&self) -> StdHashMap<u32, Vec<u32>> {
         let mut m: StdHashMap<u32, Vec<u32>> = StdHashMap::new();
         for item in self.tasks.iter() {
@@ -250,80 +374,91 @@ impl EbpfEngine {
         m
     }
 
-    /// Members still on their way out, as (released, zombies). Released tasks are
-    /// gone from /proc and wait for their RCU-delayed free, where their CPU becomes
-    /// final. Zombies are read live, but one that has not made its final context
-    /// switch yet still shows a runtime stale by up to a tick. Used to settle before
-    /// the last sample.
-    pub fn dying_tasks(&self) -> (usize, usize) {
-        let mut buf = String::new();
-        let (mut released, mut zombies) = (0, 0);
-        for (tgid, tids) in self.live_tasks() {
-            for tid in tids {
-                let path = procread::task_path(tgid, tid, "stat");
-                match procread::read_into(&path, &mut buf).and_then(|_| procread::parse_stat(&buf))
-                {
-                    None => released += 1,
-                    Some(st) if st.state == b'Z' || st.state == b'X' => zombies += 1,
-                    Some(_) => {}
-                }
-            }
-        }
-        (released, zombies)
+    /// Members that have exited but not made their final context switch yet.
+    fn exiting(&self) -> usize {
+        self.tasks
+            .iter()
+            .filter_map(Result::ok)
+            .filter(|(_, i)| i.tree == self.tree && i.flags & TASK_FLAG_EXITED != 0)
+            .count()
     }
 
-    pub fn read(&mut self, opts: ReadOpts) -> anyhow::Result<TreeTotals> {
-        // Freed first, then live: a member freed in between is missed once and
-        // counted next time, so the cumulative CPU never goes backwards.
-        let k = self.kernel_stats()?;
+    /// At the end of a run: waits until every member that has exited has retired,
+    /// which is microseconds after its exit (its final context switch), never for a
+    /// reaper or RCU. Bounded, so a member stuck in its exit cannot hold the run.
+    pub fn settle(&mut self, limit: Duration) -> Duration {
+        let t0 = Instant::now();
+        while self.exiting() > 0 && t0.elapsed() < limit {
+            std::thread::sleep(Duration::from_micros(500));
+        }
+        t0.elapsed()
+    }
+
+    /// Takes one ring record into the ledger; returns the event to show, if any
+    /// (forks, execs and process exits; a thread's own retirement is internal).
+    pub fn absorb(&mut self, ev: &Event) -> Option<ProcEvent> {
+        let cpu = if ev.kind == EVENT_EXIT {
+            Some(self.ledger.retire(ev)?)
+        } else {
+            None
+        };
+        proc_event(ev, cpu)
+    }
+
+    /// The tree's totals now. `ring` is drained into the ledger after the live
+    /// members were read (a member that retires in between is then counted with its
+    /// final figures, not missed); `shown` gets the events it held.
+    pub fn read(
+        &mut self,
+        opts: ReadOpts,
+        ring: Option<&mut RingBuf<MapData>>,
+        shown: &mut dyn FnMut(ProcEvent),
+    ) -> anyhow::Result<TreeTotals> {
         let live = self.live_tasks();
         let mut t = TreeTotals {
-            cpu_ns: k.cpu_ns,
-            user_ticks_ns: k.utime_ns,
-            sys_ticks_ns: k.stime_ns,
-            read_bytes: k.read_bytes,
-            write_bytes: k.write_bytes,
-            procs_spawned: k.procs_spawned + self.root_spawned,
-            procs_exited: k.procs_exited,
-            threads_spawned: k.threads_spawned,
-            execs: k.execs,
-            lost_events: k.lost_events,
-            untracked_tasks: k.untracked_tasks,
-            max_rss_kib: k.max_rss_kib,
             pss_bytes: opts.pss.then_some(0),
             ..Default::default()
         };
+        let mut live_sum = Figures::default();
         let buf = &mut self.buf;
         for (&tgid, tids) in &live {
             let files = &mut self.files;
-            let Some(st) = files
+            let st = files
                 .read(tgid, tgid, Kind::Stat, buf)
-                .and_then(|_| procread::parse_stat(buf))
-            else {
-                continue;
-            };
-            // A zombie is not live, but its CPU and I/O reach the kernel's totals only
-            // when it is reaped and freed: until then it is read here.
-            let zombie = st.state == b'Z' || st.state == b'X';
+                .and_then(|_| procread::parse_stat(buf));
             for &tid in tids {
-                let ns = files
+                let Some(cpu_ns) = files
                     .read(tgid, tid, Kind::Schedstat, buf)
-                    .and_then(|_| buf.split_ascii_whitespace().next()?.parse::<u64>().ok());
-                if let Some(ns) = ns {
-                    t.cpu_ns += ns;
-                    t.live_threads += u64::from(!zombie);
+                    .and_then(|_| buf.split_ascii_whitespace().next()?.parse::<u64>().ok())
+                else {
+                    // Gone from /proc before retiring: its last reading stands.
+                    continue;
+                };
+                // Each thread's own I/O: a process's /proc/PID/io also holds its
+                // reaped children's, which are members counted on their own.
+                let io = files
+                    .read(tgid, tid, Kind::ThreadIo, buf)
+                    .and_then(|_| procread::parse_io_full(buf))
+                    .unwrap_or_default();
+                let f = Figures {
+                    cpu_ns,
+                    read_bytes: io.read_bytes,
+                    write_bytes: io.write_bytes,
+                    rchar: io.rchar,
+                    wchar: io.wchar,
+                };
+                live_sum.add(&f);
+                let last = self.ledger.live.entry(tid).or_default();
+                last.max(&f);
+                if st.is_some_and(|s| s.state != b'Z' && s.state != b'X') {
+                    t.live_threads += 1;
                 }
             }
+            let Some(st) = st else { continue };
+            // A zombie is not live, but until it retires its figures are read here.
             t.user_ticks_ns += st.utime * self.tck_ns;
             t.sys_ticks_ns += st.stime * self.tck_ns;
-            if let Some((r, w)) = files
-                .read(tgid, tgid, Kind::Io, buf)
-                .and_then(|_| procread::parse_io(buf))
-            {
-                t.read_bytes += r;
-                t.write_bytes += w;
-            }
-            if zombie {
+            if st.state == b'Z' || st.state == b'X' {
                 continue;
             }
             t.live_procs += 1;
@@ -341,7 +476,48 @@ impl EbpfEngine {
             }
         }
         self.files.sweep();
-        t.max_rss_kib = t.max_rss_kib.max(self.live_max_rss_kib);
+        if let Some(ring) = ring {
+            while let Some(item) = ring.next() {
+                if let Some(ev) = decode_event(&item) {
+                    if let Some(shown_ev) = self.absorb(&ev) {
+                        shown(shown_ev);
+                    }
+                }
+            }
+        }
+        let k = self.kernel_stats()?;
+        let mut f = if k.lost_events == 0 {
+            self.ledger.total()
+        } else {
+            // Records were lost: the kernel's own totals of retired threads hold them.
+            // A member retiring during this reading may count twice for one sample;
+            // exact again once the tree has settled.
+            let mut f = live_sum;
+            f.add(&Figures {
+                cpu_ns: k.cpu_ns,
+                read_bytes: k.read_bytes,
+                write_bytes: k.write_bytes,
+                rchar: k.rchar,
+                wchar: k.wchar,
+            });
+            f
+        };
+        f.max(&self.reported);
+        self.reported = f;
+        t.cpu_ns = f.cpu_ns;
+        t.read_bytes = f.read_bytes;
+        t.write_bytes = f.write_bytes;
+        t.rchar = f.rchar;
+        t.wchar = f.wchar;
+        t.user_ticks_ns += self.ledger.retired_utime_ns.max(k.utime_ns);
+        t.sys_ticks_ns += self.ledger.retired_stime_ns.max(k.stime_ns);
+        t.procs_spawned = k.procs_spawned + self.root_spawned;
+        t.procs_exited = k.procs_exited;
+        t.threads_spawned = k.threads_spawned;
+        t.execs = k.execs;
+        t.lost_events = k.lost_events;
+        t.untracked_tasks = k.untracked_tasks;
+        t.max_rss_kib = k.max_rss_kib.max(self.live_max_rss_kib);
         Ok(t)
     }
 
@@ -372,14 +548,19 @@ fn classify(msg: String) -> EbpfUnavailable {
     }
 }
 
-/// Decodes one ring-buffer record; `None` for a record of the wrong size.
-pub fn decode_event(bytes: &[u8]) -> Option<ProcEvent> {
+/// Decodes one ring-buffer record; `None` for a record of the wrong size or kind.
+pub fn decode_event(bytes: &[u8]) -> Option<Event> {
     if bytes.len() < std::mem::size_of::<Event>() {
         return None;
     }
     // SAFETY: Event is repr(C) plain data and the length was checked; the read is
     // unaligned-safe.
     let ev: Event = unsafe { std::ptr::read_unaligned(bytes.as_ptr() as *const Event) };
+    matches!(ev.kind, EVENT_FORK | EVENT_EXEC | EVENT_EXIT).then_some(ev)
+}
+
+/// The shown form of a record; `cpu_ns` is the whole process's CPU for an exit.
+fn proc_event(ev: &Event, cpu_ns: Option<u64>) -> Option<ProcEvent> {
     let end = ev
         .comm
         .iter()
@@ -397,8 +578,99 @@ pub fn decode_event(bytes: &[u8]) -> Option<ProcEvent> {
         pid: ev.pid,
         ppid: ev.ppid,
         comm: String::from_utf8_lossy(&ev.comm[..end]).into_owned(),
-        cpu_secs: exit.then(|| ev.cpu_ns as f64 / 1e9),
+        cpu_secs: cpu_ns.map(|c| c as f64 / 1e9),
         exit_code: exit.then_some(ev.exit_code as i32),
         monotonic_secs: ev.ts_ns as f64 / 1e9,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn exit(tid: u32, pid: u32, cpu: u64, flags: u32) -> Event {
+        Event {
+            kind: EVENT_EXIT,
+            pid,
+            tid,
+            cpu_ns: cpu,
+            write_bytes: cpu * 10,
+            flags,
+            ..Event::default()
+        }
+    }
+
+    /// A thread counts with its last live reading until its record, then with its
+    /// final figures: once, whatever the order of readings and records.
+    #[test]
+    fn ledger_counts_each_thread_once() {
+        let mut l = Ledger::default();
+        l.live.insert(
+            11,
+            Figures {
+                cpu_ns: 40,
+                ..Figures::default()
+            },
+        );
+        l.live.insert(
+            12,
+            Figures {
+                cpu_ns: 5,
+                ..Figures::default()
+            },
+        );
+        assert_eq!(l.total().cpu_ns, 45);
+        // 11 retires with 50: its reading is replaced, not added.
+        assert_eq!(l.retire(&exit(11, 10, 50, 0)), None);
+        assert_eq!(l.total().cpu_ns, 55);
+        assert_eq!(l.total().write_bytes, 500);
+        // A thread that was never read (born and dead between two readings).
+        assert_eq!(l.retire(&exit(13, 13, 7, EVENT_FLAG_GROUP_DEAD)), Some(7));
+        assert_eq!(l.total().cpu_ns, 62);
+        // The process's last thread: the record carries its whole CPU.
+        assert_eq!(l.retire(&exit(12, 10, 6, EVENT_FLAG_GROUP_DEAD)), Some(56));
+        assert_eq!(l.total().cpu_ns, 63);
+        assert!(l.live.is_empty() && l.proc_cpu.is_empty());
+    }
+
+    /// A dead task whose tid another member took (a non-leader exec) counts, but the
+    /// live member's reading stays.
+    #[test]
+    fn shared_tid_keeps_the_live_reading() {
+        let mut l = Ledger::default();
+        l.live.insert(
+            20,
+            Figures {
+                cpu_ns: 9,
+                ..Figures::default()
+            },
+        );
+        l.retire(&exit(20, 20, 3, EVENT_FLAG_SHARED_TID));
+        assert_eq!(l.total().cpu_ns, 12);
+        assert!(l.live.contains_key(&20));
+    }
+
+    #[test]
+    fn records_decode_by_size_and_kind() {
+        let ev = exit(5, 5, 1, EVENT_FLAG_GROUP_DEAD);
+        // SAFETY: Event is plain data; viewing it as bytes for the decoder.
+        let bytes = unsafe {
+            std::slice::from_raw_parts(
+                (&ev as *const Event).cast::<u8>(),
+                std::mem::size_of::<Event>(),
+            )
+        };
+        assert_eq!(decode_event(bytes), Some(ev));
+        assert_eq!(decode_event(&bytes[..8]), None);
+        let mut bad = ev;
+        bad.kind = 99;
+        // SAFETY: as above.
+        let bytes = unsafe {
+            std::slice::from_raw_parts(
+                (&bad as *const Event).cast::<u8>(),
+                std::mem::size_of::<Event>(),
+            )
+        };
+        assert_eq!(decode_event(bytes), None);
+    }
 }

@@ -34,8 +34,12 @@ pub struct TreeTotals {
     /// Tick-sampled user/system time (ns), used only to split `cpu_ns`.
     pub user_ticks_ns: u64,
     pub sys_ticks_ns: u64,
+    /// Storage bytes (`read_bytes`/`write_bytes` of /proc's io files).
     pub read_bytes: u64,
     pub write_bytes: u64,
+    /// Bytes through read/write-like system calls, cached I/O included.
+    pub rchar: u64,
+    pub wchar: u64,
     pub procs_spawned: u64,
     pub procs_exited: u64,
     pub threads_spawned: u64,

@@ -16,8 +16,8 @@ struct Member {
     child_ns: u64,
     user_ns: u64,
     sys_ns: u64,
-    read: u64,
-    write: u64,
+    /// The process's /proc/PID/io: its threads' and its reaped children's I/O.
+    io: procread::Io,
 }
 
 impl Member {
@@ -36,8 +36,7 @@ pub struct ProcfsEngine {
     kept_cpu: u64,
     kept_user: u64,
     kept_sys: u64,
-    kept_read: u64,
-    kept_write: u64,
+    kept_io: procread::Io,
     /// Exact usage of processes the tracker reaped itself: pid → (cpu ns, user, sys).
     reaped: HashMap<u32, (u64, u64, u64)>,
     seen: u64,
@@ -160,8 +159,7 @@ impl ProcfsEngine {
             kept_cpu: 0,
             kept_user: 0,
             kept_sys: 0,
-            kept_read: 0,
-            kept_write: 0,
+            kept_io: procread::Io::default(),
             reaped: HashMap::new(),
             seen: 0,
             exited: 0,
@@ -250,8 +248,7 @@ impl ProcfsEngine {
                 self.kept_cpu += cpu;
                 self.kept_user += user;
                 self.kept_sys += sys;
-                self.kept_read += m.read;
-                self.kept_write += m.write;
+                self.kept_io.add(&m.io);
             } else if set.contains(&m.ppid) || gone_reaped.contains(&m.ppid) {
                 // Reaped by a live member (now inside its cutime/cstime), or by a
                 // member whose exact rusage the tracker holds.
@@ -259,8 +256,7 @@ impl ProcfsEngine {
                 self.kept_cpu += m.cpu();
                 self.kept_user += m.user_ns;
                 self.kept_sys += m.sys_ns;
-                self.kept_read += m.read;
-                self.kept_write += m.write;
+                self.kept_io.add(&m.io);
             }
         }
 
@@ -269,8 +265,10 @@ impl ProcfsEngine {
             cpu_ns: self.kept_cpu,
             user_ticks_ns: self.kept_user,
             sys_ticks_ns: self.kept_sys,
-            read_bytes: self.kept_read,
-            write_bytes: self.kept_write,
+            read_bytes: self.kept_io.read_bytes,
+            write_bytes: self.kept_io.write_bytes,
+            rchar: self.kept_io.rchar,
+            wchar: self.kept_io.wchar,
             pss_bytes: opts.pss.then_some(0),
             ..Default::default()
         };
@@ -289,15 +287,16 @@ impl ProcfsEngine {
             entry.child_ns = ns(st.cutime + st.cstime);
             entry.user_ns = ns(st.utime + st.cutime);
             entry.sys_ns = ns(st.stime + st.cstime);
-            if let Some((r, w)) = procread::io_bytes(pid, &mut self.buf) {
-                entry.read = r;
-                entry.write = w;
+            if let Some(io) = procread::io(pid, &mut self.buf) {
+                entry.io = io;
             }
             t.cpu_ns += entry.cpu();
             t.user_ticks_ns += entry.user_ns;
             t.sys_ticks_ns += entry.sys_ns;
-            t.read_bytes += entry.read;
-            t.write_bytes += entry.write;
+            t.read_bytes += entry.io.read_bytes;
+            t.write_bytes += entry.io.write_bytes;
+            t.rchar += entry.io.rchar;
+            t.wchar += entry.io.wchar;
             if st.state != b'Z' && st.state != b'X' {
                 self.live.push(pid);
                 t.live_procs += 1;

@@ -82,23 +82,51 @@ pub fn stat(pid: u32, buf: &mut String) -> Option<Stat> {
     parse_stat(buf)
 }
 
-/// Storage read/write bytes of a process (live and released threads).
-pub fn io_bytes(pid: u32, buf: &mut String) -> Option<(u64, u64)> {
+/// I/O of a process: its threads, live and dead, and its reaped children.
+pub fn io(pid: u32, buf: &mut String) -> Option<Io> {
     read_into(&format!("/proc/{pid}/io"), buf)?;
-    parse_io(buf)
+    parse_io_full(buf)
 }
 
-pub fn parse_io(s: &str) -> Option<(u64, u64)> {
-    let mut rd = None;
-    let mut wr = None;
+/// The counters of a /proc io file that the engines report.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Io {
+    pub rchar: u64,
+    pub wchar: u64,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+}
+
+impl Io {
+    pub fn add(&mut self, o: &Io) {
+        self.rchar += o.rchar;
+        self.wchar += o.wchar;
+        self.read_bytes += o.read_bytes;
+        self.write_bytes += o.write_bytes;
+    }
+}
+
+/// Parses a /proc io file; `None` unless the storage counters are there (`rchar`
+/// and `wchar` are 0 where the kernel lacks CONFIG_TASK_XACCT).
+pub fn parse_io_full(s: &str) -> Option<Io> {
+    let mut io = Io::default();
+    let (mut rd, mut wr) = (false, false);
     for line in s.lines() {
-        if let Some(v) = line.strip_prefix("read_bytes:") {
-            rd = v.trim().parse().ok();
-        } else if let Some(v) = line.strip_prefix("write_bytes:") {
-            wr = v.trim().parse().ok();
+        let Some((k, v)) = line.split_once(':') else {
+            continue;
+        };
+        let Ok(v) = v.trim().parse::<u64>() else {
+            continue;
+        };
+        match k {
+            "rchar" => io.rchar = v,
+            "wchar" => io.wchar = v,
+            "read_bytes" => (io.read_bytes, rd) = (v, true),
+            "write_bytes" => (io.write_bytes, wr) = (v, true),
+            _ => {}
         }
     }
-    Some((rd?, wr?))
+    (rd && wr).then_some(io)
 }
 
 /// Proportional set size in bytes, from smaps_rollup.
@@ -163,12 +191,27 @@ mod tests {
     }
 
     #[test]
+    fn io_file_with_character_counts() {
+        let s = "rchar: 12\nwchar: 34\nsyscr: 1\nsyscw: 2\nread_bytes: 4096\nwrite_bytes: 8192\ncancelled_write_bytes: 0\n";
+        assert_eq!(
+            parse_io_full(s),
+            Some(Io {
+                rchar: 12,
+                wchar: 34,
+                read_bytes: 4096,
+                write_bytes: 8192
+            })
+        );
+        assert_eq!(parse_io_full("rchar: 1\n"), None);
+    }
+
+    #[test]
     fn self_files() {
         let mut buf = String::new();
         let me = std::process::id();
         let st = stat(me, &mut buf).unwrap();
         assert!(st.num_threads >= 1 && st.rss_pages > 0);
-        assert!(io_bytes(me, &mut buf).is_some());
+        assert!(io(me, &mut buf).is_some());
         assert!(stat(u32::MAX - 1, &mut buf).is_none());
     }
 }
@@ -195,7 +238,8 @@ pub struct FileCache {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Kind {
     Stat,
-    Io,
+    /// One thread's own I/O (`/proc/TGID/task/TID/io`, for the leader too).
+    ThreadIo,
     Schedstat,
 }
 
@@ -213,12 +257,12 @@ impl FileCache {
             // The process is gone (or the pid was reused): open afresh.
             self.files.remove(&key);
         }
-        let name = match kind {
-            Kind::Stat => "stat",
-            Kind::Io => "io",
-            Kind::Schedstat => "schedstat",
+        let path = match kind {
+            Kind::Stat => task_path(tgid, tid, "stat"),
+            Kind::ThreadIo => format!("/proc/{tgid}/task/{tid}/io"),
+            Kind::Schedstat => task_path(tgid, tid, "schedstat"),
         };
-        let f = File::open(task_path(tgid, tid, name)).ok()?;
+        let f = File::open(path).ok()?;
         pread_into(&f, buf)?;
         if self.files.len() < MAX_CACHED {
             self.files.insert(key, f);
