@@ -54,11 +54,71 @@ pub fn ebpf_available() -> bool {
     false
 }
 
-/// A fresh cgroup whose CPU usage is the kernel's truth for what runs inside it.
-/// cgroup v1 `cpuacct.usage` (ns) where mounted, else cgroup v2 `cpu.stat`.
+/// A fresh cgroup whose accounting is the kernel's truth for what runs inside it:
+/// CPU (v1 `cpuacct.usage`, v2 `cpu.stat`), storage bytes (v1 blkio's
+/// `throttle.io_service_bytes`, v2 `io.stat`) and peak memory (v1
+/// `memory.max_usage_in_bytes`, v2 `memory.peak`). On a hybrid host each controller
+/// is taken from the v1 hierarchy that has it.
 pub struct Cgroup {
     pub dir: PathBuf,
     v2: bool,
+    blkio: Option<PathBuf>,
+    memory: Option<PathBuf>,
+}
+
+/// v1 blkio counts a group's bytes only where a throttling rule exists: give every
+/// block device a limit no workload reaches (1 TiB/s), which turns the counting on.
+fn enable_blkio_counting(dir: &Path) {
+    let Ok(devs) = std::fs::read_dir("/sys/block") else {
+        return;
+    };
+    for d in devs.flatten() {
+        let Ok(dev) = std::fs::read_to_string(d.path().join("dev")) else {
+            continue;
+        };
+        for f in [
+            "blkio.throttle.read_bps_device",
+            "blkio.throttle.write_bps_device",
+        ] {
+            let _ = std::fs::write(dir.join(f), format!("{} 1099511627776", dev.trim()));
+        }
+    }
+}
+
+fn v1_dir(controller: &str, name: &str) -> Option<PathBuf> {
+    let base = Path::new("/sys/fs/cgroup").join(controller);
+    if !base.join("cgroup.procs").exists() {
+        return None;
+    }
+    let dir = base.join(name);
+    let _ = std::fs::remove_dir(&dir);
+    std::fs::create_dir(&dir)
+        .unwrap_or_else(|e| panic!("cannot create cgroup {}: {e}", dir.display()));
+    Some(dir)
+}
+
+/// Σ of `KEY=N` (v2) or `MAJ:MIN Key N` (v1) lines of a cgroup I/O file.
+fn io_sum(text: &str, v2_key: &str, v1_key: &str) -> u64 {
+    let mut sum = 0;
+    for line in text.lines() {
+        let mut it = line.split_whitespace();
+        let Some(dev) = it.next() else { continue };
+        if !dev.contains(':') {
+            continue;
+        }
+        let rest: Vec<&str> = it.collect();
+        if let [k, v] = rest[..] {
+            if k == v1_key {
+                sum += v.parse::<u64>().unwrap_or(0);
+            }
+        }
+        for kv in &rest {
+            if let Some(v) = kv.strip_prefix(v2_key).and_then(|r| r.strip_prefix('=')) {
+                sum += v.parse::<u64>().unwrap_or(0);
+            }
+        }
+    }
+    sum
 }
 
 impl Cgroup {
@@ -71,11 +131,39 @@ impl Cgroup {
         } else {
             (PathBuf::from("/sys/fs/cgroup"), true)
         };
-        let dir = base.join(name);
+        if v2 {
+            // Best effort: the io and memory files exist only where the parent
+            // delegates those controllers.
+            let _ = std::fs::write(base.join("cgroup.subtree_control"), "+io +memory");
+        }
+        let dir = base.join(&name);
         let _ = std::fs::remove_dir(&dir);
         std::fs::create_dir(&dir)
             .unwrap_or_else(|e| panic!("cannot create cgroup {}: {e}", dir.display()));
-        Cgroup { dir, v2 }
+        let (blkio, memory) = if v2 {
+            (None, None)
+        } else {
+            let blkio = v1_dir("blkio", &name);
+            if let Some(b) = &blkio {
+                enable_blkio_counting(b);
+            }
+            (blkio, v1_dir("memory", &name))
+        };
+        Cgroup {
+            dir,
+            v2,
+            blkio,
+            memory,
+        }
+    }
+
+    /// The argument of `workload incgroup`: every directory to join.
+    pub fn join_arg(&self) -> String {
+        let mut dirs = vec![self.dir.display().to_string()];
+        for d in [&self.blkio, &self.memory].into_iter().flatten() {
+            dirs.push(d.display().to_string());
+        }
+        dirs.join(":")
     }
 
     pub fn usage_ns(&self) -> u64 {
@@ -96,19 +184,83 @@ impl Cgroup {
         }
     }
 
+    /// Storage bytes (read, written) by the group's tasks, all devices.
+    pub fn io_bytes(&self) -> (u64, u64) {
+        let (file, text) = match &self.blkio {
+            Some(d) => {
+                let f = d.join("blkio.throttle.io_service_bytes");
+                (f.clone(), std::fs::read_to_string(&f))
+            }
+            None => {
+                let f = self.dir.join("io.stat");
+                (f.clone(), std::fs::read_to_string(&f))
+            }
+        };
+        let text = text.unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        (
+            io_sum(&text, "rbytes", "Read"),
+            io_sum(&text, "wbytes", "Write"),
+        )
+    }
+
+    /// Peak memory charged to the group, bytes.
+    pub fn peak_memory(&self) -> Option<u64> {
+        let f = match &self.memory {
+            Some(d) => d.join("memory.max_usage_in_bytes"),
+            None => self.dir.join("memory.peak"),
+        };
+        std::fs::read_to_string(f).ok()?.trim().parse().ok()
+    }
+
     /// Processes still in the group.
     pub fn procs(&self) -> usize {
         std::fs::read_to_string(self.dir.join("cgroup.procs"))
             .map(|s| s.lines().count())
             .unwrap_or(0)
     }
+
+    /// Kills whatever is left in the group.
+    pub fn kill_all(&self) {
+        if let Ok(s) = std::fs::read_to_string(self.dir.join("cgroup.procs")) {
+            for pid in s.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+                // SAFETY: signalling a test's own leftover process.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
+    }
 }
 
 impl Drop for Cgroup {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir(&self.dir);
+        self.kill_all();
+        for d in [Some(&self.dir), self.blkio.as_ref(), self.memory.as_ref()]
+            .into_iter()
+            .flatten()
+        {
+            for _ in 0..50 {
+                if std::fs::remove_dir(d).is_ok() || !d.exists() {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn io_files_of_both_versions() {
+        let v1 = "8:0 Read 4096\n8:0 Write 8192\n8:0 Sync 1\n8:0 Total 12288\n8:16 Write 100\nTotal 12388\n";
+        assert_eq!(super::io_sum(v1, "rbytes", "Read"), 4096);
+        assert_eq!(super::io_sum(v1, "wbytes", "Write"), 8292);
+        let v2 = "8:0 rbytes=10 wbytes=20 rios=1 wios=2\n253:0 rbytes=1 wbytes=2 rios=0 wios=0\n";
+        assert_eq!(super::io_sum(v2, "rbytes", "Read"), 11);
+        assert_eq!(super::io_sum(v2, "wbytes", "Write"), 22);
+    }
+}
+
+pub mod truth;
 
 /// Runs a command to completion, returning its output.
 pub fn run(cmd: &mut Command) -> Output {

@@ -9,8 +9,21 @@
 //!   orphans N MS                    N grandchildren orphaned (parent exits at once),
 //!                                   each spinning MS ms; waits for them via a pipe
 //!   tree DEPTH WIDTH SPIN_US        a full tree of processes, each spinning SPIN_US
-//!   incgroup DIR [--pre F] -- CMD   join cgroup DIR (v1 or v2), then exec CMD; --pre
-//!                                   writes the CPU ns used before joining to F
+//!   incgroup DIR[:DIR…] [--pre F] -- CMD
+//!                                   join the cgroups (v1 hierarchies or v2; the CPU one
+//!                                   first in the list), then exec CMD; --pre writes the
+//!                                   CPU ns used before and after joining it to F
+//!   lazyreaper N MS DELAY_MS        a subreaper whose N orphaned grandchildren spin MS
+//!                                   ms and wait DELAY_MS as zombies before it reaps them
+//!   daemon MS                       a double-forked daemon spins MS ms, then sleeps
+//!                                   (outliving this root, which exits); prints its pid
+//!   threadexec US                   a non-leader thread spins US µs, then execs `spin US`
+//!   vfork N US                      N children started by posix_spawn (CLONE_VFORK),
+//!                                   each exec'ing `spin US`
+//!   cloneparent N US                N children made with CLONE_PARENT (siblings of this
+//!                                   root, reaped by its parent), each spinning US µs
+//!   leaderexit THREADS MS           the main thread leaves (pthread_exit) while THREADS
+//!                                   threads spin MS ms
 //!   pingpong ROUNDS                 two processes on CPU 0 bouncing a byte over pipes
 //!   forkstorm N                     N fork+exec of /bin/true, one at a time
 //!   sleepers N SECS                 N idle children sleeping SECS
@@ -22,10 +35,14 @@ use std::{
 
 static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
 
-/// Prints the mode's JSON line with its own wall time, which the benchmarks compare.
+/// Prints the mode's JSON line with its own wall time, which the benchmarks compare,
+/// and the Unix time it was printed at (just before the root exits).
 fn report(fields: String) {
     let secs = START.get().map_or(0.0, |s| s.elapsed().as_secs_f64());
-    println!("{{{fields},\"elapsed_secs\":{secs:.6}}}");
+    let unix = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
+    println!("{{{fields},\"elapsed_secs\":{secs:.6},\"unix_secs\":{unix:.6}}}");
 }
 
 fn spin(us: u64) {
@@ -171,19 +188,174 @@ fn tree(depth: u64, width: u64, spin_us: u64) -> u64 {
     forked
 }
 
-fn incgroup(dir: &str, pre: Option<&str>, cmd: &[String]) -> ! {
-    let me = std::process::id().to_string();
-    // The CPU this process used before joining (its exec and start-up) is part of the
-    // tree but not of the cgroup: report it for the truth.
-    if let Some(pre) = pre {
-        let ns = std::fs::read_to_string("/proc/self/schedstat")
-            .ok()
-            .and_then(|s| s.split_whitespace().next().map(str::to_string))
-            .unwrap_or_else(|| die("/proc/self/schedstat"));
-        std::fs::write(pre, ns).unwrap_or_else(|e| die(&format!("writing {pre}: {e}")));
+/// Lazy subreaper: the grandchildren are reparented here and left as zombies.
+fn lazyreaper(n: u64, ms: u64, delay_ms: u64) {
+    // SAFETY: prctl with integer arguments.
+    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
+        die("PR_SET_CHILD_SUBREAPER");
     }
-    std::fs::write(format!("{dir}/cgroup.procs"), &me)
-        .unwrap_or_else(|e| die(&format!("joining {dir}: {e}")));
+    for _ in 0..n {
+        if fork() == 0 {
+            if fork() == 0 {
+                spin(ms * 1000);
+                unsafe { libc::_exit(0) };
+            }
+            unsafe { libc::_exit(0) };
+        }
+    }
+    std::thread::sleep(Duration::from_millis(delay_ms));
+    let mut reaped = 0;
+    while wait_one().is_some() {
+        reaped += 1;
+    }
+    report(format!(
+        "\"mode\":\"lazyreaper\",\"processes_forked\":{},\"reaped\":{reaped}",
+        2 * n
+    ));
+}
+
+/// A classic daemon: fork, setsid, fork again; the grandchild outlives this root.
+fn daemon(ms: u64) {
+    let mut fds = [0; 2];
+    // SAFETY: fds has room for two descriptors.
+    if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
+        die("pipe");
+    }
+    if fork() == 0 {
+        unsafe { libc::setsid() };
+        if fork() == 0 {
+            spin(ms * 1000);
+            let me = std::process::id().to_ne_bytes();
+            // SAFETY: plain descriptor calls; a daemon lets go of its caller's pipes.
+            unsafe {
+                libc::write(fds[1], me.as_ptr().cast(), 4);
+                libc::close(fds[1]);
+                let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+                libc::dup2(null, 1);
+                libc::dup2(null, 2);
+            }
+            std::thread::sleep(Duration::from_secs(60));
+            unsafe { libc::_exit(0) };
+        }
+        unsafe { libc::_exit(0) };
+    }
+    unsafe { libc::close(fds[1]) };
+    while wait_one().is_some() {}
+    let mut b = [0u8; 4];
+    if unsafe { libc::read(fds[0], b.as_mut_ptr().cast(), 4) } != 4 {
+        die("daemon did not report");
+    }
+    report(format!(
+        "\"mode\":\"daemon\",\"processes_forked\":2,\"daemon_pid\":{}",
+        u32::from_ne_bytes(b)
+    ));
+}
+
+fn threadexec(us: u64) {
+    let exe = self_exe();
+    let arg = CString::new(us.to_string()).unwrap_or_default();
+    spin(us);
+    std::thread::spawn(move || {
+        spin(us);
+        exec(&[exe, CString::new("spin").unwrap_or_default(), arg]);
+    });
+    std::thread::sleep(Duration::from_secs(60));
+    die("exec from the thread did not happen");
+}
+
+fn vfork(n: u64, us: u64) {
+    let exe = std::fs::read_link("/proc/self/exe").unwrap_or_else(|e| die(&format!("{e}")));
+    for _ in 0..n {
+        // std uses posix_spawn here, which glibc implements with CLONE_VFORK.
+        let st = std::process::Command::new(&exe)
+            .args(["spin", &us.to_string()])
+            .status()
+            .unwrap_or_else(|e| die(&format!("spawn: {e}")));
+        if !st.success() {
+            die("spin child failed");
+        }
+    }
+    report(format!("\"mode\":\"vfork\",\"processes_forked\":{n}"));
+}
+
+fn cloneparent(n: u64, us: u64) {
+    let mut fds = [0; 2];
+    // SAFETY: fds has room for two descriptors.
+    if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
+        die("pipe");
+    }
+    for _ in 0..n {
+        // SAFETY: a raw clone without a new stack behaves like fork; the child only
+        // spins and leaves.
+        let pid = unsafe {
+            libc::syscall(
+                libc::SYS_clone,
+                (libc::CLONE_PARENT | libc::SIGCHLD) as libc::c_ulong,
+                0usize,
+                0usize,
+                0usize,
+                0usize,
+            )
+        };
+        if pid < 0 {
+            die(&format!("clone: {}", std::io::Error::last_os_error()));
+        }
+        if pid == 0 {
+            unsafe { libc::close(fds[0]) };
+            spin(us);
+            unsafe { libc::_exit(0) };
+        }
+    }
+    unsafe { libc::close(fds[1]) };
+    // EOF once every sibling has exited (they hold the write end).
+    let mut b = [0u8; 1];
+    while unsafe { libc::read(fds[0], b.as_mut_ptr().cast(), 1) } > 0 {}
+    report(format!("\"mode\":\"cloneparent\",\"processes_forked\":{n}"));
+}
+
+fn leaderexit(threads: u64, ms: u64) {
+    for _ in 0..threads {
+        std::thread::spawn(move || spin(ms * 1000));
+    }
+    report(format!("\"mode\":\"leaderexit\",\"threads\":{threads}"));
+    use std::io::Write as _;
+    let _ = std::io::stdout().flush();
+    // SAFETY: the raw exit ends only this thread (pthread_exit would unwind through
+    // Rust frames, which aborts); the other threads keep the process alive.
+    unsafe { libc::syscall(libc::SYS_exit, 0) };
+    die("exit returned")
+}
+
+fn thread_cpu_ns() -> u64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| die("/proc/thread-self/schedstat"))
+}
+
+fn incgroup(dirs: &str, pre: Option<&str>, cmd: &[String]) -> ! {
+    let me = std::process::id().to_string();
+    let join = |dir: &str| {
+        std::fs::write(format!("{dir}/cgroup.procs"), &me)
+            .unwrap_or_else(|e| die(&format!("joining {dir}: {e}")))
+    };
+    // The first directory holds the CPU accounting: join it last, between two
+    // readings of this thread's CPU. What ran before the first reading is outside
+    // the group, what ran after the second inside; the join itself is in between,
+    // so the truth is known to within that window, which --pre F reports as
+    // "BEFORE AFTER" (ns).
+    let mut all = dirs.split(':');
+    let cpu_dir = all.next().unwrap_or_else(|| die("incgroup: no cgroup"));
+    for dir in all {
+        join(dir);
+    }
+    let before = thread_cpu_ns();
+    join(cpu_dir);
+    let after = thread_cpu_ns();
+    if let Some(pre) = pre {
+        std::fs::write(pre, format!("{before} {after}"))
+            .unwrap_or_else(|e| die(&format!("writing {pre}: {e}")));
+    }
     let argv: Vec<CString> = cmd
         .iter()
         .map(|a| CString::new(a.as_bytes()).unwrap_or_default())
@@ -299,8 +471,14 @@ fn main() {
             incgroup(&dir, pre.as_deref(), args.get(i..).unwrap_or_default())
         }
         Some("pingpong") => pingpong(arg(&args, 2, "rounds")),
+        Some("lazyreaper") => lazyreaper(arg(&args, 2, "count"), arg(&args, 3, "ms"), arg(&args, 4, "delay_ms")),
+        Some("daemon") => daemon(arg(&args, 2, "ms")),
+        Some("threadexec") => threadexec(arg(&args, 2, "us")),
+        Some("vfork") => vfork(arg(&args, 2, "count"), arg(&args, 3, "us")),
+        Some("cloneparent") => cloneparent(arg(&args, 2, "count"), arg(&args, 3, "us")),
+        Some("leaderexit") => leaderexit(arg(&args, 2, "threads"), arg(&args, 3, "ms")),
         Some("forkstorm") => forkstorm(arg(&args, 2, "count")),
         Some("sleepers") => sleepers(arg(&args, 2, "count"), arg(&args, 3, "seconds")),
-        _ => die("usage: workload spin|swarm|burner|orphans|tree|incgroup|pingpong|forkstorm|sleepers ..."),
+        _ => die("usage: workload spin|swarm|burner|orphans|tree|incgroup|pingpong|forkstorm|sleepers|lazyreaper|daemon|threadexec|vfork|cloneparent|leaderexit ..."),
     }
 }

@@ -6,113 +6,13 @@ use std::{
     time::{Duration, Instant},
 };
 
-use serde_json::Value;
-use tracker_tests::*;
-
-struct Tracked {
-    summary: Value,
-    samples: Vec<Value>,
-    truth_ns: u64,
-    workload_out: Value,
-    code: i32,
-}
-
-/// Runs `workload ARGS` inside a fresh cgroup under the tracker and returns the
-/// tracker's summary and samples with the cgroup's CPU usage.
-fn track(tag: &str, extra: &[&str], args: &[&str]) -> Tracked {
-    let cg = Cgroup::new(tag);
-    let scratch = Scratch::new(tag);
-    let (sum, out) = (scratch.path("summary.json"), scratch.path("samples.jsonl"));
-    let pre = scratch.path("pre-join-ns");
-    let w = workload();
-    let o = run(Command::new(tracker())
-        .args(["run", "-q", "-i", "0.2", "--summary"])
-        .arg(&sum)
-        .arg("--output")
-        .arg(&out)
-        .args(extra)
-        .arg("--")
-        .arg(&w)
-        .arg("incgroup")
-        .arg(&cg.dir)
-        .arg("--pre")
-        .arg(&pre)
-        .arg("--")
-        .arg(&w)
-        .args(args));
-    let stderr = String::from_utf8_lossy(&o.stderr);
-    assert!(!stderr.contains("panicked"), "{stderr}");
-    // Every member has exited once the root has (the workloads wait for theirs).
-    let t0 = Instant::now();
-    while cg.procs() > 0 && t0.elapsed() < Duration::from_secs(5) {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let stdout = String::from_utf8_lossy(&o.stdout);
-    let workload_out = serde_json::from_str(stdout.trim())
-        .unwrap_or_else(|e| panic!("workload said {stdout:?}: {e}; tracker said {stderr}"));
-    Tracked {
-        summary: read_json(&sum),
-        samples: read_jsonl(&out),
-        // The cgroup's usage plus what the root used before it joined the cgroup.
-        truth_ns: cg.usage_ns()
-            + std::fs::read_to_string(&pre)
-                .ok()
-                .and_then(|s| s.trim().parse::<u64>().ok())
-                .expect("pre-join CPU"),
-        workload_out,
-        code: o.status.code().unwrap_or(-1),
-    }
-}
-
-fn f(v: &Value, k: &str) -> f64 {
-    v[k].as_f64()
-        .unwrap_or_else(|| panic!("{k} missing in {v}"))
-}
-fn u(v: &Value, k: &str) -> u64 {
-    v[k].as_u64()
-        .unwrap_or_else(|| panic!("{k} missing in {v}"))
-}
-
-/// The sum of per-interval CPU equals the run total, and the last sample's
-/// cumulative value equals it too.
-fn check_adds_up(t: &Tracked) {
-    let per_interval: f64 = t
-        .samples
-        .iter()
-        .map(|s| f(&s["process"], "utime_secs") + f(&s["process"], "stime_secs"))
-        .sum();
-    let total = f(&t.summary, "cpu_user_secs") + f(&t.summary, "cpu_system_secs");
-    assert!(
-        (per_interval - total).abs() < 1e-6,
-        "intervals {per_interval} vs total {total}"
-    );
-    let last = t.samples.last().expect("at least one sample");
-    assert!((f(&last["process"], "cpu_secs_total") - total).abs() < 1e-6);
-    let spawned: u64 = t
-        .samples
-        .iter()
-        .map(|s| u(&s["process"], "processes_spawned"))
-        .sum();
-    assert_eq!(
-        spawned,
-        u(&t.summary, "processes_spawned"),
-        "per-interval spawned adds up"
-    );
-}
+use tracker_tests::{
+    truth::{self, check_adds_up, f, track, u, Tracked},
+    *,
+};
 
 fn assert_exact_cpu(t: &Tracked, what: &str) {
-    let truth = t.truth_ns as f64 / 1e9;
-    let got = f(&t.summary, "cpu_user_secs") + f(&t.summary, "cpu_system_secs");
-    let err = (got - truth).abs() / truth;
-    eprintln!(
-        "{what}: tracker {got:.6} s, cgroup {truth:.6} s, error {:.3} %",
-        err * 100.0
-    );
-    assert!(
-        err < 0.01,
-        "{what}: tracker {got} s vs cgroup {truth} s ({:.2} % off)",
-        err * 100.0
-    );
+    truth::assert_exact_cpu(t, what, 0.01)
 }
 
 #[test]

@@ -303,7 +303,7 @@ pub fn execute(plan: Plan) -> anyhow::Result<i32> {
         backend_reason = Some("--no-ebpf".to_string());
         None
     } else {
-        match EbpfEngine::load(o.max_tasks, o.bpf_stats) {
+        match EbpfEngine::load(o.max_tasks, o.event_ring_kib * 1024, o.bpf_stats) {
             Ok(e) => {
                 log::info!("eBPF engine loaded in {:.0} ms", e.load_ms);
                 Some(e)

@@ -114,7 +114,6 @@ pub struct Opts {
     /// Enable the kernel's BPF run-time statistics to report the programs' own cost.
     #[arg(long)]
     pub bpf_stats: bool,
-    /// Capacity of the kernel task map (threads of the tree alive at once).
     /// Probe the cloud metadata services even without SENTINEL_API_TOKEN (the result
     /// goes into the summary); env TRACKER_DISCOVER, [tracker] discover.
     #[arg(long)]
@@ -123,8 +122,25 @@ pub struct Opts {
     /// env TRACKER_SHARE_IDENTITY, [tracker] share_identity.
     #[arg(long)]
     pub share_identity: bool,
+    /// Capacity of the kernel task map (threads of the tree alive at once).
     #[arg(long, value_name = "N", default_value_t = tracker_common::DEFAULT_MAX_TASKS)]
     pub max_tasks: u32,
+    /// Size of the kernel's event ring in KiB: a power of two from 4 to 262144. A
+    /// ring too small for a burst of exits loses records (counted in lost_events),
+    /// never totals.
+    #[arg(long, value_name = "KIB", default_value_t = tracker_common::EVENTS_BYTES / 1024, value_parser = ring_kib)]
+    pub event_ring_kib: u32,
+}
+
+fn ring_kib(s: &str) -> Result<u32, String> {
+    let v: u32 = s
+        .parse()
+        .map_err(|_| format!("'{s}' is not a whole number of KiB"))?;
+    if v.is_power_of_two() && (4..=262_144).contains(&v) {
+        Ok(v)
+    } else {
+        Err(format!("{v} KiB is not a power of two from 4 to 262144"))
+    }
 }
 
 impl Opts {

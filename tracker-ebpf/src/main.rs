@@ -204,7 +204,8 @@ pub fn sched_process_exec(ctx: BtfTracePointContext) -> u32 {
     let ev = Event {
         kind: EVENT_EXEC,
         pid: info.tgid,
-        tid: info.tgid,
+        // The exec'ing thread's tid before the exec (the tgid from now on).
+        tid: key,
         ppid,
         ..Event::default()
     };

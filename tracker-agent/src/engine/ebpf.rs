@@ -116,6 +116,16 @@ impl Ledger {
         acc
     }
 
+    /// A non-leader thread exec'd and took the leader's tid: its reading moves with
+    /// it, and replaces the old leader's, which retires on its own record.
+    fn exec(&mut self, ev: &Event) {
+        if ev.tid != ev.pid {
+            if let Some(f) = self.live.remove(&ev.tid) {
+                self.live.insert(ev.pid, f);
+            }
+        }
+    }
+
     /// Retired plus the last reading of every thread not retired yet.
     fn total(&self) -> Figures {
         let mut t = self.retired;
@@ -206,8 +216,9 @@ fn has_cap_bpf() -> Result<(), String> {
 }
 
 impl EbpfEngine {
-    /// Loads and attaches everything. `max_tasks` sizes the task map.
-    pub fn load(max_tasks: u32, bpf_stats: bool) -> Result<Self, EbpfUnavailable> {
+    /// Loads and attaches everything. `max_tasks` sizes the task map, `ring_bytes`
+    /// the event ring.
+    pub fn load(max_tasks: u32, ring_bytes: u32, bpf_stats: bool) -> Result<Self, EbpfUnavailable> {
         let t0 = Instant::now();
         has_cap_bpf().map_err(EbpfUnavailable::NoPrivilege)?;
         if !in_host_pid_ns() {
@@ -231,6 +242,7 @@ impl EbpfEngine {
             .btf(Some(&aya_btf))
             .override_global("OFFSETS", &offsets, true)
             .map_max_entries("TASKS", max_tasks)
+            .map_max_entries("EVENTS", ring_bytes)
             .load(OBJECT)
             .map_err(|e| classify(e.to_string()))?;
         for name in TRACEPOINTS {
@@ -397,10 +409,13 @@ impl EbpfEngine {
     /// Takes one ring record into the ledger; returns the event to show, if any
     /// (forks, execs and process exits; a thread's own retirement is internal).
     pub fn absorb(&mut self, ev: &Event) -> Option<ProcEvent> {
-        let cpu = if ev.kind == EVENT_EXIT {
-            Some(self.ledger.retire(ev)?)
-        } else {
-            None
+        let cpu = match ev.kind {
+            EVENT_EXIT => Some(self.ledger.retire(ev)?),
+            EVENT_EXEC => {
+                self.ledger.exec(ev);
+                None
+            }
+            _ => None,
         };
         proc_event(ev, cpu)
     }
@@ -448,8 +463,7 @@ impl EbpfEngine {
                     wchar: io.wchar,
                 };
                 live_sum.add(&f);
-                let last = self.ledger.live.entry(tid).or_default();
-                last.max(&f);
+                self.ledger.live.insert(tid, f);
                 if st.is_some_and(|s| s.state != b'Z' && s.state != b'X') {
                     t.live_threads += 1;
                 }
@@ -631,6 +645,37 @@ mod tests {
         assert_eq!(l.retire(&exit(12, 10, 6, EVENT_FLAG_GROUP_DEAD)), Some(56));
         assert_eq!(l.total().cpu_ns, 63);
         assert!(l.live.is_empty() && l.proc_cpu.is_empty());
+    }
+
+    /// An exec from a non-leader thread: the thread's reading follows it to the
+    /// leader's tid and replaces the old leader's, which retires on its own.
+    #[test]
+    fn non_leader_exec_moves_the_reading() {
+        let mut l = Ledger::default();
+        l.live.insert(
+            30,
+            Figures {
+                cpu_ns: 100,
+                ..Figures::default()
+            },
+        );
+        l.live.insert(
+            31,
+            Figures {
+                cpu_ns: 40,
+                ..Figures::default()
+            },
+        );
+        // The old leader retires under the exec'ing thread's tid (tids swapped).
+        l.retire(&exit(31, 30, 110, EVENT_FLAG_SHARED_TID));
+        l.exec(&Event {
+            kind: EVENT_EXEC,
+            pid: 30,
+            tid: 31,
+            ..Event::default()
+        });
+        assert_eq!(l.total().cpu_ns, 150);
+        assert_eq!(l.live.len(), 1);
     }
 
     /// A dead task whose tid another member took (a non-leader exec) counts, but the
