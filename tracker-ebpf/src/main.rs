@@ -301,9 +301,6 @@ unsafe fn retire(task: *const u8) {
     // A task that exits before its final switch while another took its tid (its
     // leader's, through a non-leader exec) still counts, but leaves the entry alone.
     let own = info.task == 0 || info.task == task as u64;
-    if own {
-        let _ = TASKS.remove(tid);
-    }
     let mut ev = Event {
         kind: EVENT_EXIT,
         pid: info.tgid,
@@ -317,7 +314,9 @@ unsafe fn retire(task: *const u8) {
         wchar: field(task, o.task_io_wchar),
         ..Event::default()
     };
-    let Some(s) = stats(info.tree) else { return };
+    let Some(s) = stats(info.tree) else {
+        return;
+    };
     s.cpu_ns += ev.cpu_ns;
     s.utime_ns += ev.utime_ns;
     s.stime_ns += ev.stime_ns;
@@ -326,7 +325,11 @@ unsafe fn retire(task: *const u8) {
     s.rchar += ev.rchar;
     s.wchar += ev.wchar;
     s.threads_exited += 1;
-    if !own {
+    // Totals first, entry second: a reader that takes the totals and then lists the
+    // map finds every thread in one or the other.
+    if own {
+        let _ = TASKS.remove(tid);
+    } else {
         ev.flags = EVENT_FLAG_SHARED_TID;
     }
     let group_dead = own && info.flags & TASK_FLAG_GROUP_DEAD != 0;

@@ -723,7 +723,7 @@ pub fn run(dir: &Path, quick: bool) -> anyhow::Result<String> {
     // 1. Accuracy.
     say("### Accuracy: the tree's CPU per tool against the kernel's truth".into());
     say(String::new());
-    say("Each run executes `workload incgroup DIR --pre F -- workload MODE …` under the tool: the root joins a fresh cgroup (v1 `cpuacct.usage`, else v2 `cpu.stat`) before it execs the workload, and the truth is the cgroup's usage when the tool returns plus the root's CPU before it joined (`--pre`). The cell is the tool's CPU as a % of that truth, with the processes it reports / the processes in the tree in parentheses where it reports them (ours: all spawned; py-rt and rs-rt: the most alive in one sample). Intervals: 1 s, psrecord 0.5 s. One run per cell; repeated runs differ by about ±2 points for the tools that see every process.".into());
+    say("Each run executes `workload incgroup DIR --pre F -- workload MODE …` under the tool: the root joins a fresh cgroup (v1 `cpuacct.usage`, else v2 `cpu.stat`) before it execs the workload, and the truth is the cgroup's usage when the tool returns plus the root's CPU before it joined (`--pre`, the middle of the readings just before and after the join). The cell is the tool's CPU as a % of that truth, with the processes it reports / the processes in the tree in parentheses where it reports them (ours: all spawned; py-rt and rs-rt: the most alive in one sample). Intervals: 1 s, psrecord 0.5 s. One run per cell; repeated runs differ by about ±2 points for the tools that see every process.".into());
     say(String::new());
     say_tool_header(&mut say, "| workload | truth CPU (s) |", &tools);
     let t_acc = Instant::now();
@@ -757,12 +757,19 @@ pub fn run(dir: &Path, quick: bool) -> anyhow::Result<String> {
             }
             let mut c = t.command(&p, acc_interval(t), &out, &cmd, true);
             let r = run_rusage(&mut c);
-            let truth = cg.usage_secs()
-                + std::fs::read_to_string(&pre)
-                    .ok()
-                    .and_then(|s| s.trim().parse::<f64>().ok())
-                    .unwrap_or(0.0)
-                    / 1e9;
+            // `--pre` gives the root's CPU just before and just after it joined:
+            // the join itself is the truth's only uncertainty; take its middle.
+            let window: Vec<f64> = std::fs::read_to_string(&pre)
+                .unwrap_or_default()
+                .split_whitespace()
+                .filter_map(|v| v.parse().ok())
+                .collect();
+            let pre_ns = if window.is_empty() {
+                0.0
+            } else {
+                window.iter().sum::<f64>() / window.len() as f64
+            };
+            let truth = cg.usage_secs() + pre_ns / 1e9;
             drop(cg);
             let cell = match r.and_then(|_| t.parse(&out, acc_interval(t))) {
                 Ok((cpu, procs)) => {

@@ -429,12 +429,16 @@ impl EbpfEngine {
         ring: Option<&mut RingBuf<MapData>>,
         shown: &mut dyn FnMut(ProcEvent),
     ) -> anyhow::Result<TreeTotals> {
+        // The kernel's totals before the listing: a thread retires into the totals
+        // before it leaves the map, so each is in one of the two (used when records
+        // were lost).
+        let k = self.kernel_stats()?;
         let live = self.live_tasks();
         let mut t = TreeTotals {
             pss_bytes: opts.pss.then_some(0),
             ..Default::default()
         };
-        let mut live_sum = Figures::default();
+        let mut read_now = Figures::default();
         let buf = &mut self.buf;
         for (&tgid, tids) in &live {
             let files = &mut self.files;
@@ -462,7 +466,7 @@ impl EbpfEngine {
                     rchar: io.rchar,
                     wchar: io.wchar,
                 };
-                live_sum.add(&f);
+                read_now.add(&f);
                 self.ledger.live.insert(tid, f);
                 if st.is_some_and(|s| s.state != b'Z' && s.state != b'X') {
                     t.live_threads += 1;
@@ -499,14 +503,13 @@ impl EbpfEngine {
                 }
             }
         }
-        let k = self.kernel_stats()?;
         let mut f = if k.lost_events == 0 {
             self.ledger.total()
         } else {
-            // Records were lost: the kernel's own totals of retired threads hold them.
-            // A member retiring during this reading may count twice for one sample;
-            // exact again once the tree has settled.
-            let mut f = live_sum;
+            // Records were lost: the kernel's totals of threads retired before the
+            // listing, plus the threads listed. A thread retiring between the two
+            // readings is missed for one sample, never counted twice.
+            let mut f = read_now;
             f.add(&Figures {
                 cpu_ns: k.cpu_ns,
                 read_bytes: k.read_bytes,
