@@ -27,19 +27,76 @@ pub struct Tracked {
     pub workload_out: Value,
     pub code: i32,
     pub stderr: String,
+    /// (Unix time, cgroup CPU ns) every ~2 ms while the tracker ran, with `poll`.
+    pub series: Vec<(f64, u64)>,
+}
+
+/// How to run one tracked workload.
+pub struct Opts<'a> {
+    pub tag: &'a str,
+    pub extra: &'a [&'a str],
+    /// A workload mode and its arguments, or with `shell` one `sh -c` script.
+    pub cmd: &'a [&'a str],
+    pub shell: bool,
+    /// Wait for the group to empty before reading the truth (off for members that
+    /// outlive the root).
+    pub settle: bool,
+    pub interval: &'a str,
+    /// Record the cgroup's CPU over time (`Tracked::series`).
+    pub poll: bool,
+}
+
+impl Default for Opts<'_> {
+    fn default() -> Self {
+        Opts {
+            tag: "run",
+            extra: &[],
+            cmd: &[],
+            shell: false,
+            settle: true,
+            interval: "0.2",
+            poll: false,
+        }
+    }
+}
+
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 /// Runs `cmd` (a workload mode, or with `shell` a `sh -c` script) inside a fresh
 /// cgroup under `resource-tracker run -i 0.2` plus `extra` flags. `settle` waits for
 /// the group to empty before the truth is read (members that outlive the root).
 pub fn track_cmd(tag: &str, extra: &[&str], cmd: &[&str], shell: bool, settle: bool) -> Tracked {
+    track_with(&Opts {
+        tag,
+        extra,
+        cmd,
+        shell,
+        settle,
+        ..Opts::default()
+    })
+}
+
+pub fn track_with(opts: &Opts) -> Tracked {
+    let Opts {
+        tag,
+        extra,
+        cmd,
+        shell,
+        settle,
+        interval,
+        poll,
+    } = *opts;
     let cg = Cgroup::new(tag);
     let scratch = Scratch::new(tag);
     let (sum, out) = (scratch.path("summary.json"), scratch.path("samples.jsonl"));
     let pre = scratch.path("pre-join-ns");
     let w = workload();
     let mut c = Command::new(tracker());
-    c.args(["run", "-q", "-i", "0.2", "--summary"])
+    c.args(["run", "-q", "-i", interval, "--summary"])
         .arg(&sum)
         .arg("--output")
         .arg(&out)
@@ -57,7 +114,36 @@ pub fn track_cmd(tag: &str, extra: &[&str], cmd: &[&str], shell: bool, settle: b
         c.arg(&w).args(cmd);
     }
     c.current_dir(&scratch.0);
-    let o = run(&mut c);
+    let mut series = Vec::new();
+    let o = if poll {
+        let child = c
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run {c:?}: {e}"));
+        let pid = child.id() as i32;
+        loop {
+            series.push((unix_now(), cg.usage_ns()));
+            // SAFETY: a non-reaping look at our own child.
+            let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+            let r = unsafe {
+                libc::waitid(
+                    libc::P_PID,
+                    pid as libc::id_t,
+                    &mut info,
+                    libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+                )
+            };
+            // SAFETY: si_pid is set by waitid when a child changed state.
+            if r != 0 || unsafe { info.si_pid() } == pid {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        child.wait_with_output().expect("tracker output")
+    } else {
+        run(&mut c)
+    };
     let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
     assert!(!stderr.contains("panicked"), "{stderr}");
     if settle {
@@ -92,12 +178,24 @@ pub fn track_cmd(tag: &str, extra: &[&str], cmd: &[&str], shell: bool, settle: b
         workload_out,
         code: o.status.code().unwrap_or(-1),
         stderr,
+        series,
     }
 }
 
 /// A workload mode whose members have all exited once the root has.
 pub fn track(tag: &str, extra: &[&str], args: &[&str]) -> Tracked {
     track_cmd(tag, extra, args, false, true)
+}
+
+/// The cgroup's CPU (ns) at Unix time `t`, interpolated between the polls around it.
+pub fn cgroup_cpu_at(series: &[(f64, u64)], t: f64) -> Option<f64> {
+    let i = series.iter().position(|&(at, _)| at >= t)?;
+    if i == 0 {
+        return None;
+    }
+    let ((t0, c0), (t1, c1)) = (series[i - 1], series[i]);
+    let w = if t1 > t0 { (t - t0) / (t1 - t0) } else { 1.0 };
+    Some(c0 as f64 + w * (c1 as f64 - c0 as f64))
 }
 
 pub fn f(v: &Value, k: &str) -> f64 {

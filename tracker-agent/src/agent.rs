@@ -22,7 +22,7 @@ use crate::{
         Backend, ProcEvent, ReadOpts, TreeTotals,
     },
     launcher, output,
-    sampler::Sampler,
+    sampler::{Sampler, Stamp},
     stream,
     summary::{BpfProgram, Summary, TopCommand},
 };
@@ -204,16 +204,27 @@ fn config_name(st: &Settings) -> String {
         .map_or_else(String::new, |p| p.display().to_string())
 }
 
+/// The tree's reading, stamped with the middle of the time it took: a sample's time
+/// is that of its tree figures, not of when the host collectors finished after them.
 fn read_tree(
     engine: &mut Option<Engine>,
     o: ReadOpts,
     ring: Option<&mut Ring>,
     log: &mut EventLog,
-) -> anyhow::Result<TreeTotals> {
-    match engine {
-        Some(e) => e.read(o, ring, log),
-        None => Ok(TreeTotals::default()),
-    }
+) -> anyhow::Result<(TreeTotals, Stamp)> {
+    let (t0, u0) = (Instant::now(), crate::sampler::unix_now());
+    let t = match engine {
+        Some(e) => e.read(o, ring, log)?,
+        None => TreeTotals::default(),
+    };
+    let half = t0.elapsed() / 2;
+    Ok((
+        t,
+        Stamp {
+            at: t0 + half,
+            unix: u0 + half.as_secs_f64(),
+        },
+    ))
 }
 
 /// The GPUs' readings and the tree's GPU use into `h`; nothing (not even the tree's
@@ -451,11 +462,11 @@ pub fn execute(plan: Plan) -> anyhow::Result<i32> {
                     let now = tokio::time::Instant::now();
                     while next <= now { next += period; }
                     let t0 = Instant::now();
-                    let t = read_tree(&mut engine, read_opts, ring.as_mut().map(|r| r.get_mut()), &mut log)?;
+                    let (t, stamp) = read_tree(&mut engine, read_opts, ring.as_mut().map(|r| r.get_mut()), &mut log)?;
                     let mut h = host.sample();
                     read_gpu(&mut gpus, &engine, &mut h);
                     let t1 = Instant::now();
-                    let s = sampler.step(t, h, t1, engine.as_ref().and_then(Engine::bpf_stats));
+                    let s = sampler.step(t, h, stamp, engine.as_ref().and_then(Engine::bpf_stats));
                     emit(&mut sink, &s)?;
                     log::debug!("sample: read {:?}, step+write {:?}", t1 - t0, t1.elapsed());
                 }
@@ -499,10 +510,10 @@ pub fn execute(plan: Plan) -> anyhow::Result<i32> {
                 p.note_reaped(r.pid, r.user_ns, r.sys_ns, r.maxrss_kib);
             }
         }
-        let t = read_tree(&mut engine, read_opts, ring.as_mut().map(|r| r.get_mut()), &mut log)?;
+        let (t, stamp) = read_tree(&mut engine, read_opts, ring.as_mut().map(|r| r.get_mut()), &mut log)?;
         let mut h = host.sample();
         read_gpu(&mut gpus, &engine, &mut h);
-        let s = sampler.step(t, h, Instant::now(), engine.as_ref().and_then(Engine::bpf_stats));
+        let s = sampler.step(t, h, stamp, engine.as_ref().and_then(Engine::bpf_stats));
         emit(&mut sink, &s)?;
         if let Some(w) = log.file.as_mut() {
             w.flush().context("writing the events file")?;

@@ -30,6 +30,14 @@ pub struct Sampler {
     pub stats: RunStats,
 }
 
+/// When a sample's figures were read.
+#[derive(Clone, Copy, Debug)]
+pub struct Stamp {
+    pub at: Instant,
+    /// Unix time of `at`, seconds.
+    pub unix: f64,
+}
+
 /// Unix time now, microsecond precision.
 pub fn unix_now() -> f64 {
     let d = SystemTime::now()
@@ -65,15 +73,16 @@ impl Sampler {
         self.prev_bpf = bpf;
     }
 
-    /// `now` is the tree's reading (default without a tree); `bpf` is the (run
-    /// count, run time ns) of the programs, when known.
+    /// `now` is the tree's reading (default without a tree), taken at `stamp`; `bpf`
+    /// is the (run count, run time ns) of the programs, when known.
     pub fn step(
         &mut self,
         now: TreeTotals,
         host: HostReading,
-        at: Instant,
+        stamp: Stamp,
         bpf: Option<(u64, u64)>,
     ) -> Sample {
+        let at = stamp.at;
         let elapsed = at.duration_since(self.prev_at).as_secs_f64().max(1e-9);
         let d_cpu = now.cpu_ns.saturating_sub(self.prev.cpu_ns);
         let d_user_t = now.user_ticks_ns.saturating_sub(self.prev.user_ticks_ns);
@@ -145,7 +154,8 @@ impl Sampler {
             cpu.process_child_count = Some(children);
         }
         let sample = Sample {
-            timestamp_secs: unix_now(),
+            // Microsecond precision, like the other timestamps.
+            timestamp_secs: (stamp.unix * 1e6).round() / 1e6,
             interval_secs: elapsed,
             job_name: self.job_name.clone(),
             cpu,

@@ -269,7 +269,7 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> u32 {
     };
     if state & TASK_DEAD != 0 {
         // SAFETY: as above; `prev` is past its last instruction.
-        unsafe { retire(prev) };
+        unsafe { retire(prev, true) };
     }
     0
 }
@@ -282,25 +282,32 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> u32 {
 pub fn sched_process_free(ctx: BtfTracePointContext) -> u32 {
     let task: *const u8 = ctx.arg(0);
     // SAFETY: `task` is the tracepoint's task argument.
-    unsafe { retire(task) };
+    unsafe { retire(task, false) };
     0
 }
 
 /// Adds a dead member thread's final figures to its tree, sends its EXIT record,
-/// and forgets it.
+/// and forgets it. `at_switch`: called at the final context switch (else at the
+/// RCU free, seconds later, when the tid may belong to a new task).
 ///
 /// # Safety
 /// `task` must be a task_struct that has made its final context switch.
 #[inline(always)]
-unsafe fn retire(task: *const u8) {
+unsafe fn retire(task: *const u8, at_switch: bool) {
     let o = off();
     let tid: u32 = field(task, o.task_pid);
     let Some(info) = TASKS.get(tid).copied() else {
         return;
     };
-    // A task that exits before its final switch while another took its tid (its
-    // leader's, through a non-leader exec) still counts, but leaves the entry alone.
-    let own = info.task == 0 || info.task == task as u64;
+    // An entry registered from user space (identity 0) is taken at the final switch,
+    // where the tid is still this task's; a late free acts only on its own entry.
+    let own = info.task == task as u64 || (info.task == 0 && at_switch);
+    // At its final switch, a task whose tid another thread of its process took (the
+    // old leader, through an exec from a non-leader thread) still counts, but leaves
+    // the entry alone. Anything else is not this task's entry.
+    if !own && !(at_switch && info.tgid == field::<u32>(task, o.task_tgid)) {
+        return;
+    }
     let mut ev = Event {
         kind: EVENT_EXIT,
         pid: info.tgid,
