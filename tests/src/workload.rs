@@ -6,8 +6,9 @@
 //!   spin US                         busy-loop for US microseconds of wall time
 //!   swarm N SPIN_US PAR fork|exec   N children, PAR at a time, each spinning SPIN_US
 //!   burner THREADS MS               THREADS threads spinning MS milliseconds each
-//!   orphans N MS                    N grandchildren orphaned (parent exits at once),
-//!                                   each spinning MS ms; waits for them via a pipe
+//!   orphans N MS [HOLD_MS]          N grandchildren orphaned (parent exits at once),
+//!                                   each spinning MS ms; waits for them via a pipe,
+//!                                   then HOLD_MS more while they wait for init
 //!   tree DEPTH WIDTH SPIN_US        a full tree of processes, each spinning SPIN_US
 //!   incgroup DIR[:DIR…] [--pre F] -- CMD
 //!                                   join the cgroups (v1 hierarchies or v2; the CPU one
@@ -139,7 +140,7 @@ fn burner(threads: u64, ms: u64) {
     report(format!("\"mode\":\"burner\",\"threads\":{threads}"));
 }
 
-fn orphans(n: u64, ms: u64) {
+fn orphans(n: u64, ms: u64, hold_ms: u64) {
     let mut fds = [0; 2];
     // SAFETY: fds has room for two descriptors.
     if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
@@ -161,6 +162,8 @@ fn orphans(n: u64, ms: u64) {
     // EOF once every grandchild has exited (they hold the write end).
     let mut b = [0u8; 1];
     while unsafe { libc::read(fds[0], b.as_mut_ptr().cast(), 1) } > 0 {}
+    // The orphans are zombies waiting for init now.
+    std::thread::sleep(Duration::from_millis(hold_ms));
     report(format!(
         "\"mode\":\"orphans\",\"processes_forked\":{}",
         2 * n
@@ -452,7 +455,11 @@ fn main() {
             swarm(arg(&args, 2, "count"), arg(&args, 3, "spin_us"), arg(&args, 4, "parallel"), &mode)
         }
         Some("burner") => burner(arg(&args, 2, "threads"), arg(&args, 3, "ms")),
-        Some("orphans") => orphans(arg(&args, 2, "count"), arg(&args, 3, "ms")),
+        Some("orphans") => orphans(
+            arg(&args, 2, "count"),
+            arg(&args, 3, "ms"),
+            args.get(4).and_then(|s| s.parse().ok()).unwrap_or(0),
+        ),
         Some("tree") => {
             let n = tree(arg(&args, 2, "depth"), arg(&args, 3, "width"), arg(&args, 4, "spin_us"));
             report(format!("\"mode\":\"tree\",\"processes_forked\":{n}"));

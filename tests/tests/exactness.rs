@@ -172,7 +172,10 @@ fn orphans_left_as_zombies_by_a_lazy_subreaper() {
 }
 
 /// The final sample follows the root's exit at once and costs the tracker almost
-/// nothing, though 1,500 orphans wait for init to reap them.
+/// nothing, though 1,500 orphans wait for init to reap them. (The root holds 300 ms
+/// after its orphans have exited: while 1,500 spinners are runnable at once, the
+/// tracker gets its share of 2 CPUs like any task, and a sample then takes tenths of
+/// a second of wall time, which a root exiting meanwhile waits for.)
 #[test]
 fn orphans_reaped_by_init_and_a_prompt_cheap_end() {
     if !ebpf_available() {
@@ -181,7 +184,7 @@ fn orphans_reaped_by_init_and_a_prompt_cheap_end() {
     let mut worst_delay: f64 = 0.0;
     let mut worst_end_cpu: f64 = 0.0;
     worst_of(3, "orphans of init", |i| {
-        let t = track(&format!("init{i}"), &[], &["orphans", "1500", "1"]);
+        let t = track(&format!("init{i}"), &[], &["orphans", "1500", "1", "300"]);
         assert_eq!(u(&t.summary, "processes_spawned"), 3001);
         assert_eq!(u(&t.summary, "processes_exited"), 3001);
         let last = t.samples.last().expect("a final sample");
@@ -200,9 +203,10 @@ fn orphans_reaped_by_init_and_a_prompt_cheap_end() {
         worst_delay < 0.05,
         "final sample {worst_delay} s after the root"
     );
-    // A regular sample of this tree costs ~2 ms here; the end adds no polling.
+    // The end adds no polling: retiring the waiting orphans is one map listing and
+    // a sweep per 24 of them.
     assert!(
-        worst_end_cpu < 0.01,
+        worst_end_cpu < 0.005,
         "tracker CPU in the final interval {worst_end_cpu} s"
     );
 }

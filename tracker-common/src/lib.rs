@@ -42,6 +42,13 @@ pub const TASK_FLAG_EXITED: u32 = 2;
 /// The tree's root, set by user space: its exit record wakes user space at once.
 pub const TASK_FLAG_ROOT: u32 = 4;
 
+/// Keys at or above this are never tids (pids stay below 2^22): an old leader that
+/// a non-leader exec displaced waits here, keyed by its tgid, until it retires.
+pub const GRAVEYARD_KEY: u32 = 1 << 31;
+
+/// Tids the sweep program takes per run: two per `u64` argument, 12 arguments.
+pub const SWEEP_BATCH: usize = 24;
+
 /// Per-tree totals of every retired thread, kept per CPU and summed by user space.
 /// Values only grow. The per-thread EXIT records carry the same figures one by
 /// one; these totals stay exact when records are lost.
@@ -84,13 +91,13 @@ pub const EVENT_EXIT: u32 = 3;
 
 /// EXIT record of the last thread of its process.
 pub const EVENT_FLAG_GROUP_DEAD: u32 = 1;
-/// EXIT record of a dead task whose tid a live member has taken (its leader's,
-/// through an exec from a non-leader thread): the live member's entry stays.
+/// EXIT record of an old leader that a non-leader exec displaced: its tid is now
+/// another member's, whose reading stays.
 pub const EVENT_FLAG_SHARED_TID: u32 = 2;
 
 /// One record of the ordered event stream (ring buffer). FORK is sent for new
-/// processes, EXEC for each exec, EXIT for every thread at its final context switch
-/// with that thread's final figures.
+/// processes, EXEC for each exec, EXIT for every thread when it retires (after its
+/// final context switch) with that thread's final figures.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Event {
@@ -135,6 +142,9 @@ pub struct Offsets {
     pub task_stime: u32,
     pub task_signal: u32,
     pub task_state: u32,
+    /// `task->on_cpu` (SMP kernels), or `NO_FIELD`: cleared once a task has switched
+    /// out, so a `TASK_DEAD` task with it clear has made its final switch.
+    pub task_on_cpu: u32,
     pub task_group_leader: u32,
     /// `task->ioac.read_bytes`, or `NO_FIELD` without CONFIG_TASK_IO_ACCOUNTING.
     pub task_io_read_bytes: u32,
@@ -145,9 +155,8 @@ pub struct Offsets {
     pub signal_maxrss: u32,
     /// 1 when `sched_process_exit` passes `group_dead` as its 2nd argument (6.16+).
     pub exit_has_group_dead: u32,
-    /// 1 when `sched_switch` passes `prev_state` as its 4th argument (5.18+).
-    pub switch_has_prev_state: u32,
     pub signal_live: u32,
+    pub _pad: u32,
 }
 
 /// `TASK_DEAD` in `task->__state`: set just before the final context switch.

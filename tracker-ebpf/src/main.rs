@@ -9,14 +9,14 @@
 
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel},
-    macros::{btf_tracepoint, map},
+    macros::{btf_tracepoint, map, raw_tracepoint},
     maps::{HashMap, PerCpuArray, RingBuf},
-    programs::BtfTracePointContext,
+    programs::{BtfTracePointContext, RawTracePointContext},
 };
 use tracker_common::{
     Event, Offsets, TaskInfo, TreeStats, DEFAULT_MAX_TASKS, EVENTS_BYTES, EVENT_EXEC, EVENT_EXIT,
-    EVENT_FLAG_GROUP_DEAD, EVENT_FLAG_SHARED_TID, EVENT_FORK, MAX_TREES, NO_FIELD, TASK_DEAD,
-    TASK_FLAG_EXITED, TASK_FLAG_GROUP_DEAD, TASK_FLAG_ROOT,
+    EVENT_FLAG_GROUP_DEAD, EVENT_FLAG_SHARED_TID, EVENT_FORK, GRAVEYARD_KEY, MAX_TREES, NO_FIELD,
+    SWEEP_BATCH, TASK_DEAD, TASK_FLAG_EXITED, TASK_FLAG_GROUP_DEAD, TASK_FLAG_ROOT,
 };
 
 #[no_mangle]
@@ -31,6 +31,7 @@ static OFFSETS: Offsets = Offsets {
     task_stime: 0,
     task_signal: 0,
     task_state: 0,
+    task_on_cpu: NO_FIELD,
     task_group_leader: 0,
     task_io_read_bytes: NO_FIELD,
     task_io_write_bytes: NO_FIELD,
@@ -38,8 +39,8 @@ static OFFSETS: Offsets = Offsets {
     task_io_wchar: NO_FIELD,
     signal_maxrss: 0,
     exit_has_group_dead: 0,
-    switch_has_prev_state: 0,
     signal_live: 0,
+    _pad: 0,
 };
 
 const BPF_RB_NO_WAKEUP: u64 = 1;
@@ -187,10 +188,18 @@ pub fn sched_process_exec(ctx: BtfTracePointContext) -> u32 {
     // The exec'ing thread is `task`: a root registered from user space learns its
     // identity here, and a moved entry takes the thread's.
     info.task = task as u64;
-    let _ = TASKS.insert(cur, info, 0);
     if key != cur {
+        // A non-leader thread exec'd and took the leader's tid: the old leader (dead)
+        // waits under a key of its own until it retires.
+        // SAFETY: the value is copied out at once.
+        if let Some(old) = unsafe { TASKS.get(cur) }.copied() {
+            if old.task != task as u64 {
+                let _ = TASKS.insert(GRAVEYARD_KEY | cur, old, 0);
+            }
+        }
         let _ = TASKS.remove(key);
     }
+    let _ = TASKS.insert(cur, info, 0);
     let o = off();
     // SAFETY: `task` is the tracepoint's task argument; its parent pointer is read
     // through the fault-tolerant helper.
@@ -228,6 +237,8 @@ pub fn sched_process_exit(ctx: BtfTracePointContext) -> u32 {
     let info = unsafe { &mut *p };
     info.flags |= TASK_FLAG_EXITED;
     let task: *const u8 = ctx.arg(0);
+    // From here on the sweep reads this task's final figures through its address.
+    info.task = task as u64;
     let o = off();
     // SAFETY: `task` is the tracepoint's task argument (current).
     let signal: *const u8 = unsafe { field::<u64>(task, o.task_signal) as *const u8 };
@@ -253,65 +264,109 @@ pub fn sched_process_exit(ctx: BtfTracePointContext) -> u32 {
     0
 }
 
-/// sched_switch(preempt, prev, next[, prev_state]): a task switched out in
-/// `TASK_DEAD` has made its final context switch, so its runtime, tick times and
-/// I/O are final here, however late its parent (or a lazy init) reaps it and however
-/// late RCU frees it. Every other switch of the host returns after one comparison.
-#[btf_tracepoint(function = "sched_switch")]
-pub fn sched_switch(ctx: BtfTracePointContext) -> u32 {
-    let o = off();
-    let prev: *const u8 = ctx.arg(1);
-    let state = if o.switch_has_prev_state != 0 {
-        ctx.arg::<u64>(3) as u32
-    } else {
-        // SAFETY: `prev` is the tracepoint's task argument.
-        unsafe { field::<u32>(prev, o.task_state) }
-    };
-    if state & TASK_DEAD != 0 {
-        // SAFETY: as above; `prev` is past its last instruction.
-        unsafe { retire(prev, true) };
-    }
-    0
-}
-
-/// sched_process_free(p): the RCU callback that frees a task. A thread the
-/// final-switch program missed (the map was updated in between, or that program is
-/// not attached) retires here, later but as exactly; otherwise the entry is gone
-/// already and this does nothing.
+/// sched_process_free(p): the RCU callback that frees a task, seconds after its exit
+/// with a lazy RCU. A member the sweep has not retired yet retires here. The entry
+/// goes before the kernel frees the task, which is what makes the sweep's reads
+/// through a kept address safe (it checks the entry is still there).
 #[btf_tracepoint(function = "sched_process_free")]
 pub fn sched_process_free(ctx: BtfTracePointContext) -> u32 {
     let task: *const u8 = ctx.arg(0);
-    // SAFETY: `task` is the tracepoint's task argument.
-    unsafe { retire(task, false) };
+    let o = off();
+    // SAFETY: `task` is the tracepoint's task argument, valid for its whole run.
+    let (tid, tgid): (u32, u32) = unsafe { (field(task, o.task_pid), field(task, o.task_tgid)) };
+    for key in [tid, GRAVEYARD_KEY | tgid] {
+        // SAFETY: the value is copied out at once.
+        if let Some(info) = unsafe { TASKS.get(key) }.copied() {
+            if info.task == task as u64 {
+                // SAFETY: as above.
+                let ev = unsafe { final_figures(task, key) };
+                commit(key, info, ev, task);
+                return 0;
+            }
+        }
+    }
     0
 }
 
-/// Adds a dead member thread's final figures to its tree, sends its EXIT record,
-/// and forgets it. `at_switch`: called at the final context switch (else at the
-/// RCU free, seconds later, when the tid may belong to a new task).
+/// Retires, on user space's demand, the members named in the arguments (tids, two
+/// per argument, 0 for none) that are dead and off the CPU: their figures are final
+/// from their last context switch on, whenever they are reaped or freed. Never
+/// attached; run with `BPF_PROG_TEST_RUN`. Costs nothing on the host's hot paths.
+#[raw_tracepoint(tracepoint = "sched_process_free")]
+pub fn sweep(ctx: RawTracePointContext) -> i32 {
+    // The verifier allows context reads at constant offsets only.
+    let args: [u64; SWEEP_BATCH / 2] = [
+        ctx.arg(0),
+        ctx.arg(1),
+        ctx.arg(2),
+        ctx.arg(3),
+        ctx.arg(4),
+        ctx.arg(5),
+        ctx.arg(6),
+        ctx.arg(7),
+        ctx.arg(8),
+        ctx.arg(9),
+        ctx.arg(10),
+        ctx.arg(11),
+    ];
+    let mut retired = 0;
+    for i in 0..SWEEP_BATCH {
+        let pair = args[i / 2];
+        let key = if i % 2 == 0 {
+            pair as u32
+        } else {
+            (pair >> 32) as u32
+        };
+        if key != 0 && sweep_one(key) {
+            retired += 1;
+        }
+    }
+    retired
+}
+
+#[inline(always)]
+fn sweep_one(key: u32) -> bool {
+    // SAFETY: the value is copied out at once.
+    let Some(info) = (unsafe { TASKS.get(key) }).copied() else {
+        return false;
+    };
+    if info.task == 0 || info.flags & TASK_FLAG_EXITED == 0 {
+        return false;
+    }
+    let task = info.task as *const u8;
+    let o = off();
+    // SAFETY: reads through the fault-tolerant helper. Whether the task was still
+    // allocated while they ran is checked below: its entry leaves the map before
+    // the kernel frees it, so an entry still there means the reads were valid.
+    let (state, on_cpu, ev) = unsafe {
+        (
+            field::<u32>(task, o.task_state),
+            field::<u32>(task, o.task_on_cpu),
+            final_figures(task, key),
+        )
+    };
+    if state & TASK_DEAD == 0 || on_cpu != 0 {
+        return false;
+    }
+    // SAFETY: the value is copied out at once.
+    match unsafe { TASKS.get(key) } {
+        Some(now) if now.task == info.task => {}
+        _ => return false,
+    }
+    commit(key, info, ev, task);
+    true
+}
+
+/// A dead member's final figures, as an EXIT record for `key`.
 ///
 /// # Safety
-/// `task` must be a task_struct that has made its final context switch.
+/// `task` must be a task_struct, or a freed one whose reads are then discarded.
 #[inline(always)]
-unsafe fn retire(task: *const u8, at_switch: bool) {
+unsafe fn final_figures(task: *const u8, key: u32) -> Event {
     let o = off();
-    let tid: u32 = field(task, o.task_pid);
-    let Some(info) = TASKS.get(tid).copied() else {
-        return;
-    };
-    // An entry registered from user space (identity 0) is taken at the final switch,
-    // where the tid is still this task's; a late free acts only on its own entry.
-    let own = info.task == task as u64 || (info.task == 0 && at_switch);
-    // At its final switch, a task whose tid another thread of its process took (the
-    // old leader, through an exec from a non-leader thread) still counts, but leaves
-    // the entry alone. Anything else is not this task's entry.
-    if !own && !(at_switch && info.tgid == field::<u32>(task, o.task_tgid)) {
-        return;
-    }
-    let mut ev = Event {
+    Event {
         kind: EVENT_EXIT,
-        pid: info.tgid,
-        tid,
+        tid: field(task, o.task_pid),
         cpu_ns: field(task, o.task_sum_exec_runtime),
         utime_ns: field(task, o.task_utime),
         stime_ns: field(task, o.task_stime),
@@ -319,8 +374,22 @@ unsafe fn retire(task: *const u8, at_switch: bool) {
         write_bytes: field(task, o.task_io_write_bytes),
         rchar: field(task, o.task_io_rchar),
         wchar: field(task, o.task_io_wchar),
+        flags: if key & GRAVEYARD_KEY != 0 {
+            EVENT_FLAG_SHARED_TID
+        } else {
+            0
+        },
         ..Event::default()
-    };
+    }
+}
+
+/// Takes the entry (whoever removes it first retires the task, so a task retires
+/// once), adds the figures to the tree's totals and sends the EXIT record.
+#[inline(always)]
+fn commit(key: u32, info: TaskInfo, mut ev: Event, task: *const u8) {
+    if TASKS.remove(key).is_err() {
+        return;
+    }
     let Some(s) = stats(info.tree) else {
         return;
     };
@@ -332,28 +401,30 @@ unsafe fn retire(task: *const u8, at_switch: bool) {
     s.rchar += ev.rchar;
     s.wchar += ev.wchar;
     s.threads_exited += 1;
-    // Totals first, entry second: a reader that takes the totals and then lists the
-    // map finds every thread in one or the other.
-    if own {
-        let _ = TASKS.remove(tid);
-    } else {
-        ev.flags = EVENT_FLAG_SHARED_TID;
-    }
-    let group_dead = own && info.flags & TASK_FLAG_GROUP_DEAD != 0;
+    ev.pid = info.tgid;
+    let group_dead = info.flags & TASK_FLAG_GROUP_DEAD != 0;
+    let o = off();
     if group_dead {
-        ev.flags = EVENT_FLAG_GROUP_DEAD;
-        let leader: *const u8 = field::<u64>(task, o.task_group_leader) as *const u8;
-        ev.exit_code = field(leader, o.task_exit_code);
-        let parent: *const u8 = field::<u64>(leader, o.task_real_parent) as *const u8;
-        ev.ppid = field(parent, o.task_tgid);
+        ev.flags |= EVENT_FLAG_GROUP_DEAD;
+        // SAFETY: `task` was valid for the reads above; the leader and parent
+        // pointers are read through the fault-tolerant helper.
+        unsafe {
+            let leader: *const u8 = field::<u64>(task, o.task_group_leader) as *const u8;
+            ev.exit_code = field(leader, o.task_exit_code);
+            let parent: *const u8 = field::<u64>(leader, o.task_real_parent) as *const u8;
+            ev.ppid = field(parent, o.task_tgid);
+        }
     }
     // The root's last thread is what user space waits for at the end.
-    emit(
-        info.tree,
-        task,
-        ev,
-        group_dead && info.flags & TASK_FLAG_ROOT != 0,
-    );
+    // SAFETY: as above.
+    unsafe {
+        emit(
+            info.tree,
+            task,
+            ev,
+            group_dead && info.flags & TASK_FLAG_ROOT != 0,
+        )
+    };
 }
 
 #[cfg(not(test))]

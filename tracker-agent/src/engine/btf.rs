@@ -279,7 +279,6 @@ impl Btf {
         let t = "task_struct";
         let s = "signal_struct";
         let exit_args = self.tracepoint_args("sched_process_exit")?;
-        let switch_args = self.tracepoint_args("sched_switch")?;
         Ok(Offsets {
             task_pid: self.required(t, "pid")?,
             task_tgid: self.required(t, "tgid")?,
@@ -295,6 +294,7 @@ impl Btf {
                 Some(o) => o,
                 None => self.required(t, "state")?,
             },
+            task_on_cpu: self.optional(t, "on_cpu")?,
             task_group_leader: self.required(t, "group_leader")?,
             task_io_read_bytes: self.optional(t, "ioac.read_bytes")?,
             task_io_write_bytes: self.optional(t, "ioac.write_bytes")?,
@@ -302,8 +302,8 @@ impl Btf {
             task_io_wchar: self.optional(t, "ioac.wchar")?,
             signal_maxrss: self.required(s, "maxrss")?,
             exit_has_group_dead: u32::from(exit_args >= 2),
-            switch_has_prev_state: u32::from(switch_args >= 4),
             signal_live: self.required(s, "live")?,
+            _pad: 0,
         })
     }
 }
@@ -355,12 +355,8 @@ mod tests {
         if fmt.contains("group_dead") {
             assert_eq!(o.exit_has_group_dead, 1);
         }
-        // Every kernel since 5.18 passes prev_state.
-        assert_eq!(
-            btf.tracepoint_args("sched_switch").expect("sched_switch"),
-            4
-        );
-        assert_eq!(o.switch_has_prev_state, 1);
+        // Every SMP kernel has on_cpu, which the sweep relies on.
+        assert_ne!(o.task_on_cpu, tracker_common::NO_FIELD);
         assert_eq!(btf.offset_of("task_struct", "no_such_field").unwrap(), None);
     }
 }

@@ -17,12 +17,13 @@ use std::{
 
 use aya::{
     maps::{HashMap, MapData, PerCpuArray, RingBuf},
-    programs::BtfTracePoint,
+    programs::{BtfTracePoint, RawTracePoint, RawTracePointRunOptions, TestRun},
     Btf as AyaBtf, Ebpf, EbpfLoader,
 };
 use tracker_common::{
     Event, TaskInfo, TreeStats, EVENT_EXEC, EVENT_EXIT, EVENT_FLAG_GROUP_DEAD,
-    EVENT_FLAG_SHARED_TID, EVENT_FORK, TASK_FLAG_EXITED, TASK_FLAG_ROOT,
+    EVENT_FLAG_SHARED_TID, EVENT_FORK, GRAVEYARD_KEY, SWEEP_BATCH, TASK_FLAG_EXITED,
+    TASK_FLAG_ROOT,
 };
 
 use super::{
@@ -33,15 +34,17 @@ use super::{
 
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tracker"));
 
-/// Where threads retire: at their final context switch (`sched_switch` with a dead
-/// `prev`). `sched_process_free` catches any the first missed.
-const TRACEPOINTS: [&str; 5] = [
+/// Attached for the tree's life cycle. Threads retire through `SWEEP` at each sample
+/// once dead and off the CPU, or at `sched_process_free` if that comes first.
+const TRACEPOINTS: [&str; 4] = [
     "sched_process_fork",
     "sched_process_exec",
     "sched_process_exit",
-    "sched_switch",
     "sched_process_free",
 ];
+
+/// Run on demand (`BPF_PROG_TEST_RUN`), never attached.
+const SWEEP: &str = "sweep";
 
 /// A PID namespace's inode that is the host's (`PROC_PID_INIT_INO`).
 const INIT_PID_NS_INO: u64 = 0xEFFF_FFFC;
@@ -83,6 +86,15 @@ struct Ledger {
     live: StdHashMap<u32, Figures>,
     /// CPU of a process's retired threads, until its last thread retires.
     proc_cpu: StdHashMap<u32, u64>,
+}
+
+/// The task map's members of one tree.
+#[derive(Debug, Default)]
+struct Listing {
+    /// tgid → tids not retired.
+    live: StdHashMap<u32, Vec<u32>>,
+    /// Keys of members that have exited and wait to retire.
+    exited: Vec<u32>,
 }
 
 /// Bounds the per-process accumulators (a thread retiring after its process's last
@@ -260,6 +272,16 @@ impl EbpfEngine {
             prog.attach()
                 .map_err(|e| classify(format!("attach {name}: {e}")))?;
         }
+        let sweep: &mut RawTracePoint = bpf
+            .program_mut(SWEEP)
+            .ok_or_else(|| EbpfUnavailable::Load(format!("program {SWEEP} missing from object")))?
+            .try_into()
+            .map_err(|e: aya::programs::ProgramError| {
+                EbpfUnavailable::Load(format!("{SWEEP}: {e}"))
+            })?;
+        sweep
+            .load()
+            .map_err(|e| classify(format!("{SWEEP}: {e:#}")))?;
         let take = |bpf: &mut Ebpf, name: &str| {
             bpf.take_map(name)
                 .ok_or_else(|| EbpfUnavailable::Load(format!("map {name} missing from object")))
@@ -370,40 +392,83 @@ impl EbpfEngine {
         Ok(t)
     }
 
-    /// Members not retired yet as (tgid → tids), from the kernel's task map.
-    pub fn live_tasks(&self) -> StdHashMap<u32, Vec<u32>> {
-        let mut m: StdHashMap<u32, Vec<u32>> = StdHashMap::new();
+    /// Members not retired yet, from the kernel's task map.
+    fn listing(&self) -> Listing {
+        let mut l = Listing::default();
         for item in self.tasks.iter() {
             match item {
-                Ok((tid, info)) if info.tree == self.tree => {
-                    m.entry(info.tgid).or_default().push(tid)
+                Ok((key, info)) if info.tree == self.tree => {
+                    if info.flags & TASK_FLAG_EXITED != 0 {
+                        l.exited.push(key);
+                    }
+                    if key & GRAVEYARD_KEY == 0 {
+                        l.live.entry(info.tgid).or_default().push(key);
+                    }
                 }
                 Ok(_) => {}
                 // A key deleted while iterating: the next reading will be consistent.
                 Err(_) => continue,
             }
         }
-        m
+        l
     }
 
-    /// Members that have exited but not made their final context switch yet.
-    fn exiting(&self) -> usize {
-        self.tasks
-            .iter()
-            .filter_map(Result::ok)
-            .filter(|(_, i)| i.tree == self.tree && i.flags & TASK_FLAG_EXITED != 0)
-            .count()
+    /// Live members as (tgid → tids).
+    pub fn live_tasks(&self) -> StdHashMap<u32, Vec<u32>> {
+        self.listing().live
     }
 
-    /// At the end of a run: waits until every member that has exited has retired,
-    /// which is microseconds after its exit (its final context switch), never for a
+    /// Retires the given exited members that are off the CPU (their figures final);
+    /// returns how many it retired. Their EXIT records are in the ring.
+    fn sweep(&mut self, keys: &[u32]) -> usize {
+        let Some(prog) = self.bpf.program_mut(SWEEP) else {
+            return 0;
+        };
+        let Ok(prog) = <&mut RawTracePoint>::try_from(prog) else {
+            return 0;
+        };
+        let mut retired = 0;
+        for batch in keys.chunks(SWEEP_BATCH) {
+            let mut opts = RawTracePointRunOptions::new();
+            for (i, &k) in batch.iter().enumerate() {
+                opts.args[i / 2] |= u64::from(k) << (32 * (i % 2));
+            }
+            match prog.test_run(opts) {
+                Ok(r) => retired += r.return_value as usize,
+                Err(e) => {
+                    log::warn!("running the sweep program failed: {e}; exits are counted when the kernel frees them");
+                    return retired;
+                }
+            }
+        }
+        retired
+    }
+
+    /// At the end of a run: retires every member that has exited, which is possible
+    /// microseconds after its exit (its final context switch), never waiting for a
     /// reaper or RCU. Bounded, so a member stuck in its exit cannot hold the run.
     pub fn settle(&mut self, limit: Duration) -> Duration {
         let t0 = Instant::now();
-        while self.exiting() > 0 && t0.elapsed() < limit {
-            std::thread::sleep(Duration::from_micros(500));
+        loop {
+            let exited = self.listing().exited;
+            if exited.is_empty() || t0.elapsed() >= limit {
+                break;
+            }
+            // Fewer retired than listed: some are still on a CPU, or the RCU free
+            // retired them meanwhile; the next listing tells which.
+            if self.sweep(&exited) < exited.len() {
+                std::thread::sleep(Duration::from_micros(200));
+            }
         }
         t0.elapsed()
+    }
+
+    fn drain(&mut self, ring: &mut RingBuf<MapData>, shown: &mut dyn FnMut(ProcEvent)) {
+        while let Some(item) = ring.next() {
+            if let Some(ev) = decode_event(&item).and_then(|ev| self.absorb(&ev)) {
+                shown(ev);
+            }
+        }
     }
 
     /// Takes one ring record into the ledger; returns the event to show, if any
@@ -426,14 +491,23 @@ impl EbpfEngine {
     pub fn read(
         &mut self,
         opts: ReadOpts,
-        ring: Option<&mut RingBuf<MapData>>,
+        mut ring: Option<&mut RingBuf<MapData>>,
         shown: &mut dyn FnMut(ProcEvent),
     ) -> anyhow::Result<TreeTotals> {
+        // Room for the sweep's records: what the ring holds now is of threads that
+        // have left the map already, so taking it before the listing is safe.
+        if let Some(r) = ring.as_deref_mut() {
+            self.drain(r, shown);
+        }
         // The kernel's totals before the listing: a thread retires into the totals
         // before it leaves the map, so each is in one of the two (used when records
         // were lost).
         let k = self.kernel_stats()?;
-        let live = self.live_tasks();
+        let Listing { live, exited } = self.listing();
+        // Exited members off the CPU retire now, into this sample.
+        if !exited.is_empty() {
+            self.sweep(&exited);
+        }
         let mut t = TreeTotals {
             pss_bytes: opts.pss.then_some(0),
             ..Default::default()
@@ -494,14 +568,8 @@ impl EbpfEngine {
             }
         }
         self.files.sweep();
-        if let Some(ring) = ring {
-            while let Some(item) = ring.next() {
-                if let Some(ev) = decode_event(&item) {
-                    if let Some(shown_ev) = self.absorb(&ev) {
-                        shown(shown_ev);
-                    }
-                }
-            }
+        if let Some(r) = ring {
+            self.drain(r, shown);
         }
         let mut f = if k.lost_events == 0 {
             self.ledger.total()
