@@ -46,8 +46,9 @@ pub const TASK_FLAG_ROOT: u32 = 4;
 /// a non-leader exec displaced waits here, keyed by its tgid, until it retires.
 pub const GRAVEYARD_KEY: u32 = 1 << 31;
 
-/// Tids the sweep program takes per run: two per `u64` argument, 12 arguments.
-pub const SWEEP_BATCH: usize = 24;
+/// Tids the sweep program takes per run, two per `u64` argument. The verifier's time
+/// grows with it (~1 ms a tid here, at every start), the syscalls per exit shrink.
+pub const SWEEP_BATCH: usize = 8;
 
 /// Per-tree totals of every retired thread, kept per CPU and summed by user space.
 /// Values only grow. The per-thread EXIT records carry the same figures one by

@@ -2,6 +2,9 @@
 //! from a registered root, and retires each thread with its final CPU and I/O at its
 //! final context switch, whenever (or whether) it is reaped and freed.
 //!
+//! Plain raw tracepoints: the programs only read their `u64` arguments and go
+//! through `bpf_probe_read_kernel`, so loading needs no kernel BTF.
+//!
 //! Field offsets are not compiled in: user space reads them from the running kernel's
 //! BTF and stores them in `OFFSETS` (a read-only global) before loading.
 #![no_std]
@@ -9,9 +12,9 @@
 
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel},
-    macros::{btf_tracepoint, map, raw_tracepoint},
+    macros::{map, raw_tracepoint},
     maps::{HashMap, PerCpuArray, RingBuf},
-    programs::{BtfTracePointContext, RawTracePointContext},
+    programs::RawTracePointContext,
 };
 use tracker_common::{
     Event, Offsets, TaskInfo, TreeStats, DEFAULT_MAX_TASKS, EVENTS_BYTES, EVENT_EXEC, EVENT_EXIT,
@@ -124,8 +127,8 @@ unsafe fn emit(tree: u32, task: *const u8, ev: Event, wake: bool) {
 
 /// sched_process_fork(parent, child): the child joins the forker's tree, whatever
 /// happens to its parent later (orphans stay in the tree).
-#[btf_tracepoint(function = "sched_process_fork")]
-pub fn sched_process_fork(ctx: BtfTracePointContext) -> u32 {
+#[raw_tracepoint(tracepoint = "sched_process_fork")]
+pub fn sched_process_fork(ctx: RawTracePointContext) -> u32 {
     let cur = bpf_get_current_pid_tgid() as u32;
     // SAFETY: the value is read at once, before any other map operation.
     let Some(parent) = (unsafe { TASKS.get(cur) }) else {
@@ -174,8 +177,8 @@ pub fn sched_process_fork(ctx: BtfTracePointContext) -> u32 {
 }
 
 /// sched_process_exec(p, old_pid, bprm).
-#[btf_tracepoint(function = "sched_process_exec")]
-pub fn sched_process_exec(ctx: BtfTracePointContext) -> u32 {
+#[raw_tracepoint(tracepoint = "sched_process_exec")]
+pub fn sched_process_exec(ctx: RawTracePointContext) -> u32 {
     let cur = bpf_get_current_pid_tgid() as u32;
     let old: u32 = ctx.arg::<u64>(1) as u32;
     // A non-leader thread that execs takes over the leader's pid: move its entry.
@@ -226,8 +229,8 @@ pub fn sched_process_exec(ctx: BtfTracePointContext) -> u32 {
 /// sched_process_exit(p[, group_dead]): marks the thread as on its way out, counts
 /// the process once when its last thread leaves, and notes its peak RSS while
 /// `signal` is certainly valid.
-#[btf_tracepoint(function = "sched_process_exit")]
-pub fn sched_process_exit(ctx: BtfTracePointContext) -> u32 {
+#[raw_tracepoint(tracepoint = "sched_process_exit")]
+pub fn sched_process_exit(ctx: RawTracePointContext) -> u32 {
     let cur = bpf_get_current_pid_tgid() as u32;
     let Some(p) = TASKS.get_ptr_mut(cur) else {
         return 0;
@@ -268,8 +271,8 @@ pub fn sched_process_exit(ctx: BtfTracePointContext) -> u32 {
 /// with a lazy RCU. A member the sweep has not retired yet retires here. The entry
 /// goes before the kernel frees the task, which is what makes the sweep's reads
 /// through a kept address safe (it checks the entry is still there).
-#[btf_tracepoint(function = "sched_process_free")]
-pub fn sched_process_free(ctx: BtfTracePointContext) -> u32 {
+#[raw_tracepoint(tracepoint = "sched_process_free")]
+pub fn sched_process_free(ctx: RawTracePointContext) -> u32 {
     let task: *const u8 = ctx.arg(0);
     let o = off();
     // SAFETY: `task` is the tracepoint's task argument, valid for its whole run.
@@ -292,23 +295,10 @@ pub fn sched_process_free(ctx: BtfTracePointContext) -> u32 {
 /// per argument, 0 for none) that are dead and off the CPU: their figures are final
 /// from their last context switch on, whenever they are reaped or freed. Never
 /// attached; run with `BPF_PROG_TEST_RUN`. Costs nothing on the host's hot paths.
-#[raw_tracepoint(tracepoint = "sched_process_free")]
+#[raw_tracepoint(tracepoint = "sweep")]
 pub fn sweep(ctx: RawTracePointContext) -> i32 {
     // The verifier allows context reads at constant offsets only.
-    let args: [u64; SWEEP_BATCH / 2] = [
-        ctx.arg(0),
-        ctx.arg(1),
-        ctx.arg(2),
-        ctx.arg(3),
-        ctx.arg(4),
-        ctx.arg(5),
-        ctx.arg(6),
-        ctx.arg(7),
-        ctx.arg(8),
-        ctx.arg(9),
-        ctx.arg(10),
-        ctx.arg(11),
-    ];
+    let args: [u64; SWEEP_BATCH / 2] = [ctx.arg(0), ctx.arg(1), ctx.arg(2), ctx.arg(3)];
     let mut retired = 0;
     for i in 0..SWEEP_BATCH {
         let pair = args[i / 2];

@@ -3,7 +3,7 @@
 //! offsets compiled for one kernel. aya-obj parses BTF too but keeps its type lookup
 //! crate-private.
 
-use std::{collections::HashMap, fmt};
+use std::{cell::RefCell, collections::HashMap, fmt};
 
 use tracker_common::{Offsets, NO_FIELD};
 
@@ -41,7 +41,7 @@ const KIND_DECL_TAG: u32 = 17;
 const KIND_TYPE_TAG: u32 = 18;
 const KIND_ENUM64: u32 = 19;
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Copy, Debug)]
 struct Member {
     name: u32,
     ty: u32,
@@ -49,20 +49,29 @@ struct Member {
     bit_offset: u32,
 }
 
-#[derive(Clone, Debug)]
+/// A type's fixed header, decoded where it is needed.
+#[derive(Clone, Copy, Debug)]
 struct Type {
     name: u32,
     kind: u32,
+    kind_flag: bool,
+    vlen: usize,
     /// `size` or `type`, depending on the kind.
     size_or_type: u32,
-    /// Struct/union members; for FUNC_PROTO, the parameters (offset unused).
-    members: Vec<Member>,
+    /// Byte offset of what follows the header (members, parameters…).
+    body: usize,
 }
 
-pub struct Btf {
-    types: Vec<Type>,
-    strings: Vec<u8>,
-    by_name: HashMap<(String, u32), u32>,
+/// The kernel's BTF, indexed in one pass (where each type starts) and decoded
+/// lazily: the agent needs a handful of its ~150,000 types. Decoding all of them,
+/// with their members and a name index, took 33 ms of every start here.
+pub struct Btf<'a> {
+    tsec: &'a [u8],
+    strings: &'a [u8],
+    /// Byte offset of each type id's header in `tsec`; id 0 (void) has none.
+    starts: Vec<u32>,
+    /// Struct ids already looked up by name.
+    found: RefCell<HashMap<String, u32>>,
 }
 
 fn u32_at(data: &[u8], at: usize) -> Result<u32, BtfError> {
@@ -71,8 +80,8 @@ fn u32_at(data: &[u8], at: usize) -> Result<u32, BtfError> {
         .ok_or_else(|| BtfError::Malformed(format!("truncated at byte {at}")))
 }
 
-impl Btf {
-    pub fn parse(data: &[u8]) -> Result<Self, BtfError> {
+impl<'a> Btf<'a> {
+    pub fn parse(data: &'a [u8]) -> Result<Self, BtfError> {
         if data.len() < 24 || data[0..2] != [0x9f, 0xeb] {
             return Err(BtfError::Malformed(
                 "bad magic (not little-endian BTF)".into(),
@@ -90,96 +99,109 @@ impl Btf {
             .ok_or_else(|| BtfError::Malformed("type section out of bounds".into()))?;
         let strings = data
             .get(sstart..sstart + str_len)
-            .ok_or_else(|| BtfError::Malformed("string section out of bounds".into()))?
-            .to_vec();
-
-        // Type id 0 is void.
-        let mut types = vec![Type {
-            name: 0,
-            kind: 0,
-            size_or_type: 0,
-            members: vec![],
-        }];
+            .ok_or_else(|| BtfError::Malformed("string section out of bounds".into()))?;
+        let mut starts = vec![0u32];
         let mut at = 0usize;
         while at < tsec.len() {
-            let name = u32_at(tsec, at)?;
+            starts.push(at as u32);
             let info = u32_at(tsec, at + 4)?;
-            let size_or_type = u32_at(tsec, at + 8)?;
-            at += 12;
+            u32_at(tsec, at + 8)?;
             let vlen = (info & 0xffff) as usize;
             let kind = (info >> 24) & 0x1f;
-            let kind_flag = info >> 31 != 0;
-            let mut members = Vec::new();
-            match kind {
-                KIND_INT | KIND_VAR | KIND_DECL_TAG => at += 4,
-                KIND_ARRAY => at += 12,
-                KIND_STRUCT | KIND_UNION => {
-                    for _ in 0..vlen {
-                        let off = u32_at(tsec, at + 8)?;
-                        members.push(Member {
-                            name: u32_at(tsec, at)?,
-                            ty: u32_at(tsec, at + 4)?,
-                            bit_offset: if kind_flag { off & 0x00ff_ffff } else { off },
-                        });
-                        at += 12;
+            at += 12
+                + match kind {
+                    KIND_INT | KIND_VAR | KIND_DECL_TAG => 4,
+                    KIND_ARRAY => 12,
+                    KIND_STRUCT | KIND_UNION => 12 * vlen,
+                    KIND_ENUM => 8 * vlen,
+                    KIND_FUNC_PROTO => 8 * vlen,
+                    KIND_DATASEC | KIND_ENUM64 => 12 * vlen,
+                    0 | 7 | 12 | 16 | KIND_PTR | KIND_TYPEDEF | KIND_VOLATILE | KIND_CONST
+                    | KIND_RESTRICT | KIND_TYPE_TAG => 0,
+                    other => {
+                        return Err(BtfError::Malformed(format!(
+                            "unknown kind {other} at type {}",
+                            starts.len() - 1
+                        )))
                     }
-                }
-                KIND_ENUM => at += 8 * vlen,
-                KIND_FUNC_PROTO => {
-                    for _ in 0..vlen {
-                        members.push(Member {
-                            name: u32_at(tsec, at)?,
-                            ty: u32_at(tsec, at + 4)?,
-                            bit_offset: 0,
-                        });
-                        at += 8;
-                    }
-                }
-                KIND_DATASEC | KIND_ENUM64 => at += 12 * vlen,
-                0 | 7 | 12 | 16 | KIND_PTR | KIND_TYPEDEF | KIND_VOLATILE | KIND_CONST
-                | KIND_RESTRICT | KIND_TYPE_TAG => {}
-                other => {
-                    return Err(BtfError::Malformed(format!(
-                        "unknown kind {other} at type {}",
-                        types.len()
-                    )))
-                }
-            }
-            types.push(Type {
-                name,
-                kind,
-                size_or_type,
-                members,
-            });
+                };
         }
-        let mut btf = Btf {
-            types,
+        if at != tsec.len() {
+            return Err(BtfError::Malformed(
+                "type section ends inside a type".into(),
+            ));
+        }
+        Ok(Btf {
+            tsec,
             strings,
-            by_name: HashMap::new(),
-        };
-        for id in 1..btf.types.len() {
-            let t = &btf.types[id];
-            if t.name != 0 {
-                let key = (btf.str_at(t.name).to_string(), t.kind);
-                btf.by_name.entry(key).or_insert(id as u32);
-            }
-        }
-        Ok(btf)
+            starts,
+            found: RefCell::new(HashMap::new()),
+        })
     }
 
-    fn str_at(&self, off: u32) -> &str {
-        let start = off as usize;
-        let Some(rest) = self.strings.get(start..) else {
-            return "";
+    fn str_at(&self, off: u32) -> &'a [u8] {
+        let Some(rest) = self.strings.get(off as usize..) else {
+            return b"";
         };
         let end = rest.iter().position(|&b| b == 0).unwrap_or(rest.len());
-        std::str::from_utf8(&rest[..end]).unwrap_or("")
+        &rest[..end]
     }
 
-    fn ty(&self, id: u32) -> Result<&Type, BtfError> {
-        self.types
+    fn ty(&self, id: u32) -> Result<Type, BtfError> {
+        let at = *self
+            .starts
             .get(id as usize)
-            .ok_or_else(|| BtfError::Malformed(format!("type id {id} out of range")))
+            .filter(|_| id != 0)
+            .ok_or_else(|| BtfError::Malformed(format!("type id {id} out of range")))?
+            as usize;
+        let info = u32_at(self.tsec, at + 4)?;
+        Ok(Type {
+            name: u32_at(self.tsec, at)?,
+            kind: (info >> 24) & 0x1f,
+            kind_flag: info >> 31 != 0,
+            vlen: (info & 0xffff) as usize,
+            size_or_type: u32_at(self.tsec, at + 8)?,
+            body: at + 12,
+        })
+    }
+
+    /// Struct/union members, or a FUNC_PROTO's parameters (offset 0).
+    fn members(&self, t: &Type) -> Result<Vec<Member>, BtfError> {
+        let mut v = Vec::with_capacity(t.vlen);
+        for i in 0..t.vlen {
+            match t.kind {
+                KIND_STRUCT | KIND_UNION => {
+                    let at = t.body + 12 * i;
+                    let off = u32_at(self.tsec, at + 8)?;
+                    v.push(Member {
+                        name: u32_at(self.tsec, at)?,
+                        ty: u32_at(self.tsec, at + 4)?,
+                        bit_offset: if t.kind_flag { off & 0x00ff_ffff } else { off },
+                    });
+                }
+                KIND_FUNC_PROTO => {
+                    let at = t.body + 8 * i;
+                    v.push(Member {
+                        name: u32_at(self.tsec, at)?,
+                        ty: u32_at(self.tsec, at + 4)?,
+                        bit_offset: 0,
+                    });
+                }
+                _ => break,
+            }
+        }
+        Ok(v)
+    }
+
+    /// The first type of `kind` called `name`.
+    fn find(&self, name: &str, kind: u32) -> Result<Option<u32>, BtfError> {
+        for id in 1..self.starts.len() as u32 {
+            let t = self.ty(id)?;
+            if t.kind == kind && t.name != 0 && self.str_at(t.name) == name.as_bytes() {
+                return Ok(Some(id));
+            }
+        }
+        Ok(None)
     }
 
     /// Follows typedef/const/volatile/restrict/type_tag to the underlying type.
@@ -197,10 +219,14 @@ impl Btf {
     }
 
     fn find_struct(&self, name: &str) -> Result<u32, BtfError> {
-        self.by_name
-            .get(&(name.to_string(), KIND_STRUCT))
-            .copied()
-            .ok_or_else(|| BtfError::Missing(format!("struct {name}")))
+        if let Some(&id) = self.found.borrow().get(name) {
+            return Ok(id);
+        }
+        let id = self
+            .find(name, KIND_STRUCT)?
+            .ok_or_else(|| BtfError::Missing(format!("struct {name}")))?;
+        self.found.borrow_mut().insert(name.to_string(), id);
+        Ok(id)
     }
 
     /// Bit offset and type of member `name` in struct/union `id`, looking inside
@@ -210,12 +236,12 @@ impl Btf {
         if t.kind != KIND_STRUCT && t.kind != KIND_UNION {
             return Ok(None);
         }
-        for m in &t.members {
+        for m in self.members(&t)? {
             if m.name == 0 {
                 if let Some((off, ty)) = self.member(m.ty, name)? {
                     return Ok(Some((m.bit_offset + off, ty)));
                 }
-            } else if self.str_at(m.name) == name {
+            } else if self.str_at(m.name) == name.as_bytes() {
                 return Ok(Some((m.bit_offset, m.ty)));
             }
         }
@@ -257,9 +283,7 @@ impl Btf {
     pub fn tracepoint_args(&self, name: &str) -> Result<usize, BtfError> {
         let tname = format!("btf_trace_{name}");
         let id = self
-            .by_name
-            .get(&(tname.clone(), KIND_TYPEDEF))
-            .copied()
+            .find(&tname, KIND_TYPEDEF)?
             .ok_or_else(|| BtfError::Missing(format!("typedef {tname}")))?;
         let ptr = self.ty(self.strip(id)?)?;
         if ptr.kind != KIND_PTR {
@@ -271,7 +295,7 @@ impl Btf {
                 "{tname} is not a function pointer"
             )));
         }
-        Ok(proto.members.len().saturating_sub(1))
+        Ok(proto.vlen.saturating_sub(1))
     }
 
     /// Everything the BPF programs read, resolved for this kernel.
@@ -341,8 +365,8 @@ mod tests {
             );
             return;
         }
-        let btf =
-            Btf::parse(&std::fs::read(path).expect("read vmlinux BTF")).expect("parse vmlinux BTF");
+        let data = std::fs::read(path).expect("read vmlinux BTF");
+        let btf = Btf::parse(&data).expect("parse vmlinux BTF");
         let o = btf.offsets().expect("offsets");
         assert!(
             o.task_tgid == o.task_pid + 4,
@@ -358,5 +382,10 @@ mod tests {
         // Every SMP kernel has on_cpu, which the sweep relies on.
         assert_ne!(o.task_on_cpu, tracker_common::NO_FIELD);
         assert_eq!(btf.offset_of("task_struct", "no_such_field").unwrap(), None);
+        // A lookup of a struct the kernel lacks names it.
+        assert!(matches!(
+            btf.offset_of("no_such_struct", "x"),
+            Err(BtfError::Missing(m)) if m.contains("no_such_struct")
+        ));
     }
 }

@@ -17,8 +17,8 @@ use std::{
 
 use aya::{
     maps::{HashMap, MapData, PerCpuArray, RingBuf},
-    programs::{BtfTracePoint, RawTracePoint, RawTracePointRunOptions, TestRun},
-    Btf as AyaBtf, Ebpf, EbpfLoader,
+    programs::{RawTracePoint, RawTracePointRunOptions, TestRun},
+    Ebpf, EbpfLoader,
 };
 use tracker_common::{
     Event, TaskInfo, TreeStats, EVENT_EXEC, EVENT_EXIT, EVENT_FLAG_GROUP_DEAD,
@@ -236,29 +236,29 @@ impl EbpfEngine {
         if !in_host_pid_ns() {
             return Err(EbpfUnavailable::PidNamespace);
         }
-        // Read once (sysfs serves it 4 KiB per read) and parse twice: ours for the
-        // offsets, aya's for loading the programs.
+        // The programs are plain raw tracepoints: the kernel's BTF is read only for
+        // the offsets they use.
         let path = "/sys/kernel/btf/vmlinux";
         let data =
             std::fs::read(path).map_err(|e| EbpfUnavailable::NoBtf(format!("{path}: {e}")))?;
+        let t_read = t0.elapsed();
         let btf = Btf::parse(&data).map_err(|e| EbpfUnavailable::NoBtf(format!("{path}: {e}")))?;
         let offsets = btf
             .offsets()
             .map_err(|e| EbpfUnavailable::NoBtf(e.to_string()))?;
         drop(btf);
-        log::debug!("kernel offsets: {offsets:?}");
-        let aya_btf = AyaBtf::parse(&data, aya::Endianness::default())
-            .map_err(|e| EbpfUnavailable::NoBtf(format!("{path}: {e}")))?;
         drop(data);
+        let t_parsed = t0.elapsed();
+        log::debug!("kernel offsets: {offsets:?}");
         let mut bpf = EbpfLoader::new()
-            .btf(Some(&aya_btf))
+            .btf(None)
             .override_global("OFFSETS", &offsets, true)
             .map_max_entries("TASKS", max_tasks)
             .map_max_entries("EVENTS", ring_bytes)
             .load(OBJECT)
             .map_err(|e| classify(e.to_string()))?;
-        for name in TRACEPOINTS {
-            let prog: &mut BtfTracePoint = bpf
+        for name in TRACEPOINTS.into_iter().chain([SWEEP]) {
+            let prog: &mut RawTracePoint = bpf
                 .program_mut(name)
                 .ok_or_else(|| {
                     EbpfUnavailable::Load(format!("program {name} missing from object"))
@@ -267,21 +267,18 @@ impl EbpfEngine {
                 .map_err(|e: aya::programs::ProgramError| {
                     EbpfUnavailable::Load(format!("{name}: {e}"))
                 })?;
-            prog.load(name, &aya_btf)
+            prog.load()
                 .map_err(|e| classify(format!("{name}: {e:#}")))?;
-            prog.attach()
-                .map_err(|e| classify(format!("attach {name}: {e}")))?;
+            if name != SWEEP {
+                prog.attach(name)
+                    .map_err(|e| classify(format!("attach {name}: {e}")))?;
+            }
         }
-        let sweep: &mut RawTracePoint = bpf
-            .program_mut(SWEEP)
-            .ok_or_else(|| EbpfUnavailable::Load(format!("program {SWEEP} missing from object")))?
-            .try_into()
-            .map_err(|e: aya::programs::ProgramError| {
-                EbpfUnavailable::Load(format!("{SWEEP}: {e}"))
-            })?;
-        sweep
-            .load()
-            .map_err(|e| classify(format!("{SWEEP}: {e:#}")))?;
+        log::debug!(
+            "eBPF load: BTF read {t_read:?}, parsed {:?}, programs loaded and attached {:?}",
+            t_parsed - t_read,
+            t0.elapsed() - t_parsed
+        );
         let take = |bpf: &mut Ebpf, name: &str| {
             bpf.take_map(name)
                 .ok_or_else(|| EbpfUnavailable::Load(format!("map {name} missing from object")))
@@ -306,8 +303,8 @@ impl EbpfEngine {
         let stats_enabled = stats_fd.is_some()
             || std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled")
                 .is_ok_and(|s| s.trim() == "1");
-        // Parsing BTF twice (ours and aya's) left megabytes of freed heap behind; hand
-        // them back so the agent's RSS reflects what it keeps.
+        // Reading and parsing the BTF left megabytes of freed heap behind; hand them
+        // back so the agent's RSS reflects what it keeps.
         // SAFETY: malloc_trim has no preconditions.
         unsafe { libc::malloc_trim(0) };
         Ok(EbpfEngine {
