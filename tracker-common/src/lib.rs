@@ -50,26 +50,45 @@ pub const GRAVEYARD_KEY: u32 = 1 << 31;
 /// grows with it (~1 ms a tid here, at every start), the syscalls per exit shrink.
 pub const SWEEP_BATCH: usize = 8;
 
+/// A thread's figures that only grow, as the kernel keeps them; in a tree's totals,
+/// the sum over its retired threads.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Figures {
+    /// Exact CPU time (`se.sum_exec_runtime`), final after the last context switch.
+    pub cpu_ns: u64,
+    /// Tick-sampled user and system time; only used to split `cpu_ns`.
+    pub utime_ns: u64,
+    pub stime_ns: u64,
+    /// Storage bytes read / written: the thread's own `task->ioac`, never
+    /// `signal->ioac` (which also holds reaped children).
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    /// Bytes passed to read/write-like system calls (`rchar`/`wchar`).
+    pub rchar: u64,
+    pub wchar: u64,
+}
+
+impl Figures {
+    pub fn add(&mut self, o: &Figures) {
+        self.cpu_ns += o.cpu_ns;
+        self.utime_ns += o.utime_ns;
+        self.stime_ns += o.stime_ns;
+        self.read_bytes += o.read_bytes;
+        self.write_bytes += o.write_bytes;
+        self.rchar += o.rchar;
+        self.wchar += o.wchar;
+    }
+}
+
 /// Per-tree totals of every retired thread, kept per CPU and summed by user space.
 /// Values only grow. The per-thread EXIT records carry the same figures one by
 /// one; these totals stay exact when records are lost.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TreeStats {
-    /// Exact CPU time of retired threads (`se.sum_exec_runtime` after their final
-    /// context switch).
-    pub cpu_ns: u64,
-    /// Tick-sampled user time of exited threads; only used to split `cpu_ns`.
-    pub utime_ns: u64,
-    /// Tick-sampled system time of exited threads; only used to split `cpu_ns`.
-    pub stime_ns: u64,
-    /// Storage bytes read / written by retired threads, each thread's own
-    /// `task->ioac` (never `signal->ioac`, which also holds reaped children).
-    pub read_bytes: u64,
-    pub write_bytes: u64,
-    /// Bytes passed to read/write-like system calls (`rchar`/`wchar`).
-    pub rchar: u64,
-    pub wchar: u64,
+    /// Σ of the retired threads' final figures.
+    pub fig: Figures,
     /// Processes (not threads) that started in the tree.
     pub procs_spawned: u64,
     /// Processes whose last thread exited.
@@ -118,13 +137,7 @@ pub struct Event {
     /// `bpf_ktime_get_ns()` (CLOCK_MONOTONIC).
     pub ts_ns: u64,
     /// EXIT: the thread's final figures. Otherwise 0.
-    pub cpu_ns: u64,
-    pub utime_ns: u64,
-    pub stime_ns: u64,
-    pub read_bytes: u64,
-    pub write_bytes: u64,
-    pub rchar: u64,
-    pub wchar: u64,
+    pub fig: Figures,
     pub comm: [u8; 16],
 }
 
@@ -168,7 +181,8 @@ pub const NO_FIELD: u32 = u32::MAX;
 
 #[cfg(feature = "user")]
 mod pod {
-    // SAFETY: all four are repr(C), Copy, made of integers, with explicit padding.
+    // SAFETY: all four are repr(C), Copy, made of integers (or of `Figures`, itself
+    // only u64s), with explicit padding.
     unsafe impl aya::Pod for super::TaskInfo {}
     unsafe impl aya::Pod for super::TreeStats {}
     unsafe impl aya::Pod for super::Event {}

@@ -17,9 +17,9 @@ use aya_ebpf::{
     programs::RawTracePointContext,
 };
 use tracker_common::{
-    Event, Offsets, TaskInfo, TreeStats, DEFAULT_MAX_TASKS, EVENTS_BYTES, EVENT_EXEC, EVENT_EXIT,
-    EVENT_FLAG_GROUP_DEAD, EVENT_FLAG_SHARED_TID, EVENT_FORK, GRAVEYARD_KEY, MAX_TREES, NO_FIELD,
-    SWEEP_BATCH, TASK_DEAD, TASK_FLAG_EXITED, TASK_FLAG_GROUP_DEAD, TASK_FLAG_ROOT,
+    Event, Figures, Offsets, TaskInfo, TreeStats, DEFAULT_MAX_TASKS, EVENTS_BYTES, EVENT_EXEC,
+    EVENT_EXIT, EVENT_FLAG_GROUP_DEAD, EVENT_FLAG_SHARED_TID, EVENT_FORK, GRAVEYARD_KEY, MAX_TREES,
+    NO_FIELD, SWEEP_BATCH, TASK_DEAD, TASK_FLAG_EXITED, TASK_FLAG_GROUP_DEAD, TASK_FLAG_ROOT,
 };
 
 #[no_mangle]
@@ -357,13 +357,15 @@ unsafe fn final_figures(task: *const u8, key: u32) -> Event {
     Event {
         kind: EVENT_EXIT,
         tid: field(task, o.task_pid),
-        cpu_ns: field(task, o.task_sum_exec_runtime),
-        utime_ns: field(task, o.task_utime),
-        stime_ns: field(task, o.task_stime),
-        read_bytes: field(task, o.task_io_read_bytes),
-        write_bytes: field(task, o.task_io_write_bytes),
-        rchar: field(task, o.task_io_rchar),
-        wchar: field(task, o.task_io_wchar),
+        fig: Figures {
+            cpu_ns: field(task, o.task_sum_exec_runtime),
+            utime_ns: field(task, o.task_utime),
+            stime_ns: field(task, o.task_stime),
+            read_bytes: field(task, o.task_io_read_bytes),
+            write_bytes: field(task, o.task_io_write_bytes),
+            rchar: field(task, o.task_io_rchar),
+            wchar: field(task, o.task_io_wchar),
+        },
         flags: if key & GRAVEYARD_KEY != 0 {
             EVENT_FLAG_SHARED_TID
         } else {
@@ -383,13 +385,7 @@ fn commit(key: u32, info: TaskInfo, mut ev: Event, task: *const u8) {
     let Some(s) = stats(info.tree) else {
         return;
     };
-    s.cpu_ns += ev.cpu_ns;
-    s.utime_ns += ev.utime_ns;
-    s.stime_ns += ev.stime_ns;
-    s.read_bytes += ev.read_bytes;
-    s.write_bytes += ev.write_bytes;
-    s.rchar += ev.rchar;
-    s.wchar += ev.wchar;
+    s.fig.add(&ev.fig);
     s.threads_exited += 1;
     ev.pid = info.tgid;
     let group_dead = info.flags & TASK_FLAG_GROUP_DEAD != 0;

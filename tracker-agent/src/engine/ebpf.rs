@@ -21,7 +21,7 @@ use aya::{
     Ebpf, EbpfLoader,
 };
 use tracker_common::{
-    Event, TaskInfo, TreeStats, EVENT_EXEC, EVENT_EXIT, EVENT_FLAG_GROUP_DEAD,
+    Event, Figures, TaskInfo, TreeStats, EVENT_EXEC, EVENT_EXIT, EVENT_FLAG_GROUP_DEAD,
     EVENT_FLAG_SHARED_TID, EVENT_FORK, GRAVEYARD_KEY, SWEEP_BATCH, TASK_FLAG_EXITED,
     TASK_FLAG_ROOT,
 };
@@ -49,31 +49,15 @@ const SWEEP: &str = "sweep";
 /// A PID namespace's inode that is the host's (`PROC_PID_INIT_INO`).
 const INIT_PID_NS_INO: u64 = 0xEFFF_FFFC;
 
-/// The figures of one thread that only grow.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-struct Figures {
-    cpu_ns: u64,
-    read_bytes: u64,
-    write_bytes: u64,
-    rchar: u64,
-    wchar: u64,
-}
-
-impl Figures {
-    fn add(&mut self, o: &Figures) {
-        self.cpu_ns += o.cpu_ns;
-        self.read_bytes += o.read_bytes;
-        self.write_bytes += o.write_bytes;
-        self.rchar += o.rchar;
-        self.wchar += o.wchar;
-    }
-    fn max(&mut self, o: &Figures) {
-        self.cpu_ns = self.cpu_ns.max(o.cpu_ns);
-        self.read_bytes = self.read_bytes.max(o.read_bytes);
-        self.write_bytes = self.write_bytes.max(o.write_bytes);
-        self.rchar = self.rchar.max(o.rchar);
-        self.wchar = self.wchar.max(o.wchar);
-    }
+/// Raises each figure of `f` to at least `floor`'s.
+fn at_least(f: &mut Figures, floor: &Figures) {
+    f.cpu_ns = f.cpu_ns.max(floor.cpu_ns);
+    f.utime_ns = f.utime_ns.max(floor.utime_ns);
+    f.stime_ns = f.stime_ns.max(floor.stime_ns);
+    f.read_bytes = f.read_bytes.max(floor.read_bytes);
+    f.write_bytes = f.write_bytes.max(floor.write_bytes);
+    f.rchar = f.rchar.max(floor.rchar);
+    f.wchar = f.wchar.max(floor.wchar);
 }
 
 /// Retired threads' figures from their EXIT records, and each live thread's last
@@ -81,8 +65,7 @@ impl Figures {
 #[derive(Debug, Default)]
 struct Ledger {
     retired: Figures,
-    retired_utime_ns: u64,
-    retired_stime_ns: u64,
+    /// Live readings carry no tick times (the split comes from /proc/PID/stat).
     live: StdHashMap<u32, Figures>,
     /// CPU of a process's retired threads, until its last thread retires.
     proc_cpu: StdHashMap<u32, u64>,
@@ -104,24 +87,15 @@ const MAX_PROC_CPU: usize = 100_000;
 impl Ledger {
     /// Takes one EXIT record; returns the process's total CPU when it was the last.
     fn retire(&mut self, ev: &Event) -> Option<u64> {
-        let f = Figures {
-            cpu_ns: ev.cpu_ns,
-            read_bytes: ev.read_bytes,
-            write_bytes: ev.write_bytes,
-            rchar: ev.rchar,
-            wchar: ev.wchar,
-        };
-        self.retired.add(&f);
-        self.retired_utime_ns += ev.utime_ns;
-        self.retired_stime_ns += ev.stime_ns;
+        self.retired.add(&ev.fig);
         if ev.flags & EVENT_FLAG_SHARED_TID == 0 {
             self.live.remove(&ev.tid);
         }
         let acc = if ev.flags & EVENT_FLAG_GROUP_DEAD != 0 {
-            Some(self.proc_cpu.remove(&ev.pid).unwrap_or(0) + ev.cpu_ns)
+            Some(self.proc_cpu.remove(&ev.pid).unwrap_or(0) + ev.fig.cpu_ns)
         } else {
             if self.proc_cpu.len() < MAX_PROC_CPU || self.proc_cpu.contains_key(&ev.pid) {
-                *self.proc_cpu.entry(ev.pid).or_default() += ev.cpu_ns;
+                *self.proc_cpu.entry(ev.pid).or_default() += ev.fig.cpu_ns;
             }
             None
         };
@@ -370,13 +344,7 @@ impl EbpfEngine {
         let per_cpu = self.stats.get(&self.tree, 0)?;
         let mut t = TreeStats::default();
         for s in per_cpu.iter() {
-            t.cpu_ns += s.cpu_ns;
-            t.utime_ns += s.utime_ns;
-            t.stime_ns += s.stime_ns;
-            t.read_bytes += s.read_bytes;
-            t.write_bytes += s.write_bytes;
-            t.rchar += s.rchar;
-            t.wchar += s.wchar;
+            t.fig.add(&s.fig);
             t.procs_spawned += s.procs_spawned;
             t.procs_exited += s.procs_exited;
             t.threads_spawned += s.threads_spawned;
@@ -536,6 +504,7 @@ impl EbpfEngine {
                     write_bytes: io.write_bytes,
                     rchar: io.rchar,
                     wchar: io.wchar,
+                    ..Figures::default()
                 };
                 read_now.add(&f);
                 self.ledger.live.insert(tid, f);
@@ -575,24 +544,18 @@ impl EbpfEngine {
             // listing, plus the threads listed. A thread retiring between the two
             // readings is missed for one sample, never counted twice.
             let mut f = read_now;
-            f.add(&Figures {
-                cpu_ns: k.cpu_ns,
-                read_bytes: k.read_bytes,
-                write_bytes: k.write_bytes,
-                rchar: k.rchar,
-                wchar: k.wchar,
-            });
+            f.add(&k.fig);
             f
         };
-        f.max(&self.reported);
+        at_least(&mut f, &self.reported);
         self.reported = f;
         t.cpu_ns = f.cpu_ns;
         t.read_bytes = f.read_bytes;
         t.write_bytes = f.write_bytes;
         t.rchar = f.rchar;
         t.wchar = f.wchar;
-        t.user_ticks_ns += self.ledger.retired_utime_ns.max(k.utime_ns);
-        t.sys_ticks_ns += self.ledger.retired_stime_ns.max(k.stime_ns);
+        t.user_ticks_ns += f.utime_ns;
+        t.sys_ticks_ns += f.stime_ns;
         t.procs_spawned = k.procs_spawned + self.root_spawned;
         t.procs_exited = k.procs_exited;
         t.threads_spawned = k.threads_spawned;
@@ -670,13 +633,23 @@ fn proc_event(ev: &Event, cpu_ns: Option<u64>) -> Option<ProcEvent> {
 mod tests {
     use super::*;
 
+    fn reading(cpu_ns: u64) -> Figures {
+        Figures {
+            cpu_ns,
+            ..Figures::default()
+        }
+    }
+
     fn exit(tid: u32, pid: u32, cpu: u64, flags: u32) -> Event {
         Event {
             kind: EVENT_EXIT,
             pid,
             tid,
-            cpu_ns: cpu,
-            write_bytes: cpu * 10,
+            fig: Figures {
+                cpu_ns: cpu,
+                write_bytes: cpu * 10,
+                ..Figures::default()
+            },
             flags,
             ..Event::default()
         }
@@ -687,20 +660,8 @@ mod tests {
     #[test]
     fn ledger_counts_each_thread_once() {
         let mut l = Ledger::default();
-        l.live.insert(
-            11,
-            Figures {
-                cpu_ns: 40,
-                ..Figures::default()
-            },
-        );
-        l.live.insert(
-            12,
-            Figures {
-                cpu_ns: 5,
-                ..Figures::default()
-            },
-        );
+        l.live.insert(11, reading(40));
+        l.live.insert(12, reading(5));
         assert_eq!(l.total().cpu_ns, 45);
         // 11 retires with 50: its reading is replaced, not added.
         assert_eq!(l.retire(&exit(11, 10, 50, 0)), None);
@@ -720,20 +681,8 @@ mod tests {
     #[test]
     fn non_leader_exec_moves_the_reading() {
         let mut l = Ledger::default();
-        l.live.insert(
-            30,
-            Figures {
-                cpu_ns: 100,
-                ..Figures::default()
-            },
-        );
-        l.live.insert(
-            31,
-            Figures {
-                cpu_ns: 40,
-                ..Figures::default()
-            },
-        );
+        l.live.insert(30, reading(100));
+        l.live.insert(31, reading(40));
         // The old leader retires under the exec'ing thread's tid (tids swapped).
         l.retire(&exit(31, 30, 110, EVENT_FLAG_SHARED_TID));
         l.exec(&Event {
@@ -751,13 +700,7 @@ mod tests {
     #[test]
     fn shared_tid_keeps_the_live_reading() {
         let mut l = Ledger::default();
-        l.live.insert(
-            20,
-            Figures {
-                cpu_ns: 9,
-                ..Figures::default()
-            },
-        );
+        l.live.insert(20, reading(9));
         l.retire(&exit(20, 20, 3, EVENT_FLAG_SHARED_TID));
         assert_eq!(l.total().cpu_ns, 12);
         assert!(l.live.contains_key(&20));
