@@ -235,8 +235,8 @@ pub fn sched_process_exit(ctx: RawTracePointContext) -> u32 {
     let Some(p) = TASKS.get_ptr_mut(cur) else {
         return 0;
     };
-    // SAFETY: a hash map value, valid until removed; only this thread's own exit
-    // and its final switch touch it, and they are ordered.
+    // SAFETY: a hash map value, valid until removed, which happens only after this
+    // exit: the sweep takes exited entries only, and the free comes later still.
     let info = unsafe { &mut *p };
     info.flags |= TASK_FLAG_EXITED;
     let task: *const u8 = ctx.arg(0);
