@@ -354,3 +354,60 @@ fn events_file_lists_every_process_in_order() {
         .collect();
     assert!(ts.windows(2).all(|w| w[0] <= w[1]), "ordered: {ts:?}");
 }
+
+/// The tracker's secrets and the capabilities it was given for BPF stay with it:
+/// the command sees neither the Sentinel token (nor its alias) nor ambient caps.
+#[test]
+fn the_command_gets_no_secrets_and_no_ambient_capabilities() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must run as root for the capability test"
+        );
+        return;
+    }
+    let s = Scratch::new("secrets");
+    let seen = s.path("seen.txt");
+    let script = format!(
+        "env > {0}; grep CapAmb /proc/self/status >> {0}",
+        seen.display()
+    );
+    // The tracker runs with CAP_BPF and CAP_PERFMON as ambient capabilities, and a
+    // token whose API refuses connections (the run warns and goes on).
+    let o = run(Command::new("setpriv")
+        .args([
+            "--inh-caps",
+            "+bpf,+perfmon",
+            "--ambient-caps",
+            "+bpf,+perfmon",
+        ])
+        .arg(tracker())
+        .args(["run", "-q", "--", "sh", "-c", &script])
+        .env("SENTINEL_API_TOKEN", "tok-3c8d-secret")
+        .env("SENTINEL_API_KEY", "key-77a1-secret")
+        .env("SENTINEL_API_URL", closed_url())
+        .env("RT_PASSED_THROUGH", "yes"));
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let env = std::fs::read_to_string(&seen).expect("the command's environment");
+    assert!(env.contains("RT_PASSED_THROUGH=yes"), "{env}");
+    for secret in [
+        "tok-3c8d-secret",
+        "key-77a1-secret",
+        "SENTINEL_API_TOKEN",
+        "SENTINEL_API_KEY",
+    ] {
+        assert!(!env.contains(secret), "{secret} reached the command: {env}");
+    }
+    let amb = env
+        .lines()
+        .find_map(|l| l.strip_prefix("CapAmb:"))
+        .expect("CapAmb line")
+        .trim();
+    assert_eq!(amb, "0000000000000000", "ambient capabilities passed on");
+}

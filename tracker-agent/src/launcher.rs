@@ -238,6 +238,9 @@ fn pipe_cloexec() -> Result<[libc::c_int; 2], LaunchError> {
     Ok(fds)
 }
 
+/// Variables the tracker reads that the command's environment does not get.
+pub const SECRET_VARS: [&str; 2] = ["SENTINEL_API_TOKEN", "SENTINEL_API_KEY"];
+
 /// Forks `argv` (argv[0] already resolved to `path`) and leaves it blocked before exec.
 pub fn spawn_paused(
     path: &Path,
@@ -248,7 +251,11 @@ pub fn spawn_paused(
     let c_argv: Vec<CString> = argv.iter().map(|a| cstr(a)).collect::<Result<_, _>>()?;
     let mut argv_p: Vec<*const libc::c_char> = c_argv.iter().map(|c| c.as_ptr()).collect();
     argv_p.push(std::ptr::null());
-    let mut env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+    // The tracker's secrets are not the command's: a token handed to the tracker
+    // must not reach whatever the tracked command runs.
+    let mut env: Vec<(OsString, OsString)> = std::env::vars_os()
+        .filter(|(k, _)| !SECRET_VARS.iter().any(|s| k == s))
+        .collect();
     if let Some(r) = run_as {
         for (k, v) in [("HOME", &r.home), ("USER", &r.user), ("LOGNAME", &r.user)] {
             env.retain(|(ek, _)| ek != k);
@@ -294,6 +301,15 @@ pub fn spawn_paused(
             let mut empty: libc::sigset_t = std::mem::zeroed();
             libc::sigemptyset(&mut empty);
             libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+            // Capabilities the tracker was given to load BPF (ambient CAP_BPF,
+            // CAP_PERFMON) are not passed on to the command.
+            libc::prctl(
+                libc::PR_CAP_AMBIENT,
+                libc::PR_CAP_AMBIENT_CLEAR_ALL,
+                0,
+                0,
+                0,
+            );
             if let Some(r) = run_as {
                 if libc::setgroups(groups.len(), groups.as_ptr()) != 0
                     || libc::setgid(r.gid) != 0
