@@ -16,11 +16,7 @@ use crate::{
     collect::{gpu::GpuCollector, HostReading, Roots, SystemCollector},
     config::Settings,
     csv, discovery,
-    engine::{
-        ebpf::{decode_event, EbpfEngine},
-        procfs::ProcfsEngine,
-        Backend, ProcEvent, ReadOpts, TreeTotals,
-    },
+    engine::{ebpf::EbpfEngine, procfs::ProcfsEngine, Backend, ProcEvent, ReadOpts, TreeTotals},
     launcher, output,
     sampler::{Sampler, Stamp},
     stream,
@@ -100,13 +96,8 @@ impl EventLog {
 
     /// Takes what the ring holds between two samples.
     fn drain(&mut self, ring: &mut Ring, engine: &mut Option<Engine>) {
-        let Some(Engine::Ebpf(e)) = engine else {
-            return;
-        };
-        while let Some(item) = ring.next() {
-            if let Some(ev) = decode_event(&item).and_then(|ev| e.absorb(&ev)) {
-                self.show(ev);
-            }
+        if let Some(Engine::Ebpf(e)) = engine {
+            e.drain(ring, &mut |ev| self.show(ev));
         }
     }
 }

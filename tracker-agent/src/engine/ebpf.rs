@@ -91,15 +91,13 @@ impl Ledger {
         if ev.flags & EVENT_FLAG_SHARED_TID == 0 {
             self.live.remove(&ev.tid);
         }
-        let acc = if ev.flags & EVENT_FLAG_GROUP_DEAD != 0 {
-            Some(self.proc_cpu.remove(&ev.pid).unwrap_or(0) + ev.fig.cpu_ns)
-        } else {
-            if self.proc_cpu.len() < MAX_PROC_CPU || self.proc_cpu.contains_key(&ev.pid) {
-                *self.proc_cpu.entry(ev.pid).or_default() += ev.fig.cpu_ns;
-            }
-            None
-        };
-        acc
+        if ev.flags & EVENT_FLAG_GROUP_DEAD != 0 {
+            return Some(self.proc_cpu.remove(&ev.pid).unwrap_or(0) + ev.fig.cpu_ns);
+        }
+        if self.proc_cpu.len() < MAX_PROC_CPU || self.proc_cpu.contains_key(&ev.pid) {
+            *self.proc_cpu.entry(ev.pid).or_default() += ev.fig.cpu_ns;
+        }
+        None
     }
 
     /// A non-leader thread exec'd and took the leader's tid: its reading moves with
@@ -428,7 +426,9 @@ impl EbpfEngine {
         t0.elapsed()
     }
 
-    fn drain(&mut self, ring: &mut RingBuf<MapData>, shown: &mut dyn FnMut(ProcEvent)) {
+    /// Takes every record the ring holds into the ledger; `shown` gets the events to
+    /// show (forks, execs and process exits).
+    pub fn drain(&mut self, ring: &mut RingBuf<MapData>, shown: &mut dyn FnMut(ProcEvent)) {
         while let Some(item) = ring.next() {
             if let Some(ev) = decode_event(&item).and_then(|ev| self.absorb(&ev)) {
                 shown(ev);
@@ -438,7 +438,7 @@ impl EbpfEngine {
 
     /// Takes one ring record into the ledger; returns the event to show, if any
     /// (forks, execs and process exits; a thread's own retirement is internal).
-    pub fn absorb(&mut self, ev: &Event) -> Option<ProcEvent> {
+    fn absorb(&mut self, ev: &Event) -> Option<ProcEvent> {
         let cpu = match ev.kind {
             EVENT_EXIT => Some(self.ledger.retire(ev)?),
             EVENT_EXEC => {
@@ -594,7 +594,7 @@ fn classify(msg: String) -> EbpfUnavailable {
 }
 
 /// Decodes one ring-buffer record; `None` for a record of the wrong size or kind.
-pub fn decode_event(bytes: &[u8]) -> Option<Event> {
+fn decode_event(bytes: &[u8]) -> Option<Event> {
     if bytes.len() < std::mem::size_of::<Event>() {
         return None;
     }
