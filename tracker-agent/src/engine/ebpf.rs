@@ -494,17 +494,12 @@ impl EbpfEngine {
                 };
                 // Each thread's own I/O: a process's /proc/PID/io also holds its
                 // reaped children's, which are members counted on their own.
-                let io = files
-                    .read(tgid, tid, Kind::ThreadIo, buf)
-                    .and_then(|_| procread::parse_io_full(buf))
-                    .unwrap_or_default();
                 let f = Figures {
                     cpu_ns,
-                    read_bytes: io.read_bytes,
-                    write_bytes: io.write_bytes,
-                    rchar: io.rchar,
-                    wchar: io.wchar,
-                    ..Figures::default()
+                    ..files
+                        .read(tgid, tid, Kind::ThreadIo, buf)
+                        .and_then(|_| procread::parse_io(buf))
+                        .unwrap_or_default()
                 };
                 read_now.add(&f);
                 self.ledger.live.insert(tid, f);

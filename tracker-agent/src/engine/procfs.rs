@@ -5,6 +5,8 @@
 
 use std::collections::{HashMap, HashSet};
 
+use tracker_common::Figures;
+
 use super::{procread, ReadOpts, TreeTotals};
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -17,7 +19,7 @@ struct Member {
     user_ns: u64,
     sys_ns: u64,
     /// The process's /proc/PID/io: its threads' and its reaped children's I/O.
-    io: procread::Io,
+    io: Figures,
 }
 
 impl Member {
@@ -36,7 +38,7 @@ pub struct ProcfsEngine {
     kept_cpu: u64,
     kept_user: u64,
     kept_sys: u64,
-    kept_io: procread::Io,
+    kept_io: Figures,
     /// Exact usage of processes the tracker reaped itself: pid → (cpu ns, user, sys).
     reaped: HashMap<u32, (u64, u64, u64)>,
     seen: u64,
@@ -159,7 +161,7 @@ impl ProcfsEngine {
             kept_cpu: 0,
             kept_user: 0,
             kept_sys: 0,
-            kept_io: procread::Io::default(),
+            kept_io: Figures::default(),
             reaped: HashMap::new(),
             seen: 0,
             exited: 0,

@@ -4,6 +4,8 @@
 
 use std::{collections::HashMap, fs::File, os::unix::fs::FileExt};
 
+use tracker_common::Figures;
+
 /// Clock ticks per second for /proc/PID/stat times.
 pub fn clk_tck() -> u64 {
     // SAFETY: sysconf has no preconditions.
@@ -83,33 +85,16 @@ pub fn stat(pid: u32, buf: &mut String) -> Option<Stat> {
 }
 
 /// I/O of a process: its threads, live and dead, and its reaped children.
-pub fn io(pid: u32, buf: &mut String) -> Option<Io> {
+pub fn io(pid: u32, buf: &mut String) -> Option<Figures> {
     read_into(&format!("/proc/{pid}/io"), buf)?;
-    parse_io_full(buf)
+    parse_io(buf)
 }
 
-/// The counters of a /proc io file that the engines report.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Io {
-    pub rchar: u64,
-    pub wchar: u64,
-    pub read_bytes: u64,
-    pub write_bytes: u64,
-}
-
-impl Io {
-    pub fn add(&mut self, o: &Io) {
-        self.rchar += o.rchar;
-        self.wchar += o.wchar;
-        self.read_bytes += o.read_bytes;
-        self.write_bytes += o.write_bytes;
-    }
-}
-
-/// Parses a /proc io file; `None` unless the storage counters are there (`rchar`
-/// and `wchar` are 0 where the kernel lacks CONFIG_TASK_XACCT).
-pub fn parse_io_full(s: &str) -> Option<Io> {
-    let mut io = Io::default();
+/// Parses a /proc io file into the I/O fields of `Figures` (the others stay 0);
+/// `None` unless the storage counters are there (`rchar` and `wchar` are 0 where the
+/// kernel lacks CONFIG_TASK_XACCT).
+pub fn parse_io(s: &str) -> Option<Figures> {
+    let mut io = Figures::default();
     let (mut rd, mut wr) = (false, false);
     for line in s.lines() {
         let Some((k, v)) = line.split_once(':') else {
@@ -194,15 +179,16 @@ mod tests {
     fn io_file_with_character_counts() {
         let s = "rchar: 12\nwchar: 34\nsyscr: 1\nsyscw: 2\nread_bytes: 4096\nwrite_bytes: 8192\ncancelled_write_bytes: 0\n";
         assert_eq!(
-            parse_io_full(s),
-            Some(Io {
+            parse_io(s),
+            Some(Figures {
                 rchar: 12,
                 wchar: 34,
                 read_bytes: 4096,
-                write_bytes: 8192
+                write_bytes: 8192,
+                ..Figures::default()
             })
         );
-        assert_eq!(parse_io_full("rchar: 1\n"), None);
+        assert_eq!(parse_io("rchar: 1\n"), None);
     }
 
     #[test]
