@@ -488,8 +488,8 @@ pub fn execute(plan: Plan) -> anyhow::Result<i32> {
                 }
             }
         }
-        // Members that have exited retire at their final context switch, microseconds
-        // later: wait for those, never for reapers or RCU.
+        // Members that have exited are retired by the sweep once off the CPU,
+        // microseconds later: wait for those, never for reapers or RCU.
         if let Some(Engine::Ebpf(e)) = &mut engine {
             let waited = e.settle(Duration::from_millis(50));
             log::debug!("settled in {waited:?}");

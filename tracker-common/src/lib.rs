@@ -17,7 +17,8 @@ pub const DEFAULT_MAX_TASKS: u32 = 65_536;
 pub const EVENTS_BYTES: u32 = 512 * 1024;
 
 /// Per-task map value, keyed by the kernel tid (`task->pid`). An entry lives from
-/// the task's fork (or registration) to its final context switch.
+/// the task's fork (or registration) until it retires: swept once dead and off the
+/// CPU, or at its RCU free.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TaskInfo {
@@ -28,16 +29,17 @@ pub struct TaskInfo {
     /// `TASK_FLAG_*` bits.
     pub flags: u32,
     pub _pad: u32,
-    /// Address of the `task_struct`, used only as an identity (never read through)
-    /// so that a dead task never retires another task that took its tid; 0 when not
-    /// known yet (registered from user space).
+    /// Address of the `task_struct`: the sweep reads a dead task's final figures
+    /// through it (safe while the entry exists, which the free removes first), and it
+    /// tells a dead task from another that took its tid. 0 until the kernel sees the
+    /// task (a registered root learns it at exec, every thread at its exit).
     pub task: u64,
 }
 
 /// Set at `sched_process_exit` when this thread was the last of its process.
 pub const TASK_FLAG_GROUP_DEAD: u32 = 1;
-/// Set at `sched_process_exit` for every thread: it is on its way out, and its
-/// final context switch (where it retires) is microseconds away.
+/// Set at `sched_process_exit` for every thread: it is on its way out, and the
+/// sweep can retire it once it is off the CPU, microseconds later.
 pub const TASK_FLAG_EXITED: u32 = 2;
 /// The tree's root, set by user space: its exit record wakes user space at once.
 pub const TASK_FLAG_ROOT: u32 = 4;

@@ -1,6 +1,7 @@
 //! Kernel side of resource-tracker: follows fork/exec/exit for the tasks that descend
-//! from a registered root, and retires each thread with its final CPU and I/O at its
-//! final context switch, whenever (or whether) it is reaped and freed.
+//! from a registered root, and retires each thread with its final CPU and I/O once
+//! it is dead and off the CPU (the sweep, run on demand), whenever (or whether) it
+//! is reaped and freed. Nothing runs on the host's context switches.
 //!
 //! Plain raw tracepoints: the programs only read their `u64` arguments and go
 //! through `bpf_probe_read_kernel`, so loading needs no kernel BTF.

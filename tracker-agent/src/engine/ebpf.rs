@@ -1,8 +1,9 @@
 //! The eBPF engine: loads the programs with this kernel's offsets, registers trees and
 //! reads their totals.
 //!
-//! Every thread of the tree retires in the kernel at its final context switch, with
-//! an EXIT record that carries its final CPU and I/O. Live threads, listed by the
+//! Every thread of the tree retires in the kernel once dead and off the CPU (the
+//! sweep program, run here at each sample, or its RCU free), with an EXIT record
+//! that carries its final CPU and I/O. Live threads, listed by the
 //! kernel's own task map (so cost follows the tree, not the host), are read from
 //! /proc. A per-thread ledger joins the two: a thread counts with its last live
 //! reading until its record arrives, then with its final figures, so totals never go
@@ -450,9 +451,10 @@ impl EbpfEngine {
         proc_event(ev, cpu)
     }
 
-    /// The tree's totals now. `ring` is drained into the ledger after the live
-    /// members were read (a member that retires in between is then counted with its
-    /// final figures, not missed); `shown` gets the events it held.
+    /// The tree's totals now. `ring` is drained into the ledger before the listing
+    /// and again after the live members were read (a member that retires in between
+    /// is then counted with its final figures, not missed); `shown` gets the events
+    /// it held.
     pub fn read(
         &mut self,
         opts: ReadOpts,
