@@ -9,7 +9,7 @@ use std::{
 
 use serde_json::Value;
 
-use crate::{read_json, read_jsonl, run, tracker, workload, Cgroup, Scratch};
+use crate::{e2e::unix_now, read_json, read_jsonl, run, tracker, workload, Cgroup, Scratch};
 
 /// One tracked run and the kernel's accounting of it.
 pub struct Tracked {
@@ -58,12 +58,6 @@ impl Default for Opts<'_> {
             poll: false,
         }
     }
-}
-
-fn unix_now() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 /// Runs `cmd` (a workload mode, or with `shell` a `sh -c` script) inside a fresh

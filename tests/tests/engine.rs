@@ -215,12 +215,7 @@ fn attach_to_a_running_tree_with_pid() {
 
 #[test]
 fn sudo_user_drop() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI must run as root for the sudo test"
-        );
+    if !e2e::require(e2e::is_root(), "the sudo test needs root") {
         return;
     }
     let s = Scratch::new("sudo");
@@ -359,12 +354,7 @@ fn events_file_lists_every_process_in_order() {
 /// the command sees neither the Sentinel token (nor its alias) nor ambient caps.
 #[test]
 fn the_command_gets_no_secrets_and_no_ambient_capabilities() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI must run as root for the capability test"
-        );
+    if !e2e::require(e2e::is_root(), "the capability test needs root") {
         return;
     }
     let s = Scratch::new("secrets");

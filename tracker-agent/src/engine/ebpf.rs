@@ -705,25 +705,19 @@ mod tests {
 
     #[test]
     fn records_decode_by_size_and_kind() {
+        fn bytes_of(ev: &Event) -> &[u8] {
+            // SAFETY: Event is plain data; viewing it as bytes for the decoder.
+            unsafe {
+                std::slice::from_raw_parts(
+                    (ev as *const Event).cast::<u8>(),
+                    std::mem::size_of::<Event>(),
+                )
+            }
+        }
         let ev = exit(5, 5, 1, EVENT_FLAG_GROUP_DEAD);
-        // SAFETY: Event is plain data; viewing it as bytes for the decoder.
-        let bytes = unsafe {
-            std::slice::from_raw_parts(
-                (&ev as *const Event).cast::<u8>(),
-                std::mem::size_of::<Event>(),
-            )
-        };
-        assert_eq!(decode_event(bytes), Some(ev));
-        assert_eq!(decode_event(&bytes[..8]), None);
-        let mut bad = ev;
-        bad.kind = 99;
-        // SAFETY: as above.
-        let bytes = unsafe {
-            std::slice::from_raw_parts(
-                (&bad as *const Event).cast::<u8>(),
-                std::mem::size_of::<Event>(),
-            )
-        };
-        assert_eq!(decode_event(bytes), None);
+        assert_eq!(decode_event(bytes_of(&ev)), Some(ev));
+        assert_eq!(decode_event(&bytes_of(&ev)[..8]), None);
+        let bad = Event { kind: 99, ..ev };
+        assert_eq!(decode_event(bytes_of(&bad)), None);
     }
 }
