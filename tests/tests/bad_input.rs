@@ -27,7 +27,7 @@ fn bad_flags_and_values() {
     check(&["run", "-i", "0", "--", "true"], 2, "--interval");
     check(&["run", "-i", "-3", "--", "true"], 2, "--interval");
     check(&["run", "-i", "soon", "--", "true"], 2, "'soon'");
-    check(&["run", "--pid", "999999999", "--", "true"], 1, "--pid");
+    check(&["run", "--pid", "999999999", "--", "true"], 2, "--pid");
     check(&["--pid", "999999999"], 1, "no process with id 999999999");
     check(&["--pid", "-5"], 2, "'-5'");
     check(&["--pid", "abc"], 2, "'abc'");

@@ -1,19 +1,14 @@
-//! resource-tracker: CLI parsing and wiring only; the work lives in the modules.
+//! resource-tracker: parses the command line, resolves it into one `Settings` and
+//! hands that to a session; the work lives in the modules.
 
-mod agent;
-mod cli;
 mod collect;
-mod config;
-mod csv;
 mod discovery;
 mod engine;
-mod launcher;
-mod output;
-mod sample;
-mod sampler;
+mod model;
 mod selfcost;
-mod stream;
-mod summary;
+mod session;
+mod settings;
+mod sink;
 mod warn;
 
 use clap::Parser as _;
@@ -22,7 +17,12 @@ fn main() {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
         .format_target(false)
         .init();
-    let cli = match cli::Cli::try_parse() {
+    let get_env = |k: &str| std::env::var_os(k);
+    if let Err(e) = settings::check_flag_env(&get_env) {
+        eprintln!("resource-tracker: {e}");
+        std::process::exit(2);
+    }
+    let cli = match settings::cli::Cli::try_parse() {
         Ok(c) => c,
         Err(e) => match e.kind() {
             clap::error::ErrorKind::DisplayHelp
@@ -38,22 +38,14 @@ fn main() {
             }
         },
     };
-    let (opts, cmd) = match cli.command {
-        Some(cli::Command::Run { opts, cmd }) => (opts, cmd),
-        None => (cli.opts, cli.cmd),
-    };
-    let settings = match config::resolve(&opts, &|k| std::env::var_os(k)) {
+    let settings = match settings::resolve(cli, &get_env) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("resource-tracker: {e}");
             std::process::exit(2);
         }
     };
-    match agent::execute(agent::Plan {
-        opts,
-        settings,
-        cmd,
-    }) {
+    match session::run(settings) {
         Ok(code) => std::process::exit(code),
         Err(e) => {
             eprintln!("resource-tracker: {e:#}");

@@ -1,7 +1,7 @@
 //! Host CPU from /proc/stat: busy share of each core over the interval.
 
 use super::{CachedFile, Roots};
-use crate::{engine::procread::clk_tck, sample::CpuSample, warn::warn_once};
+use crate::{engine::procread::clk_tck, model::sample::CpuSample, warn::warn_once};
 
 /// The eight time columns of a `cpu` line, in clock ticks. Guest time is already
 /// included in user/nice, so it is not read separately.

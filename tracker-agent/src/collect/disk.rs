@@ -17,7 +17,7 @@ use std::{
 
 use super::{read_attr, CachedFile, Roots};
 use crate::{
-    sample::{DiskSample, MountSample},
+    model::sample::{DiskSample, MountSample},
     warn::warn_once,
 };
 

@@ -2,7 +2,7 @@
 
 use super::Roots;
 use crate::{
-    sample::{DiskSample, HostInfo, MemorySample},
+    model::sample::{DiskSample, HostInfo, MemorySample},
     warn::warn_once,
 };
 

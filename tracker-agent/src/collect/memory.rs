@@ -1,7 +1,7 @@
 //! Host memory from /proc/meminfo, in MiB.
 
 use super::{CachedFile, Roots};
-use crate::{sample::MemorySample, warn::warn_once};
+use crate::{model::sample::MemorySample, warn::warn_once};
 
 /// The /proc/meminfo keys used, in the order of `Values`.
 const KEYS: [&str; 10] = [

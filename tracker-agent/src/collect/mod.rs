@@ -17,7 +17,8 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use crate::sample::{CpuSample, DiskSample, GpuSample, HostInfo, MemorySample, NetworkSample};
+use crate::model::sample::HostInfo;
+use crate::model::HostReading;
 
 /// Where /proc and /sys are; tests point these at trees they lay out.
 #[derive(Clone, Debug)]
@@ -33,19 +34,6 @@ impl Default for Roots {
             sys: PathBuf::from("/sys"),
         }
     }
-}
-
-/// The host part of one sample (the tree's fields of `cpu` stay None here).
-#[derive(Clone, Debug, Default)]
-pub struct HostReading {
-    pub cpu: CpuSample,
-    pub memory: MemorySample,
-    pub disk: Vec<DiskSample>,
-    pub network: Vec<NetworkSample>,
-    /// Filled by the agent from `gpu::GpuCollector` (empty without GPUs).
-    pub gpu: Vec<GpuSample>,
-    /// The tree's GPU use; None when no GPU collector is active.
-    pub process_gpu: Option<gpu::ProcessGpu>,
 }
 
 /// All host sources. Per sample it only re-reads files it keeps open (no /proc/PID

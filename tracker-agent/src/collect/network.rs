@@ -4,7 +4,7 @@
 use std::{collections::BTreeMap, path::PathBuf, time::Instant};
 
 use super::{read_attr, CachedFile, Roots};
-use crate::{sample::NetworkSample, warn::warn_once};
+use crate::{model::sample::NetworkSample, warn::warn_once};
 
 /// ARPHRD_LOOPBACK in /sys/class/net/IF/type.
 const ARPHRD_LOOPBACK: &str = "772";

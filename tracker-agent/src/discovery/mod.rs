@@ -11,22 +11,9 @@ mod host;
 mod http;
 mod vendors;
 
-use std::{ffi::OsString, path::Path, time::Duration};
+use std::{path::Path, time::Duration};
 
-use serde::Serialize;
-
-/// What the metadata service of the cloud said. Field names are the Sentinel API's.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
-pub struct CloudInfo {
-    pub cloud_vendor_id: String,
-    /// Identifying: sent to Sentinel only with `--share-identity`.
-    pub cloud_account_id: Option<String>,
-    pub cloud_region_id: Option<String>,
-    pub cloud_zone_id: Option<String>,
-    pub cloud_instance_type: Option<String>,
-    /// The instance's id (the host id on a cloud); identifying.
-    pub instance_id: Option<String>,
-}
+pub use crate::model::{CloudInfo, Discovered, Identity};
 
 /// Base URLs of the metadata services, overridable for tests.
 #[derive(Clone, Debug)]
@@ -37,38 +24,6 @@ pub struct Endpoints {
     pub gcp: String,
     /// 100.100.100.200.
     pub alibaba: String,
-}
-
-const ENDPOINT_VARS: [(&str, &str); 3] = [
-    ("TRACKER_METADATA_URL", "http://169.254.169.254"),
-    (
-        "TRACKER_METADATA_GCP_URL",
-        "http://metadata.google.internal",
-    ),
-    ("TRACKER_METADATA_ALIBABA_URL", "http://100.100.100.200"),
-];
-
-impl Endpoints {
-    /// The defaults, or `TRACKER_METADATA_URL`, `TRACKER_METADATA_GCP_URL`,
-    /// `TRACKER_METADATA_ALIBABA_URL` (unset or empty: the default). An override
-    /// must be an http:// or https:// URL with a host; trailing slashes are dropped.
-    pub fn from_env(get_env: &dyn Fn(&str) -> Option<OsString>) -> Result<Endpoints, String> {
-        let [link_local, gcp, alibaba] = ENDPOINT_VARS.map(|(var, default)| match get_env(var) {
-            None => Ok(default.to_string()),
-            Some(v) => match v.to_str() {
-                None => Err(format!("environment variable {var}: not valid UTF-8")),
-                Some(s) if s.trim().is_empty() => Ok(default.to_string()),
-                Some(s) => crate::config::base_url(s).map_err(|why| {
-                    format!("environment variable {var}: '{}' {why}", s.escape_debug())
-                }),
-            },
-        });
-        Ok(Endpoints {
-            link_local: link_local?,
-            gcp: gcp?,
-            alibaba: alibaba?,
-        })
-    }
 }
 
 /// Probes every vendor in parallel, each request bounded by `timeout`. When more
@@ -135,27 +90,37 @@ pub async fn discover(ep: &Endpoints, timeout: Duration) -> Option<CloudInfo> {
 /// Timeout of each metadata request.
 pub const TIMEOUT: Duration = Duration::from_secs(1);
 
-/// Discovery on its own thread (own runtime), for callers without one.
-pub fn spawn(ep: Endpoints) -> std::thread::JoinHandle<Option<CloudInfo>> {
+/// Discovery on its own thread (own runtime), started once per run. `on_found` gets
+/// the result as soon as there is one (the streaming thread waits on it); the
+/// handle gives it to the summary at the end. Identifying fields are read only
+/// when they may be shared.
+pub fn spawn(
+    ep: Endpoints,
+    identify: bool,
+    on_found: impl FnOnce(&Discovered) + Send + 'static,
+) -> std::thread::JoinHandle<Discovered> {
     std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
+        let cloud = match tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
-            .ok()?;
-        let found = rt.block_on(discover(&ep, TIMEOUT));
-        // A name lookup (metadata.google.internal) runs on a blocking thread that
-        // cannot be cancelled; do not wait for a slow resolver.
-        rt.shutdown_background();
+        {
+            Ok(rt) => {
+                let found = rt.block_on(discover(&ep, TIMEOUT));
+                // A name lookup (metadata.google.internal) runs on a blocking thread
+                // that cannot be cancelled; do not wait for a slow resolver.
+                rt.shutdown_background();
+                found
+            }
+            Err(e) => {
+                log::debug!("cloud discovery: starting its runtime: {e}");
+                None
+            }
+        };
+        let identity = identify.then(|| identity(cloud.as_ref()));
+        let found = Discovered { cloud, identity };
+        on_found(&found);
         found
     })
-}
-
-/// Identifying host fields (no network).
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
-pub struct Identity {
-    pub host_id: Option<String>,
-    pub host_hostname: Option<String>,
-    pub host_ip: Option<String>,
 }
 
 /// `host_id`: the cloud's instance id, else the DMI product UUID or serial (when
@@ -174,76 +139,7 @@ pub fn identity(cloud: Option<&CloudInfo>) -> Identity {
 
 #[cfg(test)]
 mod tests {
-    use std::{collections::HashMap, os::unix::ffi::OsStringExt};
-
     use super::*;
-
-    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<OsString> {
-        let m: HashMap<String, OsString> = pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), OsString::from(v)))
-            .collect();
-        move |k| m.get(k).cloned()
-    }
-
-    #[test]
-    fn endpoints_default_and_overrides() {
-        let ep = Endpoints::from_env(&env(&[])).unwrap();
-        assert_eq!(ep.link_local, "http://169.254.169.254");
-        assert_eq!(ep.gcp, "http://metadata.google.internal");
-        assert_eq!(ep.alibaba, "http://100.100.100.200");
-        let ep = Endpoints::from_env(&env(&[
-            ("TRACKER_METADATA_URL", "http://127.0.0.1:8080//"),
-            ("TRACKER_METADATA_GCP_URL", "https://gcp.example/prefix/"),
-            ("TRACKER_METADATA_ALIBABA_URL", "  "),
-        ]))
-        .unwrap();
-        assert_eq!(ep.link_local, "http://127.0.0.1:8080");
-        assert_eq!(ep.gcp, "https://gcp.example/prefix");
-        assert_eq!(ep.alibaba, "http://100.100.100.200");
-    }
-
-    #[test]
-    fn endpoints_rejected() {
-        for (var, bad, why) in [
-            (
-                "TRACKER_METADATA_URL",
-                "ftp://x",
-                "is not an http:// or https:// URL",
-            ),
-            (
-                "TRACKER_METADATA_URL",
-                "169.254.169.254",
-                "is not an http:// or https:// URL",
-            ),
-            ("TRACKER_METADATA_GCP_URL", "http://", "has no host"),
-            ("TRACKER_METADATA_GCP_URL", "http:///x", "has no host"),
-            (
-                "TRACKER_METADATA_ALIBABA_URL",
-                "http://a b",
-                "contains spaces",
-            ),
-            ("TRACKER_METADATA_ALIBABA_URL", "http://h/?q=1", "query"),
-            ("TRACKER_METADATA_URL", "http://h\nx", "contains spaces"),
-        ] {
-            let e = Endpoints::from_env(&env(&[(var, bad)])).unwrap_err();
-            assert!(
-                e.starts_with(&format!("environment variable {var}: '")),
-                "{e}"
-            );
-            assert!(e.contains(why), "{bad}: {e}");
-            assert_eq!(e.lines().count(), 1, "{e}");
-        }
-        let raw = OsString::from_vec(vec![b'h', 0xff]);
-        let e = Endpoints::from_env(&move |k: &str| {
-            (k == "TRACKER_METADATA_GCP_URL").then(|| raw.clone())
-        })
-        .unwrap_err();
-        assert_eq!(
-            e,
-            "environment variable TRACKER_METADATA_GCP_URL: not valid UTF-8"
-        );
-    }
 
     #[test]
     fn nothing_listening_is_quick_and_none() {

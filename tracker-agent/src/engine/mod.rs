@@ -7,7 +7,79 @@ pub mod ebpf;
 pub mod procfs;
 pub mod procread;
 
+use std::{collections::HashSet, time::Duration};
+
 use serde::Serialize;
+
+use self::{ebpf::EbpfEngine, procfs::ProcfsEngine};
+
+/// The kernel's event ring of the eBPF engine.
+pub type Ring = aya::maps::RingBuf<aya::maps::MapData>;
+
+/// The engine a session reads its tree with.
+pub enum Engine {
+    Ebpf(Box<EbpfEngine>),
+    Procfs(Box<ProcfsEngine>),
+}
+
+impl Engine {
+    pub fn backend(&self) -> Backend {
+        match self {
+            Engine::Ebpf(_) => Backend::Ebpf,
+            Engine::Procfs(_) => Backend::Procfs,
+        }
+    }
+
+    /// The tree's totals now; process events met on the way go to `on_event`.
+    pub fn read(
+        &mut self,
+        o: ReadOpts,
+        ring: Option<&mut Ring>,
+        on_event: &mut dyn FnMut(ProcEvent),
+    ) -> anyhow::Result<TreeTotals> {
+        match self {
+            Engine::Ebpf(e) => e.read(o, ring, on_event),
+            Engine::Procfs(e) => e.read(o),
+        }
+    }
+
+    /// Takes what the ring holds between two samples.
+    pub fn drain(&mut self, ring: &mut Ring, on_event: &mut dyn FnMut(ProcEvent)) {
+        if let Engine::Ebpf(e) = self {
+            e.drain(ring, on_event);
+        }
+    }
+
+    /// Live processes of the tree (eBPF: the task map; procfs: the last walk).
+    pub fn live_pids(&self) -> HashSet<u32> {
+        match self {
+            Engine::Ebpf(e) => e.live_tasks().into_keys().collect(),
+            Engine::Procfs(e) => e.live_pids().collect(),
+        }
+    }
+
+    /// (run count, run time ns) of the BPF programs, when their statistics are on.
+    pub fn bpf_stats(&self) -> Option<(u64, u64)> {
+        match self {
+            Engine::Ebpf(e) if e.stats_enabled() => {
+                let v = e.prog_stats();
+                Some(v.iter().fold((0, 0), |(c, t), (_, rc, rt)| {
+                    (c + rc, t + rt.as_nanos() as u64)
+                }))
+            }
+            _ => None,
+        }
+    }
+
+    /// Members that have exited are retired by the sweep once off the CPU,
+    /// microseconds later: wait for those, never for reapers or RCU.
+    pub fn settle(&mut self) {
+        if let Engine::Ebpf(e) = self {
+            let waited = e.settle(Duration::from_millis(50));
+            log::debug!("settled in {waited:?}");
+        }
+    }
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]

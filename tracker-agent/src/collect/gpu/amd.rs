@@ -23,7 +23,7 @@ use std::{
 use super::{pct, ProcessGpu};
 use crate::{
     collect::{read_attr, CachedFile, Roots},
-    sample::GpuSample,
+    model::sample::GpuSample,
     warn::warn_once,
 };
 

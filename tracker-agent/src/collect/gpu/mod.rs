@@ -13,26 +13,8 @@ pub mod nvidia;
 use std::collections::{BTreeMap, HashSet};
 
 use super::Roots;
-use crate::sample::{GpuSample, HostInfo};
-
-/// GPU use of the tracked tree in one sample.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct ProcessGpu {
-    /// Σ over GPUs of the tree's utilisation fraction (0..1 per GPU), in GPUs.
-    pub gpu_usage: f64,
-    /// VRAM held by the tree's processes, MiB.
-    pub gpu_vram_mib: f64,
-    /// GPUs on which the tree's utilisation was above zero.
-    pub gpu_utilized: u64,
-}
-
-impl ProcessGpu {
-    fn add(&mut self, o: ProcessGpu) {
-        self.gpu_usage += o.gpu_usage;
-        self.gpu_vram_mib += o.gpu_vram_mib;
-        self.gpu_utilized += o.gpu_utilized;
-    }
-}
+use crate::model::sample::{GpuSample, HostInfo};
+use crate::model::ProcessGpu;
 
 /// All GPU sources of the host.
 pub struct GpuCollector {

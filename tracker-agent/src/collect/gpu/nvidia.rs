@@ -31,7 +31,7 @@ use nvml_wrapper::{
 };
 
 use super::{pct, ProcessGpu};
-use crate::{sample::GpuSample, warn::warn_once};
+use crate::{model::sample::GpuSample, warn::warn_once};
 
 const LIB: &CStr = c"libnvidia-ml.so.1";
 

@@ -2,15 +2,14 @@
 //! totals for the summary. Interval values are differences of cumulative counters,
 //! so they add up to the run totals exactly.
 
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
-use crate::{
-    collect::HostReading,
-    engine::{Backend, TreeTotals},
+use super::{
+    reading::Reading,
     sample::{ProcessSample, Sample, TrackerSample},
-    selfcost,
     summary::RunStats,
 };
+use crate::engine::{Backend, TreeTotals};
 
 const MIB: f64 = 1048576.0;
 
@@ -30,31 +29,21 @@ pub struct Sampler {
     pub stats: RunStats,
 }
 
-/// When a sample's figures were read.
-#[derive(Clone, Copy, Debug)]
-pub struct Stamp {
-    pub at: Instant,
-    /// Unix time of `at`, seconds.
-    pub unix: f64,
-}
-
-/// Unix time now, microsecond precision.
-pub fn unix_now() -> f64 {
-    let d = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
-    (d.as_micros() as f64) / 1e6
-}
-
 impl Sampler {
-    pub fn new(tree: Option<(u32, Backend)>, job_name: Option<String>, start: Instant) -> Self {
+    /// `own_cpu_secs`: the tracker's CPU so far, the origin of its per-sample cost.
+    pub fn new(
+        tree: Option<(u32, Backend)>,
+        job_name: Option<String>,
+        start: Instant,
+        own_cpu_secs: f64,
+    ) -> Self {
         Sampler {
             tree,
             job_name,
             prev: TreeTotals::default(),
             origin_cpu_ns: 0,
             prev_at: start,
-            prev_self_cpu: selfcost::cpu_secs(),
+            prev_self_cpu: own_cpu_secs,
             prev_bpf: None,
             cum_user_ns: 0,
             cum_sys_ns: 0,
@@ -73,15 +62,15 @@ impl Sampler {
         self.prev_bpf = bpf;
     }
 
-    /// `now` is the tree's reading (default without a tree), taken at `stamp`; `bpf`
-    /// is the (run count, run time ns) of the programs, when known.
-    pub fn step(
-        &mut self,
-        now: TreeTotals,
-        host: HostReading,
-        stamp: Stamp,
-        bpf: Option<(u64, u64)>,
-    ) -> Sample {
+    /// The sample of the interval that ends with `r`.
+    pub fn step(&mut self, r: Reading) -> Sample {
+        let Reading {
+            tree: now,
+            host,
+            stamp,
+            bpf,
+            own,
+        } = r;
         let at = stamp.at;
         let elapsed = at.duration_since(self.prev_at).as_secs_f64().max(1e-9);
         let d_cpu = now.cpu_ns.saturating_sub(self.prev.cpu_ns);
@@ -103,7 +92,7 @@ impl Sampler {
         self.cum_user_ns += d_user;
         self.cum_sys_ns += d_sys;
 
-        let self_cpu = selfcost::cpu_secs();
+        let self_cpu = own.cpu_secs;
         let d_self = (self_cpu - self.prev_self_cpu).max(0.0);
         self.prev_self_cpu = self_cpu;
         let (bpf_time, bpf_count) = match (bpf, self.prev_bpf) {
@@ -141,7 +130,7 @@ impl Sampler {
         });
         let tracker = TrackerSample {
             cpu_secs: d_self,
-            rss_mib: selfcost::rss_mib(),
+            rss_mib: own.rss_mib,
             bpf_run_time_secs: bpf_time,
             bpf_run_count: bpf_count,
             lost_events: lost,

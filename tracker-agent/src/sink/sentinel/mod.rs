@@ -1,7 +1,6 @@
 //! Streaming to Sentinel (docs/streaming.md): register the run, upload gzip CSV
 //! batches to S3 with temporary credentials, finish the run. Everything runs on its
-//! own thread with its own runtime, so sampling never waits on the network; the
-//! sampler only hands over CSV rows.
+//! own thread with its own runtime, so sampling never waits on the network.
 
 mod api;
 mod queue;
@@ -9,20 +8,17 @@ mod s3;
 
 use std::{
     path::PathBuf,
+    sync::mpsc::Receiver,
     thread::JoinHandle,
     time::{Duration, Instant, SystemTime},
 };
 
 use aws_sdk_s3::primitives::{DateTime, DateTimeFormat};
-use serde::Serialize;
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 
-use crate::{
-    config::{JobMeta, SentinelSettings},
-    discovery::{self, CloudInfo, Endpoints},
-    sample::HostInfo,
-};
+use super::Sink;
+use crate::model::{csv, Discovered, HostInfo, JobMeta, Sample, StreamReport, Summary};
 use api::{Api, ApiError, Credentials, Registration};
 use queue::Queue;
 
@@ -33,34 +29,43 @@ const FINISH_BUDGET: Duration = Duration::from_secs(30);
 /// Largest CSV sent inline; a longer run with no upload flushes to S3 instead.
 const INLINE_MAX: usize = 8 << 20;
 
+/// The API token; never printed, not even by `{:?}`.
+#[derive(Clone)]
+pub struct Secret(pub String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
+pub const DEFAULT_API_URL: &str = "https://api.sentinel.sparecores.net";
+
+/// How to reach Sentinel and how to hold batches meanwhile.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub token: Secret,
+    /// Base URL without a trailing slash (`SENTINEL_API_URL`).
+    pub api_url: String,
+    /// S3 endpoint for tests and private stores (`TRACKER_S3_ENDPOINT`, path-style).
+    pub s3_endpoint: Option<String>,
+    /// Bytes of pending batches kept in memory before they go to the spool file
+    /// (`TRACKER_UPLOAD_MEMORY_LIMIT`).
+    pub memory_limit: usize,
+    /// Directory of the spool file (`TRACKER_SPOOL_DIR`, default the temp dir).
+    pub spool_dir: PathBuf,
+    /// Timeout of each API and S3 request (`TRACKER_HTTP_TIMEOUT`, seconds).
+    pub timeout: Duration,
+    /// Seconds between batch uploads (`TRACKER_UPLOAD_INTERVAL`).
+    pub upload_interval: f64,
+}
+
 /// What the run registers with.
 pub struct RunInfo {
     pub meta: JobMeta,
     pub command: Vec<String>,
     pub host: HostInfo,
     pub share_identity: bool,
-}
-
-/// How streaming went; in the summary as `streaming`.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct StreamReport {
-    pub api_url: String,
-    pub run_id: Option<String>,
-    pub rows: u64,
-    pub rows_uploaded: u64,
-    pub batches_uploaded: u64,
-    pub upload_failures: u64,
-    pub credential_refreshes: u64,
-    /// Batches that waited in the spool file because memory was at its limit.
-    pub spooled_batches: u64,
-    /// `s3` or `inline`; null when `finish` was not accepted.
-    pub data_source: Option<&'static str>,
-    pub finished: bool,
-    /// Where batches that could not be uploaded were written.
-    pub kept_dir: Option<PathBuf>,
-    pub last_error: Option<String>,
-    #[serde(skip)]
-    pub cloud: Option<CloudInfo>,
 }
 
 enum Msg {
@@ -70,22 +75,22 @@ enum Msg {
 
 pub struct Streamer {
     tx: mpsc::UnboundedSender<Msg>,
-    handle: JoinHandle<StreamReport>,
+    handle: Option<JoinHandle<StreamReport>>,
 }
 
 impl Streamer {
-    /// Starts the streaming thread; registration and discovery happen there.
+    /// Starts the streaming thread. It registers the run once discovery has
+    /// answered on `found`; rows queue meanwhile.
     pub fn start(
-        cfg: SentinelSettings,
-        upload_interval: f64,
-        header: String,
+        cfg: Config,
         run: RunInfo,
-        ep: Endpoints,
+        found: Receiver<Discovered>,
     ) -> anyhow::Result<Streamer> {
         let (tx, rx) = mpsc::unbounded_channel();
         let handle = std::thread::Builder::new()
             .name("sentinel".into())
             .spawn(move || {
+                let found = found.recv().unwrap_or_default();
                 let rt = match tokio::runtime::Builder::new_current_thread()
                     .enable_all()
                     .build()
@@ -96,32 +101,44 @@ impl Streamer {
                         return StreamReport::default();
                     }
                 };
-                let report = rt.block_on(run_stream(cfg, upload_interval, header, run, ep, rx));
+                let report = rt.block_on(run_stream(cfg, run, found, rx));
                 // A DNS lookup still blocked in the pool must not hold up the exit.
                 rt.shutdown_background();
                 report
             })?;
-        Ok(Streamer { tx, handle })
-    }
-
-    /// Queues one CSV row (no newline). Never blocks.
-    pub fn push(&self, row: String) {
-        let _ = self.tx.send(Msg::Row(row));
-    }
-
-    /// Flushes, sends `finish`, and waits for the thread (bounded by FINISH_BUDGET
-    /// plus one request timeout).
-    pub fn finish(self, exit_code: i32) -> StreamReport {
-        let _ = self.tx.send(Msg::Finish { exit_code });
-        self.handle.join().unwrap_or_else(|_| StreamReport {
-            last_error: Some("the streaming thread panicked".into()),
-            ..StreamReport::default()
+        Ok(Streamer {
+            tx,
+            handle: Some(handle),
         })
     }
 }
 
+impl Sink for Streamer {
+    /// Queues the sample's CSV row. Never blocks.
+    fn write(&mut self, s: &Sample) -> anyhow::Result<()> {
+        let _ = self.tx.send(Msg::Row(csv::row(s)));
+        Ok(())
+    }
+
+    /// Flushes, sends `finish`, and waits for the thread (bounded by FINISH_BUDGET
+    /// plus one request timeout); how it went goes into the summary.
+    fn finish(&mut self, summary: &mut Summary) -> anyhow::Result<()> {
+        let Some(handle) = self.handle.take() else {
+            return Ok(());
+        };
+        let exit_code = summary.exit_code.unwrap_or(0);
+        let _ = self.tx.send(Msg::Finish { exit_code });
+        summary.streaming = Some(handle.join().unwrap_or_else(|_| StreamReport {
+            last_error: Some("the streaming thread panicked".into()),
+            ..StreamReport::default()
+        }));
+        Ok(())
+    }
+}
+
 /// The `POST /runs` body: flat, nulls dropped; identifying fields only on opt-in.
-fn registration_body(run: &RunInfo, cloud: Option<&CloudInfo>) -> Value {
+fn registration_body(run: &RunInfo, found: &Discovered) -> Value {
+    let cloud = found.cloud.as_ref();
     let mut m = Map::new();
     let mut merge = |v: Value| {
         if let Value::Object(o) = v {
@@ -145,8 +162,8 @@ fn registration_body(run: &RunInfo, cloud: Option<&CloudInfo>) -> Value {
             merge(json!({ "cloud_account_id": c.cloud_account_id }));
         }
     }
-    if run.share_identity {
-        merge(serde_json::to_value(discovery::identity(cloud)).unwrap_or_default());
+    if let (true, Some(id)) = (run.share_identity, &found.identity) {
+        merge(serde_json::to_value(id).unwrap_or_default());
     }
     if run.meta.tags.is_empty() {
         m.remove("tags");
@@ -166,7 +183,7 @@ fn iso_now() -> String {
 }
 
 struct Uploader {
-    cfg: SentinelSettings,
+    cfg: Config,
     api: Api,
     timeout: Duration,
     q: Queue,
@@ -468,11 +485,9 @@ impl Uploader {
 }
 
 async fn run_stream(
-    cfg: SentinelSettings,
-    upload_interval: f64,
-    header: String,
+    cfg: Config,
     run: RunInfo,
-    ep: Endpoints,
+    found: Discovered,
     mut rx: mpsc::UnboundedReceiver<Msg>,
 ) -> StreamReport {
     let timeout = cfg.timeout;
@@ -483,15 +498,12 @@ async fn run_stream(
             return StreamReport::default();
         }
     };
-    // Rows queue in the channel meanwhile; the command is already running.
-    let cloud = discovery::discover(&ep, discovery::TIMEOUT).await;
-    let period = Duration::from_secs_f64(upload_interval);
+    let period = Duration::from_secs_f64(cfg.upload_interval);
     let mut u = Uploader {
-        q: Queue::new(header, cfg.memory_limit, &cfg.spool_dir),
-        body: registration_body(&run, cloud.as_ref()),
+        q: Queue::new(csv::header() + "\n", cfg.memory_limit, &cfg.spool_dir),
+        body: registration_body(&run, &found),
         report: StreamReport {
             api_url: cfg.api_url.clone(),
-            cloud,
             ..StreamReport::default()
         },
         cfg,
@@ -557,6 +569,7 @@ async fn run_stream(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::{CloudInfo, Identity};
 
     fn run(share: bool) -> RunInfo {
         let mut meta = JobMeta {
@@ -584,7 +597,14 @@ mod tests {
             instance_id: Some("i-1".into()),
             ..CloudInfo::default()
         };
-        let b = registration_body(&run(false), Some(&cloud));
+        let found = Discovered {
+            cloud: Some(cloud.clone()),
+            identity: Some(Identity {
+                host_id: Some("i-1".into()),
+                ..Identity::default()
+            }),
+        };
+        let b = registration_body(&run(false), &found);
         assert_eq!(b["command"], json!("[\"python\",\"train.py\"]"));
         assert_eq!(b["job_name"], json!("train"));
         assert_eq!(b["tags"], json!({"k": "v"}));
@@ -602,13 +622,13 @@ mod tests {
         ] {
             assert!(!o.contains_key(k), "{k} in {b}");
         }
-        let b = registration_body(&run(true), Some(&cloud));
+        let b = registration_body(&run(true), &found);
         assert_eq!(b["cloud_account_id"], json!("123"));
         assert_eq!(b["host_id"], json!("i-1"));
         let mut r = run(false);
         r.meta.tags.clear();
         r.command.clear();
-        let b = registration_body(&r, None);
+        let b = registration_body(&r, &Discovered::default());
         assert!(b.get("tags").is_none() && b.get("command").is_none(), "{b}");
     }
 }

@@ -3,9 +3,11 @@
 
 use std::{ffi::OsString, path::PathBuf};
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand};
 
-#[derive(Parser, Debug)]
+use crate::{model::JobMeta, sink::Format};
+
+#[derive(Parser, Debug, Clone)]
 #[command(
     name = "resource-tracker",
     version,
@@ -23,7 +25,7 @@ pub struct Cli {
     pub cmd: Vec<OsString>,
 }
 
-#[derive(Subcommand, Debug)]
+#[derive(Subcommand, Debug, Clone)]
 pub enum Command {
     /// Run a command and track its whole process tree.
     Run {
@@ -32,12 +34,6 @@ pub enum Command {
         #[arg(trailing_var_arg = true, required = true, value_name = "CMD")]
         cmd: Vec<OsString>,
     },
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Format {
-    Json,
-    Csv,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -60,39 +56,8 @@ pub struct Opts {
     /// No samples and no summary on the terminal.
     #[arg(short = 'q', long)]
     pub quiet: bool,
-    /// Label written into every sample as job_name [env: TRACKER_JOB_NAME].
-    #[arg(long, value_name = "NAME")]
-    pub job_name: Option<String>,
-    /// Project of the job [env: TRACKER_PROJECT_NAME].
-    #[arg(long, value_name = "NAME")]
-    pub project_name: Option<String>,
-    /// Pipeline stage [env: TRACKER_STAGE_NAME].
-    #[arg(long, value_name = "NAME")]
-    pub stage_name: Option<String>,
-    /// Task within the stage [env: TRACKER_TASK_NAME].
-    #[arg(long, value_name = "NAME")]
-    pub task_name: Option<String>,
-    /// Owning team [env: TRACKER_TEAM].
-    #[arg(long, value_name = "NAME")]
-    pub team: Option<String>,
-    /// Environment, e.g. prod or dev [env: TRACKER_ENV].
-    #[arg(long, value_name = "NAME")]
-    pub env: Option<String>,
-    /// Language of the job [env: TRACKER_LANGUAGE].
-    #[arg(long, value_name = "NAME")]
-    pub language: Option<String>,
-    /// Orchestrator, e.g. airflow [env: TRACKER_ORCHESTRATOR].
-    #[arg(long, value_name = "NAME")]
-    pub orchestrator: Option<String>,
-    /// Executor, e.g. kubernetes [env: TRACKER_EXECUTOR].
-    #[arg(long, value_name = "NAME")]
-    pub executor: Option<String>,
-    /// Run id in the orchestrator [env: TRACKER_EXTERNAL_RUN_ID].
-    #[arg(long, value_name = "ID")]
-    pub external_run_id: Option<String>,
-    /// Container image of the job [env: TRACKER_CONTAINER_IMAGE].
-    #[arg(long, value_name = "IMAGE")]
-    pub container_image: Option<String>,
+    #[command(flatten)]
+    pub meta: JobMeta,
     /// Tag the run; repeatable.
     #[arg(long, value_name = "KEY=VALUE")]
     pub tag: Vec<String>,
@@ -143,55 +108,9 @@ fn ring_kib(s: &str) -> Result<u32, String> {
     }
 }
 
-impl Opts {
-    /// The metadata flags in `config::META_FIELDS` order.
-    pub fn meta_flags(&self) -> [Option<&str>; 11] {
-        [
-            self.job_name.as_deref(),
-            self.project_name.as_deref(),
-            self.stage_name.as_deref(),
-            self.task_name.as_deref(),
-            self.team.as_deref(),
-            self.env.as_deref(),
-            self.language.as_deref(),
-            self.orchestrator.as_deref(),
-            self.executor.as_deref(),
-            self.external_run_id.as_deref(),
-            self.container_image.as_deref(),
-        ]
-    }
-}
-
-/// Parses and checks `--interval`: a finite number of seconds, at least 0.1.
-pub fn parse_interval(s: &str) -> Result<f64, String> {
-    let v: f64 = s
-        .trim()
-        .parse()
-        .map_err(|_| format!("--interval: '{s}' is not a number of seconds"))?;
-    if !v.is_finite() || v <= 0.0 {
-        return Err(format!(
-            "--interval: must be a positive number of seconds, got '{s}'"
-        ));
-    }
-    if v < 0.1 {
-        return Err(format!(
-            "--interval: the smallest interval is 0.1 seconds, got '{s}'"
-        ));
-    }
-    Ok(v)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn interval_checks() {
-        assert_eq!(parse_interval("0.5"), Ok(0.5));
-        for bad in ["0", "-1", "abc", "nan", "inf", "0.01", ""] {
-            assert!(parse_interval(bad).is_err(), "{bad}");
-        }
-    }
 
     #[test]
     fn both_forms_parse() {

@@ -2,7 +2,7 @@
 //! in its order and units (the Sentinel backend reads them), then ours.
 //! Empty cells stand for null (no tree, no GPU, a source that could not be read).
 
-use crate::sample::Sample;
+use super::sample::Sample;
 
 pub const PYTHON_COLUMNS: [&str; 32] = [
     "timestamp",
@@ -223,7 +223,7 @@ mod tests {
 
     #[test]
     fn csv_doc_matches_columns() {
-        let doc = include_str!("../../docs/schema.md");
+        let doc = include_str!("../../../docs/schema.md");
         let start = doc.find("## CSV").expect("CSV section");
         let body = &doc[start + 3..];
         let end = body.find("\n## ").unwrap_or(body.len());

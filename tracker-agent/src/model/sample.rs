@@ -202,7 +202,7 @@ mod tests {
     use serde_json::Value;
 
     use super::*;
-    use crate::summary::{BpfProgram, RunStats, Summary, TopCommand};
+    use crate::model::{BpfProgram, RunStats, StreamReport, Summary, TopCommand};
 
     /// Dotted paths of every field of a JSON value (array items as `name[]`).
     fn paths(prefix: &str, v: &Value, out: &mut BTreeSet<String>) {
@@ -229,7 +229,7 @@ mod tests {
 
     /// Field names in the first column of the table under `## {section}`.
     fn documented(section: &str) -> BTreeSet<String> {
-        let doc = include_str!("../../docs/schema.md");
+        let doc = include_str!("../../../docs/schema.md");
         let start = doc.find(&format!("## {section}")).expect("section");
         let body = &doc[start + 3..];
         let end = body.find("\n## ").unwrap_or(body.len());
@@ -295,8 +295,8 @@ mod tests {
             run_count: 1,
             run_time_ns: 1,
         });
-        sum.cloud = Some(crate::discovery::CloudInfo::default());
-        sum.streaming = Some(crate::stream::StreamReport::default());
+        sum.cloud = Some(crate::model::CloudInfo::default());
+        sum.streaming = Some(StreamReport::default());
         let mut got = BTreeSet::new();
         paths("", &serde_json::to_value(&sum).unwrap(), &mut got);
         assert_eq!(

@@ -1,4 +1,4 @@
-//! Sample sinks: JSON lines or CSV (header first), to stderr or a file. Each line is
+//! Samples as JSON lines or CSV (header first), to stderr or a file. Each line is
 //! flushed so `tail -f` and pipes see samples as they are taken.
 
 use std::{
@@ -9,7 +9,8 @@ use std::{
 
 use anyhow::Context as _;
 
-use crate::{cli::Format, csv, sample::Sample};
+use super::{Format, Sink};
+use crate::model::{csv, Sample, Summary};
 
 enum Target {
     Stderr,
@@ -17,33 +18,34 @@ enum Target {
     Null,
 }
 
-pub struct Sink {
+pub struct Lines {
     target: Target,
     format: Format,
     header_done: bool,
 }
 
-impl Sink {
+impl Lines {
     /// Opens the sink before anything starts, so an unwritable path fails early.
-    /// `--quiet` silences the terminal only: a file the user named is still written.
-    pub fn open(path: Option<&Path>, quiet: bool, format: Format) -> anyhow::Result<Sink> {
+    /// `quiet` silences the terminal only: a file the user named is still written.
+    pub fn open(path: Option<&Path>, quiet: bool, format: Format) -> anyhow::Result<Lines> {
         let target = match path {
-            Some(p) => {
-                let f = File::create(p)
-                    .with_context(|| format!("cannot write output file {}", p.display()))?;
-                Target::File(BufWriter::new(f), p.display().to_string())
-            }
+            Some(p) => Target::File(
+                BufWriter::new(super::create(p, "output")?),
+                p.display().to_string(),
+            ),
             None if quiet => Target::Null,
             None => Target::Stderr,
         };
-        Ok(Sink {
+        Ok(Lines {
             target,
             format,
             header_done: false,
         })
     }
+}
 
-    pub fn write(&mut self, s: &Sample) -> anyhow::Result<()> {
+impl Sink for Lines {
+    fn write(&mut self, s: &Sample) -> anyhow::Result<()> {
         if matches!(self.target, Target::Null) {
             return Ok(());
         }
@@ -74,9 +76,8 @@ impl Sink {
         }
         Ok(())
     }
-}
 
-/// Creates (truncates) a file the user asked for, naming it in the error.
-pub fn create(path: &Path, what: &str) -> anyhow::Result<File> {
-    File::create(path).with_context(|| format!("cannot write {what} file {}", path.display()))
+    fn finish(&mut self, _: &mut Summary) -> anyhow::Result<()> {
+        Ok(())
+    }
 }

@@ -1,15 +1,16 @@
 //! The end-of-run summary: a few human lines on stderr and, with `--summary FILE`,
 //! the same as one JSON object whose top-level keys scripts may rely on.
 
+use std::path::PathBuf;
+
 use serde::Serialize;
 
-use crate::{
-    config::JobMeta,
-    discovery::CloudInfo,
-    engine::TreeTotals,
+use super::{
+    host::CloudInfo,
+    meta::JobMeta,
     sample::{HostInfo, Sample},
-    stream::StreamReport,
 };
+use crate::engine::TreeTotals;
 
 /// Accumulated over the samples of a run.
 #[derive(Clone, Debug, Default)]
@@ -93,6 +94,26 @@ pub struct Summary {
     pub streaming: Option<StreamReport>,
 }
 
+/// How streaming went; in the summary as `streaming`.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct StreamReport {
+    pub api_url: String,
+    pub run_id: Option<String>,
+    pub rows: u64,
+    pub rows_uploaded: u64,
+    pub batches_uploaded: u64,
+    pub upload_failures: u64,
+    pub credential_refreshes: u64,
+    /// Batches that waited in the spool file because memory was at its limit.
+    pub spooled_batches: u64,
+    /// `s3` or `inline`; null when `finish` was not accepted.
+    pub data_source: Option<&'static str>,
+    pub finished: bool,
+    /// Where batches that could not be uploaded were written.
+    pub kept_dir: Option<PathBuf>,
+    pub last_error: Option<String>,
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct BpfProgram {
     pub name: String,
@@ -150,70 +171,5 @@ impl Summary {
             cloud: None,
             streaming: None,
         }
-    }
-
-    pub fn human(&self) -> String {
-        let mut s = String::new();
-        if self.backend == "none" {
-            s.push_str(&format!(
-                "resource-tracker: host-wide sampling for {:.3}s, {} samples  observer cpu {:.1} ms, rss {:.1} MiB\n",
-                self.wall_secs,
-                self.samples,
-                self.tracker_cpu_secs * 1e3,
-                self.tracker_max_rss_mib
-            ));
-            return s;
-        }
-        let code = self.exit_code.map_or("-".to_string(), |c| c.to_string());
-        s.push_str(&format!(
-            "resource-tracker: wall {:.3}s  cpu {:.3}s (user {:.3}s, sys {:.3}s)  avg {:.2} / peak {:.2} cores\n",
-            self.wall_secs, self.cpu_total_secs, self.cpu_user_secs, self.cpu_system_secs, self.avg_cores, self.peak_cores
-        ));
-        s.push_str(&format!(
-            "resource-tracker: processes {} spawned, {} exited, {} still running  peak memory {:.1} MiB  io {} read / {} written\n",
-            self.processes_spawned,
-            self.processes_exited,
-            self.still_running,
-            self.peak_memory_mib,
-            human_bytes(self.read_bytes),
-            human_bytes(self.write_bytes)
-        ));
-        let bpf = self
-            .bpf_run_time_secs
-            .map_or(String::new(), |t| format!(", bpf {:.1} ms", t * 1e3));
-        s.push_str(&format!(
-            "resource-tracker: exit code {code}  backend {}  lost events {}  observer cpu {:.1} ms{bpf}, rss {:.1} MiB\n",
-            self.backend,
-            self.lost_events,
-            self.tracker_cpu_secs * 1e3,
-            self.tracker_max_rss_mib
-        ));
-        if !self.top_commands.is_empty() {
-            let tops: Vec<String> = self
-                .top_commands
-                .iter()
-                .map(|t| format!("{} ×{} {:.3}s", t.comm, t.processes, t.cpu_secs))
-                .collect();
-            s.push_str(&format!(
-                "resource-tracker: top commands by cpu: {}\n",
-                tops.join(", ")
-            ));
-        }
-        s
-    }
-}
-
-fn human_bytes(b: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = b as f64;
-    let mut i = 0;
-    while v >= 1024.0 && i + 1 < UNITS.len() {
-        v /= 1024.0;
-        i += 1;
-    }
-    if i == 0 {
-        format!("{b} B")
-    } else {
-        format!("{v:.1} {}", UNITS[i])
     }
 }

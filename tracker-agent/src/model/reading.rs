@@ -1,0 +1,74 @@
+//! What the sources hand to the model for one sample.
+
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use super::sample::{CpuSample, DiskSample, GpuSample, MemorySample, NetworkSample};
+use crate::engine::TreeTotals;
+
+/// The host part of one sample (the tree's fields of `cpu` stay None here).
+#[derive(Clone, Debug, Default)]
+pub struct HostReading {
+    pub cpu: CpuSample,
+    pub memory: MemorySample,
+    pub disk: Vec<DiskSample>,
+    pub network: Vec<NetworkSample>,
+    /// Empty without GPUs.
+    pub gpu: Vec<GpuSample>,
+    /// The tree's GPU use; None when no GPU collector is active.
+    pub process_gpu: Option<ProcessGpu>,
+}
+
+/// GPU use of the tracked tree in one sample.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ProcessGpu {
+    /// Σ over GPUs of the tree's utilisation fraction (0..1 per GPU), in GPUs.
+    pub gpu_usage: f64,
+    /// VRAM held by the tree's processes, MiB.
+    pub gpu_vram_mib: f64,
+    /// GPUs on which the tree's utilisation was above zero.
+    pub gpu_utilized: u64,
+}
+
+impl ProcessGpu {
+    pub fn add(&mut self, o: ProcessGpu) {
+        self.gpu_usage += o.gpu_usage;
+        self.gpu_vram_mib += o.gpu_vram_mib;
+        self.gpu_utilized += o.gpu_utilized;
+    }
+}
+
+/// When a sample's figures were read.
+#[derive(Clone, Copy, Debug)]
+pub struct Stamp {
+    pub at: Instant,
+    /// Unix time of `at`, seconds.
+    pub unix: f64,
+}
+
+/// Unix time now, microsecond precision.
+pub fn unix_now() -> f64 {
+    let d = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    (d.as_micros() as f64) / 1e6
+}
+
+/// The tracker's own cost so far.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct OwnCost {
+    /// User + system CPU seconds since the tracker started.
+    pub cpu_secs: f64,
+    pub rss_mib: f64,
+}
+
+/// Everything one sample is made of.
+#[derive(Clone, Debug)]
+pub struct Reading {
+    /// The tree's totals (default without a tree), taken at `stamp`.
+    pub tree: TreeTotals,
+    pub host: HostReading,
+    pub stamp: Stamp,
+    /// (run count, run time ns) of the BPF programs, when known.
+    pub bpf: Option<(u64, u64)>,
+    pub own: OwnCost,
+}

@@ -1,0 +1,102 @@
+//! Where the tree's process events go: the `--events` file and the top commands.
+
+use std::{
+    collections::HashMap,
+    fs::File,
+    io::{BufWriter, Write},
+};
+
+use anyhow::Context as _;
+
+use crate::{engine::ProcEvent, model::TopCommand};
+
+/// Distinct command names counted; past it only the names already seen grow.
+const MAX_COMMS: usize = 10_000;
+/// Commands listed in the summary.
+const TOP: usize = 5;
+
+pub struct EventLog {
+    file: Option<BufWriter<File>>,
+    /// Per command name: exited processes and their CPU (ns).
+    tops: HashMap<String, (u64, u64)>,
+}
+
+impl EventLog {
+    pub fn new(file: Option<File>) -> EventLog {
+        EventLog {
+            file: file.map(BufWriter::new),
+            tops: HashMap::new(),
+        }
+    }
+
+    pub fn show(&mut self, ev: ProcEvent) {
+        if let Some(w) = self.file.as_mut() {
+            if let Ok(line) = serde_json::to_string(&ev) {
+                let _ = writeln!(w, "{line}");
+            }
+        }
+        if ev.kind == "exit" && (self.tops.len() < MAX_COMMS || self.tops.contains_key(&ev.comm)) {
+            let e = self.tops.entry(ev.comm).or_default();
+            e.0 += 1;
+            e.1 += (ev.cpu_secs.unwrap_or(0.0) * 1e9) as u64;
+        }
+    }
+
+    /// Flushes the file; the commands with the most CPU, most first.
+    pub fn finish(mut self) -> anyhow::Result<Vec<TopCommand>> {
+        if let Some(w) = self.file.as_mut() {
+            w.flush().context("writing the events file")?;
+        }
+        Ok(top_commands(self.tops))
+    }
+}
+
+fn top_commands(tops: HashMap<String, (u64, u64)>) -> Vec<TopCommand> {
+    let mut top: Vec<TopCommand> = tops
+        .into_iter()
+        .map(|(comm, (n, ns))| TopCommand {
+            comm,
+            processes: n,
+            cpu_secs: ns as f64 / 1e9,
+        })
+        .collect();
+    top.sort_by(|a, b| b.cpu_secs.total_cmp(&a.cpu_secs));
+    top.truncate(TOP);
+    top
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn exit(comm: &str, cpu: f64) -> ProcEvent {
+        ProcEvent {
+            kind: "exit",
+            pid: 1,
+            ppid: 0,
+            comm: comm.into(),
+            cpu_secs: Some(cpu),
+            exit_code: Some(0),
+            monotonic_secs: 0.0,
+        }
+    }
+
+    #[test]
+    fn top_commands_by_cpu_of_exited_processes() {
+        let mut log = EventLog::new(None);
+        for (c, cpu) in [("a", 1.0), ("b", 3.0), ("a", 1.5), ("c", 0.1), ("d", 0.2)] {
+            log.show(exit(c, cpu));
+        }
+        log.show(ProcEvent {
+            kind: "exec",
+            ..exit("e", 9.0)
+        });
+        for (c, cpu) in [("f", 0.01), ("g", 0.02), ("h", 0.03)] {
+            log.show(exit(c, cpu));
+        }
+        let top = log.finish().unwrap();
+        let names: Vec<(&str, u64)> = top.iter().map(|t| (t.comm.as_str(), t.processes)).collect();
+        assert_eq!(names, [("b", 1), ("a", 2), ("d", 1), ("c", 1), ("h", 1)]);
+        assert!((top[1].cpu_secs - 2.5).abs() < 1e-9);
+    }
+}

@@ -1,0 +1,233 @@
+//! A tracking session: everything between the settings and the exit code. It opens
+//! the outputs, starts discovery once, picks the engine, starts or attaches to the
+//! tree (or samples the host alone), runs the sampling loop and ends the run.
+//! Whatever the way of running (a command, `--pid`, the host), the loop is the same.
+
+mod end;
+mod events;
+mod launch;
+mod signals;
+mod track;
+
+use std::{path::PathBuf, sync::mpsc, time::Instant};
+
+use anyhow::anyhow;
+
+use crate::{
+    collect::{gpu::GpuCollector, Roots, SystemCollector},
+    discovery,
+    engine::{ebpf::EbpfEngine, procfs::ProcfsEngine, Engine},
+    model::Discovered,
+    settings::{Settings, Target},
+    sink::{
+        self,
+        lines::Lines,
+        sentinel::{RunInfo, Streamer},
+        summary::SummaryOut,
+        Sink,
+    },
+};
+use end::{Context, Outcome};
+use events::EventLog;
+use launch::LaunchError;
+
+/// What a session starts with once the command is found and the pid checked.
+enum Start {
+    Command(PathBuf, Vec<std::ffi::OsString>),
+    Attach(u32),
+    Host,
+}
+
+/// Runs the whole session; returns the exit code the tracker should exit with.
+pub fn run(st: Settings) -> anyhow::Result<i32> {
+    if let Some(c) = &st.config_file {
+        log::info!("settings from config file {}", c.display());
+    }
+    // Everything that can fail on bad input fails here, before anything starts.
+    let start = match &st.target {
+        Target::Command(argv) => {
+            let Some(first) = argv.first() else {
+                anyhow::bail!("no command to run");
+            };
+            match launch::resolve(first, std::env::var_os("PATH").as_deref()) {
+                Ok(p) => Start::Command(p, argv.clone()),
+                Err(e) => return Ok(refused(e)),
+            }
+        }
+        Target::Attach { pid, origin } => {
+            if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                anyhow::bail!("{origin}: no process with id {pid}");
+            }
+            Start::Attach(*pid)
+        }
+        Target::Host => Start::Host,
+    };
+    let run_as = launch::sudo_identity(st.as_root).map_err(|e| anyhow!(e))?;
+    let lines = Lines::open(st.output.as_deref(), st.quiet, st.format)?;
+    let summary_out = SummaryOut::open(!st.quiet, st.summary.as_deref())?;
+    let events_file = st
+        .events
+        .as_deref()
+        .map(|p| sink::create(p, "events"))
+        .transpose()?;
+
+    signals::block_signals();
+    // Discovery runs once, beside the command, and never delays it; the streaming
+    // thread waits for its answer before registering the run.
+    let (found_tx, found_rx) = mpsc::channel::<Discovered>();
+    let discovery = (st.discover || st.sentinel.is_some()).then(|| {
+        discovery::spawn(st.metadata.clone(), st.share_identity, move |f| {
+            let _ = found_tx.send(f.clone());
+        })
+    });
+
+    let (mut engine, backend_reason) = match &start {
+        Start::Host => (None, None),
+        _ => load_engine(&st),
+    };
+    if engine.is_none() && matches!(start, Start::Command(..)) {
+        // Orphans of the tree come back to us, and wait4 gives their exact usage.
+        // SAFETY: prctl with integer arguments.
+        unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+    }
+
+    // GPUs are probed once (NVML's initialisation is not the command's time); the
+    // host collectors' baseline makes the first sample, one interval on, a rate.
+    let gpus = GpuCollector::new(&Roots::default());
+    let host = SystemCollector::new(Roots::default());
+    let mut host_info = host.host_info();
+    gpus.host_fields(&mut host_info);
+
+    let mut sinks: Vec<Box<dyn Sink>> = vec![Box::new(lines)];
+    if let Some(cfg) = &st.sentinel {
+        let run = RunInfo {
+            meta: st.meta.clone(),
+            command: match &st.target {
+                Target::Command(argv) => argv
+                    .iter()
+                    .map(|c| c.to_string_lossy().into_owned())
+                    .collect(),
+                _ => Vec::new(),
+            },
+            host: host_info.clone(),
+            share_identity: st.share_identity,
+        };
+        sinks.push(Box::new(Streamer::start(cfg.clone(), run, found_rx)?));
+    }
+    sinks.push(Box::new(summary_out));
+
+    let started = Instant::now();
+    let (root, command_root) = match start {
+        Start::Host => (None, None),
+        Start::Command(path, argv) => {
+            let e = engine.take();
+            match launch_command(&path, &argv, run_as.as_ref(), e)? {
+                Ok((pid, e)) => {
+                    engine = Some(e);
+                    (Some(pid), Some(pid))
+                }
+                Err(code) => return Ok(code),
+            }
+        }
+        Start::Attach(pid) => {
+            engine = Some(match engine.take() {
+                Some(Engine::Ebpf(mut e)) => {
+                    e.register_root(pid, true)?;
+                    Engine::Ebpf(e)
+                }
+                _ => Engine::Procfs(Box::new(ProcfsEngine::new(pid, None))),
+            });
+            (Some(pid), None)
+        }
+    };
+    let backend = engine.as_ref().map(Engine::backend);
+    let tracked = track::Tracked {
+        engine,
+        root,
+        command_root,
+        events: EventLog::new(events_file),
+        host,
+        gpus,
+    };
+    let ended = track::run(tracked, &st, started, &mut sinks)?;
+    let outcome = Outcome {
+        wall_secs: started.elapsed().as_secs_f64(),
+        status: ended.status,
+        backend,
+        backend_reason,
+        top: ended.top,
+    };
+    let context = Context {
+        meta: &st.meta,
+        host: host_info,
+        found: discovery.and_then(|d| d.join().ok()),
+        engine: ended.engine.as_ref(),
+    };
+    let mut summary = end::summary(&ended.sampler.stats, outcome, context);
+    for s in &mut sinks {
+        s.finish(&mut summary)?;
+    }
+    Ok(summary.exit_code.unwrap_or(0))
+}
+
+/// A command that cannot run: said in one line, with a shell's exit code.
+fn refused(e: LaunchError) -> i32 {
+    eprintln!("resource-tracker: {e}");
+    e.exit_code()
+}
+
+/// The eBPF engine unless told otherwise or unavailable (then procfs, said once),
+/// and why eBPF is not used.
+fn load_engine(st: &Settings) -> (Option<Engine>, Option<String>) {
+    let e = &st.engine;
+    if e.no_ebpf {
+        return (None, Some("--no-ebpf".to_string()));
+    }
+    match EbpfEngine::load(e.max_tasks, e.ring_bytes, e.bpf_stats) {
+        Ok(e) => {
+            log::info!("eBPF engine loaded in {:.0} ms", e.load_ms);
+            (Some(Engine::Ebpf(Box::new(e))), None)
+        }
+        Err(e) => {
+            eprintln!("resource-tracker: eBPF unavailable: {e}; falling back to /proc polling (backend procfs)");
+            (None, Some(e.to_string()))
+        }
+    }
+}
+
+/// Starts the command paused, registers it with the engine (procfs when `engine`
+/// is None), then lets it run. `Ok(Err(code))`: it could not start, and the
+/// tracker exits with `code` after saying why.
+fn launch_command(
+    path: &std::path::Path,
+    argv: &[std::ffi::OsString],
+    run_as: Option<&launch::RunAs>,
+    engine: Option<Engine>,
+) -> anyhow::Result<Result<(u32, Engine), i32>> {
+    let paused = match launch::spawn_paused(path, argv, run_as) {
+        Ok(p) => p,
+        Err(e) => return Ok(Err(refused(e))),
+    };
+    let pid = paused.pid;
+    let reap = || {
+        // SAFETY: reaping our own child.
+        unsafe { libc::waitpid(pid as i32, std::ptr::null_mut(), 0) };
+    };
+    let engine = match engine {
+        Some(Engine::Ebpf(mut e)) => {
+            if let Err(err) = e.register_root(pid, false) {
+                paused.abort();
+                reap();
+                return Err(err.context("registering the command with the eBPF engine"));
+            }
+            Engine::Ebpf(e)
+        }
+        _ => Engine::Procfs(Box::new(ProcfsEngine::new(pid, Some(std::process::id())))),
+    };
+    if let Err(e) = paused.release() {
+        let code = refused(e);
+        reap();
+        return Ok(Err(code));
+    }
+    Ok(Ok((pid, engine)))
+}

@@ -1,0 +1,256 @@
+//! The sampling loop: samples on a fixed grid, forwards signals, takes the event
+//! ring when the kernel says it fills, and writes the final sample once the tree
+//! has settled.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, Context as _};
+use tokio::{io::unix::AsyncFd, sync::mpsc};
+
+use super::{
+    end::{self, OnSignal},
+    events::EventLog,
+    signals,
+};
+use crate::{
+    collect::{gpu::GpuCollector, SystemCollector},
+    engine::{Engine, ReadOpts, Ring, TreeTotals},
+    model::{reading::unix_now, OwnCost, Reading, Sample, Sampler, Stamp, TopCommand},
+    selfcost,
+    settings::Settings,
+    sink::Sink,
+};
+
+/// What the loop reads.
+pub struct Tracked {
+    pub engine: Option<Engine>,
+    /// Root of the tracked tree (None: host only).
+    pub root: Option<u32>,
+    /// The root when the tracker started it as a command (its child).
+    pub command_root: Option<u32>,
+    pub events: EventLog,
+    pub host: SystemCollector,
+    pub gpus: GpuCollector,
+}
+
+/// How the loop ended.
+pub struct Ended {
+    pub sampler: Sampler,
+    /// The command's wait status; None when attached or host-only.
+    pub status: Option<i32>,
+    pub top: Vec<TopCommand>,
+    pub engine: Option<Engine>,
+}
+
+struct Loop {
+    engine: Option<Engine>,
+    events: EventLog,
+    host: SystemCollector,
+    gpus: GpuCollector,
+    sampler: Sampler,
+    opts: ReadOpts,
+}
+
+impl Loop {
+    /// The tree's reading, stamped with the middle of the time it took: a sample's
+    /// time is that of its tree figures, not of when the host collectors finished.
+    fn read_tree(&mut self, ring: Option<&mut Ring>) -> anyhow::Result<(TreeTotals, Stamp)> {
+        let (t0, u0) = (Instant::now(), unix_now());
+        let events = &mut self.events;
+        let t = match &mut self.engine {
+            Some(e) => e.read(self.opts, ring, &mut |ev| events.show(ev))?,
+            None => TreeTotals::default(),
+        };
+        let half = t0.elapsed() / 2;
+        let stamp = Stamp {
+            at: t0 + half,
+            unix: u0 + half.as_secs_f64(),
+        };
+        Ok((t, stamp))
+    }
+
+    /// Reads every source and turns the readings into the interval's sample.
+    fn sample(&mut self, ring: Option<&mut Ring>) -> anyhow::Result<Sample> {
+        let t0 = Instant::now();
+        let (tree, stamp) = self.read_tree(ring)?;
+        let mut host = self.host.sample();
+        // The GPUs' readings and the tree's GPU use; nothing (not even the tree's
+        // pid list) without a GPU.
+        if self.gpus.active() {
+            let pids = self
+                .engine
+                .as_ref()
+                .map(Engine::live_pids)
+                .unwrap_or_default();
+            let (g, p) = self.gpus.sample(&pids);
+            host.gpu = g;
+            host.process_gpu = self.engine.is_some().then_some(p);
+        }
+        let own = OwnCost {
+            cpu_secs: selfcost::cpu_secs(),
+            rss_mib: selfcost::rss_mib(),
+        };
+        let bpf = self.engine.as_ref().and_then(Engine::bpf_stats);
+        log::debug!("sample: read {:?}", t0.elapsed());
+        Ok(self.sampler.step(Reading {
+            tree,
+            host,
+            stamp,
+            bpf,
+            own,
+        }))
+    }
+
+    fn drain(&mut self, ring: &mut Ring) {
+        let events = &mut self.events;
+        if let Some(e) = &mut self.engine {
+            e.drain(ring, &mut |ev| events.show(ev));
+        }
+    }
+}
+
+fn emit(sinks: &mut [Box<dyn Sink>], s: &Sample) -> anyhow::Result<()> {
+    for sink in sinks {
+        sink.write(s)?;
+    }
+    Ok(())
+}
+
+/// Runs the loop until the command exits, or until a signal when attached or
+/// host-only; the final sample is written before returning.
+pub fn run(
+    t: Tracked,
+    st: &Settings,
+    started: Instant,
+    sinks: &mut [Box<dyn Sink>],
+) -> anyhow::Result<Ended> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")?;
+    rt.block_on(run_loop(t, st, started, sinks))
+}
+
+async fn run_loop(
+    mut t: Tracked,
+    st: &Settings,
+    started: Instant,
+    sinks: &mut [Box<dyn Sink>],
+) -> anyhow::Result<Ended> {
+    let (sig_tx, mut sig_rx) = mpsc::unbounded_channel();
+    signals::spawn_signal_thread(sig_tx);
+    let (reap_tx, mut reap_rx) = mpsc::unbounded_channel();
+    if t.command_root.is_some() {
+        signals::spawn_reaper(reap_tx);
+    } else {
+        drop(reap_tx);
+    }
+    let mut ring = match &mut t.engine {
+        // SAFETY: the RingBuf owns its map fd and lives inside the AsyncFd.
+        Some(Engine::Ebpf(e)) => match e.ring() {
+            Some(r) => Some(
+                unsafe { AsyncFd::register(r) }
+                    .map_err(|e| anyhow!("polling the event ring: {e}"))?,
+            ),
+            None => None,
+        },
+        _ => None,
+    };
+    let backend = t.engine.as_ref().map(Engine::backend);
+    let mut lp = Loop {
+        sampler: Sampler::new(
+            t.root.zip(backend),
+            st.meta.job_name.clone(),
+            started,
+            selfcost::cpu_secs(),
+        ),
+        engine: t.engine,
+        events: t.events,
+        host: t.host,
+        gpus: t.gpus,
+        opts: ReadOpts { pss: st.engine.pss },
+    };
+    // A tree the tracker started begins at zero (its first instructions belong to
+    // the first interval); an attached one at what it had used already.
+    let base = match (&mut lp.engine, t.command_root) {
+        (Some(e), None) => {
+            let events = &mut lp.events;
+            Some(
+                e.read(lp.opts, ring.as_mut().map(|r| r.get_mut()), &mut |ev| {
+                    events.show(ev)
+                })?,
+            )
+        }
+        _ => None,
+    };
+    let bpf = lp.engine.as_ref().and_then(Engine::bpf_stats);
+    lp.sampler.baseline(base, bpf);
+    let period = Duration::from_secs_f64(st.interval);
+    let mut next = tokio::time::Instant::from_std(started) + period;
+    // The kernel wakes us only when the ring is a quarter full; otherwise it is
+    // drained at each sample. (A 100 ms drain timer cost ~1 ms of CPU a second.)
+    let mut status: Option<i32> = None;
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep_until(next) => {
+                // Deadline grid: no drift, and a late wake-up skips missed slots.
+                let now = tokio::time::Instant::now();
+                while next <= now {
+                    next += period;
+                }
+                let s = lp.sample(ring.as_mut().map(|r| r.get_mut()))?;
+                emit(sinks, &s)?;
+            }
+            Some(r) = reap_rx.recv() => {
+                if let Some(Engine::Procfs(p)) = &mut lp.engine {
+                    p.note_reaped(r.pid, r.user_ns, r.sys_ns, r.maxrss_kib);
+                }
+                if Some(r.pid) == t.command_root {
+                    status = Some(r.status);
+                    break;
+                }
+            }
+            Some((sig, from_tty)) = sig_rx.recv() => match end::on_signal(t.command_root, from_tty) {
+                // SAFETY: signalling our own child.
+                OnSignal::Forward(root) => unsafe {
+                    libc::kill(root as i32, sig);
+                },
+                OnSignal::Ignore => {}
+                OnSignal::Stop => {
+                    log::info!("signal {sig}: stopping");
+                    break;
+                }
+            },
+            guard = async {
+                match ring.as_mut() {
+                    Some(r) => r.readable_mut().await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                let mut guard = guard.context("waiting on the event ring")?;
+                lp.drain(guard.get_inner_mut());
+                guard.clear_ready();
+            }
+        }
+    }
+    if let Some(e) = &mut lp.engine {
+        e.settle();
+    }
+    // Orphans the tracker reaped (procfs): collect what is already there. Zombies
+    // are reaped at once, so a short quiet gap means none is left.
+    if let Some(Engine::Procfs(p)) = &mut lp.engine {
+        while let Ok(Some(r)) =
+            tokio::time::timeout(Duration::from_millis(20), reap_rx.recv()).await
+        {
+            p.note_reaped(r.pid, r.user_ns, r.sys_ns, r.maxrss_kib);
+        }
+    }
+    let s = lp.sample(ring.as_mut().map(|r| r.get_mut()))?;
+    emit(sinks, &s)?;
+    Ok(Ended {
+        top: lp.events.finish()?,
+        sampler: lp.sampler,
+        status,
+        engine: lp.engine,
+    })
+}

@@ -1,0 +1,109 @@
+//! The TOML config file: `[job]` (the job metadata and `pid`) and `[tracker]`.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::model::JobMeta;
+
+/// Looked up in the working directory when `--config` is not given.
+pub const DEFAULT_CONFIG: &str = "resource-tracker.toml";
+
+#[derive(Debug, Default, Deserialize)]
+pub struct FileConfig {
+    /// `[job]` but its `pid`.
+    #[serde(default)]
+    pub job: JobMeta,
+    #[serde(default)]
+    pub tracker: TrackerSection,
+    /// `[job] pid`, read apart: `JobMeta` is the metadata only, and serde's
+    /// `flatten` would hide unknown keys from the check below.
+    #[serde(skip)]
+    pub pid: Option<i64>,
+}
+
+#[derive(Default, Deserialize)]
+struct PidOnly {
+    #[serde(default)]
+    job: PidSection,
+}
+
+#[derive(Default, Deserialize)]
+struct PidSection {
+    pid: Option<i64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct TrackerSection {
+    pub interval_secs: Option<f64>,
+    pub format: Option<String>,
+    pub output: Option<PathBuf>,
+    pub quiet: Option<bool>,
+    pub upload_interval_secs: Option<f64>,
+    pub discover: Option<bool>,
+    pub share_identity: Option<bool>,
+}
+
+/// 1-based line and column of a byte offset.
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let col = before
+        .rfind('\n')
+        .map_or(before.len(), |n| before.len() - n - 1)
+        + 1;
+    (line, col)
+}
+
+/// Reads and checks the config file. `explicit` is `--config`: missing is then an
+/// error; the default file is silently skipped when absent. Unknown sections and
+/// keys are warned about and ignored.
+pub fn load(explicit: Option<&Path>) -> Result<Option<(FileConfig, PathBuf)>, String> {
+    let path = explicit.unwrap_or(Path::new(DEFAULT_CONFIG));
+    let name = path.display();
+    let text = match std::fs::read(path) {
+        Ok(b) => String::from_utf8(b).map_err(|e| {
+            format!(
+                "config file {name}: not UTF-8 text (byte {})",
+                e.utf8_error().valid_up_to()
+            )
+        })?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && explicit.is_none() => {
+            return Ok(None)
+        }
+        Err(e) => return Err(format!("config file {name}: {e}")),
+    };
+    let located = |e: toml::de::Error| -> String {
+        let msg = e.message().trim().replace('\n', " ");
+        match e.span() {
+            Some(s) => {
+                let (l, c) = line_col(&text, s.start);
+                format!("config file {name}, line {l}, column {c}: {msg}")
+            }
+            None => format!("config file {name}: {msg}"),
+        }
+    };
+    let de = toml::Deserializer::parse(&text).map_err(located)?;
+    let mut ignored = Vec::new();
+    let mut cfg: FileConfig =
+        serde_ignored::deserialize(de, |p| ignored.push(p.to_string())).map_err(located)?;
+    cfg.pid = toml::from_str::<PidOnly>(&text).map_err(located)?.job.pid;
+    for key in ignored.iter().filter(|k| *k != "job.pid") {
+        match key.split_once('.') {
+            Some((section, k)) => {
+                log::warn!("config file {name}: unknown key `{k}` in [{section}] ignored")
+            }
+            None => log::warn!("config file {name}: unknown section [{key}] ignored"),
+        }
+    }
+    Ok(Some((cfg, path.to_path_buf())))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn line_and_column() {
+        assert_eq!(super::line_col("ab\ncd", 0), (1, 1));
+        assert_eq!(super::line_col("ab\ncd", 4), (2, 2));
+    }
+}

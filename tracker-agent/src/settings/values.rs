@@ -1,0 +1,234 @@
+//! Checks shared by every layer: each names where a bad value came from.
+
+use std::ffi::OsString;
+
+use crate::{discovery::Endpoints, model::meta::meta_text};
+
+pub type GetEnv<'a> = &'a dyn Fn(&str) -> Option<OsString>;
+
+/// The longest duration accepted anywhere: a year. Longer ones are typing errors,
+/// and past about 1.8e19 seconds a `Duration` cannot even hold them.
+pub const MAX_SECS: f64 = 365.0 * 86400.0;
+
+/// A number of seconds from `origin` (a flag, a variable or a file key), at least
+/// `min` and at most a year.
+pub fn seconds(origin: &str, text: &str, min: f64) -> Result<f64, String> {
+    let v: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("{origin}: '{text}' is not a number of seconds"))?;
+    if !v.is_finite() || v <= 0.0 {
+        return Err(format!(
+            "{origin}: must be a positive number of seconds, got '{text}'"
+        ));
+    }
+    if v < min {
+        return Err(format!(
+            "{origin}: the smallest value is {min} seconds, got '{text}'"
+        ));
+    }
+    if v > MAX_SECS {
+        return Err(format!(
+            "{origin}: the largest value is {MAX_SECS} seconds (a year), got '{text}'"
+        ));
+    }
+    Ok(v)
+}
+
+/// Metadata text from `origin`.
+pub fn text(origin: &str, v: &str) -> Result<String, String> {
+    meta_text(v).map_err(|why| format!("{origin}: {why}"))
+}
+
+/// Reads a variable: unset or empty is None; non-UTF-8 is an error naming it.
+pub fn env_var(get: GetEnv, var: &str) -> Result<Option<String>, String> {
+    match get(var) {
+        None => Ok(None),
+        Some(v) if v.is_empty() => Ok(None),
+        Some(v) => match v.to_str() {
+            Some(s) => text(&format!("environment variable {var}"), s).map(Some),
+            None => Err(format!("environment variable {var}: not valid UTF-8")),
+        },
+    }
+}
+
+/// A yes/no switch from the environment; unset or empty is `None`.
+pub fn env_bool(get: GetEnv, var: &str) -> Result<Option<bool>, String> {
+    match env_var(get, var)?.as_deref().map(str::trim) {
+        None | Some("") => Ok(None),
+        Some(v) => match v.to_ascii_lowercase().as_str() {
+            "1" | "true" | "yes" | "on" => Ok(Some(true)),
+            "0" | "false" | "no" | "off" => Ok(Some(false)),
+            _ => Err(format!(
+                "environment variable {var}: '{v}' is not one of 1/0, true/false, yes/no, on/off"
+            )),
+        },
+    }
+}
+
+/// Seconds from the environment variable `var`, when set.
+pub fn env_seconds(get: GetEnv, var: &str, min: f64) -> Result<Option<f64>, String> {
+    match env_var(get, var)? {
+        Some(v) if !v.trim().is_empty() => {
+            seconds(&format!("environment variable {var}"), &v, min).map(Some)
+        }
+        _ => Ok(None),
+    }
+}
+
+/// Parses one `--tag KEY=VALUE`.
+pub fn parse_tag(s: &str) -> Result<(String, String), String> {
+    let (k, v) = s
+        .split_once('=')
+        .ok_or_else(|| format!("--tag '{s}': expected KEY=VALUE"))?;
+    let k = k.trim();
+    if k.is_empty() {
+        return Err(format!("--tag '{s}': the key before '=' is empty"));
+    }
+    Ok((text("--tag", k)?, text("--tag", v)?))
+}
+
+/// An http(s) base URL (a path prefix is allowed) without its trailing slashes.
+pub fn base_url(s: &str) -> Result<String, &'static str> {
+    let s = s.trim();
+    let lower = s.to_ascii_lowercase();
+    let Some(scheme_len) = ["http://", "https://"]
+        .iter()
+        .find(|p| lower.starts_with(*p))
+        .map(|p| p.len())
+    else {
+        return Err("is not an http:// or https:// URL");
+    };
+    if s.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err("contains spaces or control characters");
+    }
+    if s[scheme_len..].is_empty() || s[scheme_len..].starts_with('/') {
+        return Err("has no host");
+    }
+    let url = reqwest::Url::parse(s).map_err(|_| "is not a valid URL")?;
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err("has no host");
+    }
+    if url.query().is_some() || url.fragment().is_some() {
+        return Err("must not have a query or fragment");
+    }
+    Ok(s.trim_end_matches('/').to_string())
+}
+
+/// A base URL from the environment variable `var` (value `v`).
+pub fn url_setting(var: &str, v: &str) -> Result<String, String> {
+    base_url(v).map_err(|why| format!("environment variable {var}: '{}' {why}", v.escape_debug()))
+}
+
+/// Variable and default of each metadata service.
+const ENDPOINT_VARS: [(&str, &str); 3] = [
+    ("TRACKER_METADATA_URL", "http://169.254.169.254"),
+    (
+        "TRACKER_METADATA_GCP_URL",
+        "http://metadata.google.internal",
+    ),
+    ("TRACKER_METADATA_ALIBABA_URL", "http://100.100.100.200"),
+];
+
+/// The metadata services' base URLs: the defaults, or `TRACKER_METADATA_URL`,
+/// `TRACKER_METADATA_GCP_URL`, `TRACKER_METADATA_ALIBABA_URL` (unset or empty: the
+/// default). An override must be an http:// or https:// URL with a host.
+pub fn endpoints(get: GetEnv) -> Result<Endpoints, String> {
+    let [link_local, gcp, alibaba] = ENDPOINT_VARS.map(|(var, default)| match get(var) {
+        None => Ok(default.to_string()),
+        Some(v) => match v.to_str() {
+            None => Err(format!("environment variable {var}: not valid UTF-8")),
+            Some(s) if s.trim().is_empty() => Ok(default.to_string()),
+            Some(s) => url_setting(var, s),
+        },
+    });
+    Ok(Endpoints {
+        link_local: link_local?,
+        gcp: gcp?,
+        alibaba: alibaba?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{collections::HashMap, os::unix::ffi::OsStringExt};
+
+    use super::*;
+
+    #[test]
+    fn seconds_checks() {
+        assert_eq!(seconds("--interval", "0.5", 0.1), Ok(0.5));
+        for bad in ["0", "-1", "abc", "nan", "inf", "0.01", "", "1e19", "1e300"] {
+            let e = seconds("--interval", bad, 0.1).unwrap_err();
+            assert!(
+                e.starts_with("--interval: ") && e.contains(&format!("'{bad}'")),
+                "{e}"
+            );
+        }
+    }
+
+    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<OsString> {
+        let m: HashMap<String, OsString> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), OsString::from(v)))
+            .collect();
+        move |k| m.get(k).cloned()
+    }
+
+    #[test]
+    fn endpoints_default_and_overrides() {
+        let ep = endpoints(&env(&[])).unwrap();
+        assert_eq!(ep.link_local, "http://169.254.169.254");
+        assert_eq!(ep.gcp, "http://metadata.google.internal");
+        assert_eq!(ep.alibaba, "http://100.100.100.200");
+        let ep = endpoints(&env(&[
+            ("TRACKER_METADATA_URL", "http://127.0.0.1:8080//"),
+            ("TRACKER_METADATA_GCP_URL", "https://gcp.example/prefix/"),
+            ("TRACKER_METADATA_ALIBABA_URL", "  "),
+        ]))
+        .unwrap();
+        assert_eq!(ep.link_local, "http://127.0.0.1:8080");
+        assert_eq!(ep.gcp, "https://gcp.example/prefix");
+        assert_eq!(ep.alibaba, "http://100.100.100.200");
+    }
+
+    #[test]
+    fn endpoints_rejected() {
+        for (var, bad, why) in [
+            (
+                "TRACKER_METADATA_URL",
+                "ftp://x",
+                "is not an http:// or https:// URL",
+            ),
+            (
+                "TRACKER_METADATA_URL",
+                "169.254.169.254",
+                "is not an http:// or https:// URL",
+            ),
+            ("TRACKER_METADATA_GCP_URL", "http://", "has no host"),
+            ("TRACKER_METADATA_GCP_URL", "http:///x", "has no host"),
+            (
+                "TRACKER_METADATA_ALIBABA_URL",
+                "http://a b",
+                "contains spaces",
+            ),
+            ("TRACKER_METADATA_ALIBABA_URL", "http://h/?q=1", "query"),
+            ("TRACKER_METADATA_URL", "http://h\nx", "contains spaces"),
+        ] {
+            let e = endpoints(&env(&[(var, bad)])).unwrap_err();
+            assert!(
+                e.starts_with(&format!("environment variable {var}: '")),
+                "{e}"
+            );
+            assert!(e.contains(why), "{bad}: {e}");
+            assert_eq!(e.lines().count(), 1, "{e}");
+        }
+        let raw = OsString::from_vec(vec![b'h', 0xff]);
+        let e = endpoints(&move |k: &str| (k == "TRACKER_METADATA_GCP_URL").then(|| raw.clone()))
+            .unwrap_err();
+        assert_eq!(
+            e,
+            "environment variable TRACKER_METADATA_GCP_URL: not valid UTF-8"
+        );
+    }
+}

@@ -1,0 +1,108 @@
+//! The run summary: a few human lines on stderr and, with `--summary FILE`, the
+//! same as one JSON object.
+
+use std::{fs::File, io::Write, path::Path};
+
+use anyhow::Context as _;
+
+use super::Sink;
+use crate::model::{Sample, Summary};
+
+pub struct SummaryOut {
+    terminal: bool,
+    file: Option<(File, String)>,
+}
+
+impl SummaryOut {
+    /// Creates the file before anything starts, so an unwritable path fails early.
+    pub fn open(terminal: bool, path: Option<&Path>) -> anyhow::Result<SummaryOut> {
+        let file = path
+            .map(|p| super::create(p, "summary").map(|f| (f, p.display().to_string())))
+            .transpose()?;
+        Ok(SummaryOut { terminal, file })
+    }
+}
+
+impl Sink for SummaryOut {
+    fn write(&mut self, _: &Sample) -> anyhow::Result<()> {
+        Ok(())
+    }
+
+    fn finish(&mut self, summary: &mut Summary) -> anyhow::Result<()> {
+        if self.terminal {
+            eprint!("{}", human(summary));
+        }
+        if let Some((f, name)) = self.file.as_mut() {
+            serde_json::to_writer_pretty(&mut *f, &*summary)
+                .with_context(|| format!("writing summary file {name}"))?;
+            writeln!(f).with_context(|| format!("writing summary file {name}"))?;
+        }
+        Ok(())
+    }
+}
+
+/// The human lines.
+fn human(sum: &Summary) -> String {
+    let mut s = String::new();
+    if sum.backend == "none" {
+        s.push_str(&format!(
+            "resource-tracker: host-wide sampling for {:.3}s, {} samples  observer cpu {:.1} ms, rss {:.1} MiB\n",
+            sum.wall_secs,
+            sum.samples,
+            sum.tracker_cpu_secs * 1e3,
+            sum.tracker_max_rss_mib
+        ));
+        return s;
+    }
+    let code = sum.exit_code.map_or("-".to_string(), |c| c.to_string());
+    s.push_str(&format!(
+        "resource-tracker: wall {:.3}s  cpu {:.3}s (user {:.3}s, sys {:.3}s)  avg {:.2} / peak {:.2} cores\n",
+        sum.wall_secs, sum.cpu_total_secs, sum.cpu_user_secs, sum.cpu_system_secs, sum.avg_cores, sum.peak_cores
+    ));
+    s.push_str(&format!(
+        "resource-tracker: processes {} spawned, {} exited, {} still running  peak memory {:.1} MiB  io {} read / {} written\n",
+        sum.processes_spawned,
+        sum.processes_exited,
+        sum.still_running,
+        sum.peak_memory_mib,
+        human_bytes(sum.read_bytes),
+        human_bytes(sum.write_bytes)
+    ));
+    let bpf = sum
+        .bpf_run_time_secs
+        .map_or(String::new(), |t| format!(", bpf {:.1} ms", t * 1e3));
+    s.push_str(&format!(
+        "resource-tracker: exit code {code}  backend {}  lost events {}  observer cpu {:.1} ms{bpf}, rss {:.1} MiB\n",
+        sum.backend,
+        sum.lost_events,
+        sum.tracker_cpu_secs * 1e3,
+        sum.tracker_max_rss_mib
+    ));
+    if !sum.top_commands.is_empty() {
+        let tops: Vec<String> = sum
+            .top_commands
+            .iter()
+            .map(|t| format!("{} ×{} {:.3}s", t.comm, t.processes, t.cpu_secs))
+            .collect();
+        s.push_str(&format!(
+            "resource-tracker: top commands by cpu: {}\n",
+            tops.join(", ")
+        ));
+    }
+    s
+}
+
+fn human_bytes(b: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut i = 0;
+    while v >= 1024.0 && i + 1 < UNITS.len() {
+        v /= 1024.0;
+        i += 1;
+    }
+    if i == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.1} {}", UNITS[i])
+    }
+}
