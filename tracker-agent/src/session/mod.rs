@@ -81,7 +81,7 @@ pub fn run(st: Settings) -> anyhow::Result<i32> {
         })
     });
 
-    let (mut engine, backend_reason) = match &start {
+    let (engine, backend_reason) = match &start {
         Start::Host => (None, None),
         _ => load_engine(&st),
     };
@@ -100,45 +100,19 @@ pub fn run(st: Settings) -> anyhow::Result<i32> {
 
     let mut sinks: Vec<Box<dyn Sink>> = vec![Box::new(lines)];
     if let Some(cfg) = &st.sentinel {
-        let run = RunInfo {
-            meta: st.meta.clone(),
-            command: match &st.target {
-                Target::Command(argv) => argv
-                    .iter()
-                    .map(|c| c.to_string_lossy().into_owned())
-                    .collect(),
-                _ => Vec::new(),
-            },
-            host: host_info.clone(),
-            share_identity: st.share_identity,
-        };
+        let run = run_info(&st, host_info.clone());
         sinks.push(Box::new(Streamer::start(cfg.clone(), run, found_rx)?));
     }
     sinks.push(Box::new(summary_out));
 
     let started = Instant::now();
-    let (root, command_root) = match start {
-        Start::Host => (None, None),
-        Start::Command(path, argv) => {
-            let e = engine.take();
-            match launch_command(&path, &argv, run_as.as_ref(), e)? {
-                Ok((pid, e)) => {
-                    engine = Some(e);
-                    (Some(pid), Some(pid))
-                }
-                Err(code) => return Ok(code),
-            }
-        }
-        Start::Attach(pid) => {
-            engine = Some(match engine.take() {
-                Some(Engine::Ebpf(mut e)) => {
-                    e.register_root(pid, true)?;
-                    Engine::Ebpf(e)
-                }
-                _ => Engine::Procfs(Box::new(ProcfsEngine::new(pid, None))),
-            });
-            (Some(pid), None)
-        }
+    let Begun {
+        root,
+        command_root,
+        engine,
+    } = match begin(start, engine, run_as.as_ref())? {
+        Ok(b) => b,
+        Err(code) => return Ok(code),
     };
     let backend = engine.as_ref().map(Engine::backend);
     let tracked = track::Tracked {
@@ -168,6 +142,61 @@ pub fn run(st: Settings) -> anyhow::Result<i32> {
         s.finish(&mut summary)?;
     }
     Ok(summary.exit_code.unwrap_or(0))
+}
+
+/// What the run registers with Sentinel.
+fn run_info(st: &Settings, host: crate::model::HostInfo) -> RunInfo {
+    RunInfo {
+        meta: st.meta.clone(),
+        command: match &st.target {
+            Target::Command(argv) => argv
+                .iter()
+                .map(|c| c.to_string_lossy().into_owned())
+                .collect(),
+            _ => Vec::new(),
+        },
+        host,
+        share_identity: st.share_identity,
+    }
+}
+
+/// The tree being tracked, once it runs.
+struct Begun {
+    root: Option<u32>,
+    /// The root when it is the tracker's own command.
+    command_root: Option<u32>,
+    engine: Option<Engine>,
+}
+
+/// Starts the command or attaches to the tree. `Ok(Err(code))`: the command could
+/// not start.
+fn begin(
+    start: Start,
+    engine: Option<Engine>,
+    run_as: Option<&launch::RunAs>,
+) -> anyhow::Result<Result<Begun, i32>> {
+    let (root, command_root, engine) = match start {
+        Start::Host => (None, None, None),
+        Start::Command(path, argv) => match launch_command(&path, &argv, run_as, engine)? {
+            Ok((pid, e)) => (Some(pid), Some(pid), Some(e)),
+            Err(code) => return Ok(Err(code)),
+        },
+        Start::Attach(pid) => {
+            let e = match engine {
+                Some(Engine::Ebpf(mut e)) => {
+                    e.register_root(pid, true)?;
+                    Engine::Ebpf(e)
+                }
+                _ => Engine::Procfs(Box::new(ProcfsEngine::new(pid, None))),
+            };
+            (Some(pid), None, Some(e))
+        }
+    };
+    Ok(Ok(Begun {
+        root,
+        command_root,
+        engine,
+    }))
 }
 
 /// A command that cannot run: said in one line, with a shell's exit code.

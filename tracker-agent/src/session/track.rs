@@ -116,6 +116,21 @@ fn emit(sinks: &mut [Box<dyn Sink>], s: &Sample) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The eBPF engine's event ring, registered with the runtime: the kernel wakes the
+/// loop when it fills.
+fn ring_of(engine: &mut Option<Engine>) -> anyhow::Result<Option<AsyncFd<Ring>>> {
+    let Some(Engine::Ebpf(e)) = engine else {
+        return Ok(None);
+    };
+    let Some(r) = e.ring() else {
+        return Ok(None);
+    };
+    // SAFETY: the RingBuf owns its map fd and lives inside the AsyncFd.
+    let fd = unsafe { AsyncFd::register(r) };
+    fd.map(Some)
+        .map_err(|e| anyhow!("polling the event ring: {e}"))
+}
+
 /// Runs the loop until the command exits, or until a signal when attached or
 /// host-only; the final sample is written before returning.
 pub fn run(
@@ -145,17 +160,7 @@ async fn run_loop(
     } else {
         drop(reap_tx);
     }
-    let mut ring = match &mut t.engine {
-        // SAFETY: the RingBuf owns its map fd and lives inside the AsyncFd.
-        Some(Engine::Ebpf(e)) => match e.ring() {
-            Some(r) => Some(
-                unsafe { AsyncFd::register(r) }
-                    .map_err(|e| anyhow!("polling the event ring: {e}"))?,
-            ),
-            None => None,
-        },
-        _ => None,
-    };
+    let mut ring = ring_of(&mut t.engine)?;
     let backend = t.engine.as_ref().map(Engine::backend);
     let mut lp = Loop {
         sampler: Sampler::new(

@@ -1,0 +1,195 @@
+//! Loading: checks, this kernel's offsets, the programs and their attachment.
+
+use std::{fmt, time::Instant};
+
+use aya::{
+    maps::{HashMap, PerCpuArray, RingBuf},
+    programs::RawTracePoint,
+    Ebpf, EbpfLoader,
+};
+use tracker_common::Figures;
+
+use super::{EbpfEngine, Ledger, SWEEP};
+use crate::engine::{btf::Btf, procread};
+
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tracker"));
+
+/// Attached for the tree's life cycle. Threads retire through `SWEEP` at each sample
+/// once dead and off the CPU, or at `sched_process_free` if that comes first.
+const TRACEPOINTS: [&str; 4] = [
+    "sched_process_fork",
+    "sched_process_exec",
+    "sched_process_exit",
+    "sched_process_free",
+];
+
+/// A PID namespace's inode that is the host's (`PROC_PID_INIT_INO`).
+const INIT_PID_NS_INO: u64 = 0xEFFF_FFFC;
+
+/// True when this process is in the host's PID namespace, where the kernel's pids and
+/// /proc's agree. An unreadable namespace link (no /proc) counts as the host's.
+fn in_host_pid_ns() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self/ns/pid").map_or(true, |m| m.ino() == INIT_PID_NS_INO)
+}
+
+/// Why the eBPF engine could not start; the agent then falls back to procfs.
+#[derive(Debug)]
+pub enum EbpfUnavailable {
+    NoBtf(String),
+    NoPrivilege(String),
+    /// Pids in BPF are the host's; this process sees another namespace's.
+    PidNamespace,
+    Load(String),
+}
+
+impl fmt::Display for EbpfUnavailable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EbpfUnavailable::NoBtf(s) => write!(f, "no usable kernel BTF ({s})"),
+            EbpfUnavailable::NoPrivilege(s) => {
+                write!(f, "not allowed to load BPF programs ({s}); run as root or with CAP_BPF+CAP_PERFMON")
+            }
+            EbpfUnavailable::PidNamespace => write!(
+                f,
+                "the tracker runs in a PID namespace other than the host's (the kernel's pids are not the ones this /proc shows)"
+            ),
+            EbpfUnavailable::Load(s) => write!(f, "loading the BPF programs failed: {s}"),
+        }
+    }
+}
+
+fn has_cap_bpf() -> Result<(), String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        return Ok(());
+    }
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let eff = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .unwrap_or(0);
+    const CAP_SYS_ADMIN: u64 = 21;
+    const CAP_PERFMON: u64 = 38;
+    const CAP_BPF: u64 = 39;
+    let has = |c: u64| eff & (1 << c) != 0;
+    if has(CAP_SYS_ADMIN) || (has(CAP_BPF) && has(CAP_PERFMON)) {
+        Ok(())
+    } else {
+        Err("not root, and lacking CAP_BPF+CAP_PERFMON".into())
+    }
+}
+
+impl EbpfEngine {
+    /// Loads and attaches everything. `max_tasks` sizes the task map, `ring_bytes`
+    /// the event ring.
+    pub fn load(max_tasks: u32, ring_bytes: u32, bpf_stats: bool) -> Result<Self, EbpfUnavailable> {
+        let t0 = Instant::now();
+        has_cap_bpf().map_err(EbpfUnavailable::NoPrivilege)?;
+        if !in_host_pid_ns() {
+            return Err(EbpfUnavailable::PidNamespace);
+        }
+        // The programs are plain raw tracepoints: the kernel's BTF is read only for
+        // the offsets they use.
+        let path = "/sys/kernel/btf/vmlinux";
+        let data =
+            std::fs::read(path).map_err(|e| EbpfUnavailable::NoBtf(format!("{path}: {e}")))?;
+        let t_read = t0.elapsed();
+        let btf = Btf::parse(&data).map_err(|e| EbpfUnavailable::NoBtf(format!("{path}: {e}")))?;
+        let offsets = btf
+            .offsets()
+            .map_err(|e| EbpfUnavailable::NoBtf(e.to_string()))?;
+        drop(btf);
+        drop(data);
+        let t_parsed = t0.elapsed();
+        log::debug!("kernel offsets: {offsets:?}");
+        let mut bpf = EbpfLoader::new()
+            .btf(None)
+            .override_global("OFFSETS", &offsets, true)
+            .map_max_entries("TASKS", max_tasks)
+            .map_max_entries("EVENTS", ring_bytes)
+            .load(OBJECT)
+            .map_err(|e| classify(e.to_string()))?;
+        for name in TRACEPOINTS.into_iter().chain([SWEEP]) {
+            let prog: &mut RawTracePoint = bpf
+                .program_mut(name)
+                .ok_or_else(|| {
+                    EbpfUnavailable::Load(format!("program {name} missing from object"))
+                })?
+                .try_into()
+                .map_err(|e: aya::programs::ProgramError| {
+                    EbpfUnavailable::Load(format!("{name}: {e}"))
+                })?;
+            prog.load()
+                .map_err(|e| classify(format!("{name}: {e:#}")))?;
+            if name != SWEEP {
+                prog.attach(name)
+                    .map_err(|e| classify(format!("attach {name}: {e}")))?;
+            }
+        }
+        log::debug!(
+            "eBPF load: BTF read {t_read:?}, parsed {:?}, programs loaded and attached {:?}",
+            t_parsed - t_read,
+            t0.elapsed() - t_parsed
+        );
+        let take = |bpf: &mut Ebpf, name: &str| {
+            bpf.take_map(name)
+                .ok_or_else(|| EbpfUnavailable::Load(format!("map {name} missing from object")))
+        };
+        let tasks = HashMap::try_from(take(&mut bpf, "TASKS")?)
+            .map_err(|e| EbpfUnavailable::Load(format!("TASKS: {e}")))?;
+        let stats = PerCpuArray::try_from(take(&mut bpf, "TREE_STATS")?)
+            .map_err(|e| EbpfUnavailable::Load(format!("TREE_STATS: {e}")))?;
+        let ring = RingBuf::try_from(take(&mut bpf, "EVENTS")?)
+            .map_err(|e| EbpfUnavailable::Load(format!("EVENTS: {e}")))?;
+        let stats_fd = if bpf_stats {
+            match aya::sys::enable_stats(aya::sys::Stats::RunTime) {
+                Ok(fd) => Some(fd),
+                Err(e) => {
+                    log::warn!("cannot enable BPF run-time statistics: {e}");
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        let stats_enabled = stats_fd.is_some()
+            || std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled")
+                .is_ok_and(|s| s.trim() == "1");
+        // Reading and parsing the BTF left megabytes of freed heap behind; hand them
+        // back so the agent's RSS reflects what it keeps.
+        // SAFETY: malloc_trim has no preconditions.
+        unsafe { libc::malloc_trim(0) };
+        Ok(EbpfEngine {
+            stats_enabled,
+            bpf,
+            tasks,
+            stats,
+            ring: Some(ring),
+            tree: 1,
+            root: 0,
+            root_spawned: 0,
+            ledger: Ledger::default(),
+            reported: Figures::default(),
+            tck_ns: 1_000_000_000 / procread::clk_tck(),
+            page: procread::page_size(),
+            buf: String::new(),
+            files: procread::FileCache::default(),
+            live_max_rss_kib: 0,
+            _stats_fd: stats_fd,
+            load_ms: t0.elapsed().as_secs_f64() * 1e3,
+        })
+    }
+}
+
+fn classify(msg: String) -> EbpfUnavailable {
+    if msg.contains("EPERM")
+        || msg.contains("Operation not permitted")
+        || msg.contains("os error 1)")
+    {
+        EbpfUnavailable::NoPrivilege(msg)
+    } else {
+        EbpfUnavailable::Load(msg)
+    }
+}

@@ -1,0 +1,412 @@
+//! The streaming thread: registers the run, uploads sealed batches with backoff,
+//! refreshes credentials, and finishes the run.
+
+use std::time::{Duration, Instant, SystemTime};
+
+use aws_sdk_s3::primitives::{DateTime, DateTimeFormat};
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+use super::{
+    api::{Api, ApiError, Credentials, Registration},
+    queue::Queue,
+    registration_body, s3, Config, Msg, RunInfo,
+};
+use crate::model::{csv, Discovered, StreamReport};
+
+/// Refresh credentials when this little is left before they expire.
+const REFRESH_BEFORE: Duration = Duration::from_secs(300);
+/// Time allowed at the end for the last uploads and `finish`.
+const FINISH_BUDGET: Duration = Duration::from_secs(30);
+/// Largest CSV sent inline; a longer run with no upload flushes to S3 instead.
+const INLINE_MAX: usize = 8 << 20;
+
+fn iso_now() -> String {
+    DateTime::from(SystemTime::now())
+        .fmt(DateTimeFormat::DateTime)
+        .unwrap_or_default()
+}
+
+struct Uploader {
+    cfg: Config,
+    api: Api,
+    timeout: Duration,
+    q: Queue,
+    body: Value,
+    reg: Option<Registration>,
+    client: Option<aws_sdk_s3::Client>,
+    force_refresh: bool,
+    uploaded: Vec<String>,
+    put_sent: bool,
+    report: StreamReport,
+    backoff: Duration,
+    max_backoff: Duration,
+    retry_at: Option<tokio::time::Instant>,
+    /// Consecutive failures of the current episode (0: all well).
+    failing: u64,
+    /// The reason last warned about in this episode.
+    warned: Option<String>,
+    told_unregistered: bool,
+}
+
+impl Uploader {
+    /// A failure: warned once per distinct reason within an episode (a retry that
+    /// fails the same way again is logged at debug), then a retry is scheduled.
+    fn fail(&mut self, what: &str, e: &str) {
+        let e = self.api.redact(e);
+        if self.failing == 0 || self.warned.as_deref() != Some(e.as_str()) {
+            log::warn!("Sentinel: {what}: {e}; the data is kept and retried");
+            self.warned = Some(e.clone());
+        } else {
+            log::debug!("Sentinel: {what} (failure {}): {e}", self.failing + 1);
+        }
+        self.schedule_retry(what, e);
+    }
+
+    /// Counts the failure, keeps its reason and schedules the next try with backoff.
+    fn schedule_retry(&mut self, what: &str, e: String) {
+        self.failing += 1;
+        self.report.last_error = Some(format!("{what}: {e}"));
+        self.retry_at = Some(tokio::time::Instant::now() + self.backoff);
+        self.backoff = (self.backoff * 2).min(self.max_backoff);
+    }
+
+    fn recovered(&mut self) {
+        if self.failing > 0 {
+            log::warn!(
+                "Sentinel: working again after {} failed attempts",
+                self.failing
+            );
+        }
+        self.failing = 0;
+        self.warned = None;
+        self.backoff = Duration::from_secs(1);
+        self.retry_at = None;
+    }
+
+    fn creds(&self) -> Option<&Credentials> {
+        self.reg.as_ref().map(|r| &r.credentials)
+    }
+
+    async fn register(&mut self) -> bool {
+        if self.reg.is_some() {
+            return true;
+        }
+        match self.api.register(&self.body).await {
+            Ok(r) => {
+                log::info!(
+                    "Sentinel: run {} registered, uploading to s3://{}/{}",
+                    r.run_id,
+                    r.prefix.bucket,
+                    r.prefix.key
+                );
+                self.report.run_id = Some(r.run_id.clone());
+                self.reg = Some(r);
+                self.client = None;
+                true
+            }
+            Err(e) if !self.told_unregistered => {
+                // The first time, say what it means for the run; retries that fail
+                // the same way are then quiet (see `fail`).
+                self.told_unregistered = true;
+                let e = self.api.redact(&e.to_string());
+                log::warn!(
+                    "Sentinel API {}: registering the run failed: {e}; the run goes on locally and registration is retried",
+                    self.cfg.api_url
+                );
+                self.warned = Some(e.clone());
+                self.schedule_retry("registering the run", e);
+                false
+            }
+            Err(e) => {
+                self.fail("registering the run", &e.to_string());
+                false
+            }
+        }
+    }
+
+    async fn refresh(&mut self) -> Result<(), ApiError> {
+        let Some(run_id) = self.reg.as_ref().map(|r| r.run_id.clone()) else {
+            return Ok(());
+        };
+        let c = self.api.refresh(&run_id).await?;
+        if let Some(r) = self.reg.as_mut() {
+            r.credentials = c;
+        }
+        self.client = None;
+        self.force_refresh = false;
+        self.report.credential_refreshes += 1;
+        Ok(())
+    }
+
+    async fn client(&mut self) -> Option<aws_sdk_s3::Client> {
+        if let Some(c) = &self.client {
+            return Some(c.clone());
+        }
+        let r = self.reg.as_ref()?;
+        let (creds, bucket) = (r.credentials.clone(), r.prefix.bucket.clone());
+        let endpoint = self.cfg.s3_endpoint.as_deref();
+        let region = match (&creds.region, endpoint) {
+            (Some(r), _) => r.clone(),
+            (None, Some(_)) => "us-east-1".to_string(),
+            (None, None) => {
+                let probe = s3::client(&creds, "us-east-1", None, self.timeout);
+                s3::bucket_region(&probe, &bucket)
+                    .await
+                    .unwrap_or_else(|| s3::DEFAULT_REGION.to_string())
+            }
+        };
+        let c = s3::client(&creds, &region, endpoint, self.timeout);
+        self.client = Some(c.clone());
+        Some(c)
+    }
+
+    /// Registers if needed, then uploads sealed batches oldest first until none is
+    /// left or one fails (then a retry is scheduled).
+    async fn work(&mut self) {
+        if !self.register().await {
+            return;
+        }
+        let mut auth_retried = false;
+        loop {
+            let batch = match self.q.front() {
+                Ok(Some(b)) => b,
+                Ok(None) => {
+                    self.recovered();
+                    return;
+                }
+                Err(e) => {
+                    self.fail("reading the spool file", &e.to_string());
+                    return;
+                }
+            };
+            let due = self.creds().is_some_and(|c| {
+                c.expires_at
+                    .duration_since(SystemTime::now())
+                    .map_or(true, |left| left <= REFRESH_BEFORE)
+            });
+            if due || self.force_refresh {
+                if let Err(e) = self.refresh().await {
+                    if self.force_refresh {
+                        self.fail("refreshing the upload credentials", &e.to_string());
+                        return;
+                    }
+                    // Still valid for a while: keep the old ones and try again later.
+                    log::warn!("Sentinel: refreshing the upload credentials failed: {}; keeping the current ones", self.api.redact(&e.to_string()));
+                    self.report.last_error = Some(format!("refresh: {e}"));
+                }
+            }
+            let (seq, rows, gz) = batch;
+            let Some(reg) = &self.reg else { return };
+            let key = reg.prefix.object_key(seq);
+            let uri = reg.prefix.uri(&key);
+            let bucket = reg.prefix.bucket.clone();
+            let Some(client) = self.client().await else {
+                return;
+            };
+            self.put_sent = true;
+            match s3::put(&client, &bucket, &key, gz).await {
+                Ok(()) => {
+                    log::debug!("Sentinel: uploaded {uri} ({rows} rows)");
+                    self.uploaded.push(uri);
+                    self.q.pop_front();
+                    self.report.batches_uploaded += 1;
+                    self.report.rows_uploaded += rows as u64;
+                    self.recovered();
+                    auth_retried = false;
+                }
+                Err(s3::PutError::Auth(m)) if !auth_retried => {
+                    log::info!("Sentinel: {uri}: {m}; refreshing the credentials");
+                    self.report.upload_failures += 1;
+                    self.force_refresh = true;
+                    auth_retried = true;
+                }
+                Err(e) => {
+                    if matches!(e, s3::PutError::Auth(_)) {
+                        self.force_refresh = true;
+                    }
+                    self.report.upload_failures += 1;
+                    self.fail(&format!("uploading {uri}"), &e.to_string());
+                    return;
+                }
+            }
+        }
+    }
+
+    /// The end: last uploads, then `finish`. Batches that cannot be uploaded are
+    /// written to disk.
+    async fn finish(&mut self, exit_code: i32) {
+        let deadline = tokio::time::Instant::now() + FINISH_BUDGET;
+        if let Err(e) = self.q.seal() {
+            self.report.last_error = Some(format!("sealing the last batch: {e}"));
+        }
+        if self.reg.is_none() {
+            self.register().await;
+        }
+        let Some(run_id) = self.reg.as_ref().map(|r| r.run_id.clone()) else {
+            log::warn!("Sentinel: the run was never registered; nothing was sent");
+            self.keep();
+            return;
+        };
+        // Inline only when no PUT was ever sent: one that timed out may still have
+        // landed, and then its retry must overwrite it and `finish` must list it.
+        let inline_csv = match self.put_sent {
+            false => self.q.all_csv().ok().filter(|s| s.len() <= INLINE_MAX),
+            true => None,
+        };
+        let inline = inline_csv.is_some();
+        let status = if exit_code == 0 { "finished" } else { "failed" };
+        let body = if let Some(csv) = inline_csv {
+            json!({"exit_code": exit_code, "run_status": status, "data_source": "inline",
+                   "data_csv": csv, "finished_at": iso_now()})
+        } else {
+            while self.q.sealed_len() > 0 && tokio::time::Instant::now() < deadline {
+                if let Some(t) = self.retry_at {
+                    tokio::time::sleep_until(t.min(deadline)).await;
+                }
+                self.work().await;
+            }
+            self.keep();
+            json!({"exit_code": exit_code, "run_status": status, "data_source": "s3",
+                   "data_uris": self.uploaded, "finished_at": iso_now()})
+        };
+        let mut backoff = Duration::from_secs(1);
+        loop {
+            match self.api.finish(&run_id, &body).await {
+                Ok(stats) => {
+                    log::info!("Sentinel: run {run_id} finished: {stats}");
+                    self.report.finished = true;
+                    self.report.data_source = Some(if inline { "inline" } else { "s3" });
+                    if inline {
+                        self.report.rows_uploaded = self.q.rows_waiting() as u64;
+                    }
+                    return;
+                }
+                Err(e) if e.retryable() && tokio::time::Instant::now() + backoff < deadline => {
+                    log::debug!(
+                        "Sentinel: finish failed ({}), retrying",
+                        self.api.redact(&e.to_string())
+                    );
+                    tokio::time::sleep(backoff).await;
+                    backoff *= 2;
+                }
+                Err(e) => {
+                    let e = self.api.redact(&e.to_string());
+                    log::warn!("Sentinel: finishing run {run_id} failed: {e}");
+                    self.report.last_error = Some(format!("finish: {e}"));
+                    if inline {
+                        self.keep();
+                    }
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Batches not uploaded go to `<spool dir>/resource-tracker-unsent-<pid>/`.
+    fn keep(&mut self) {
+        let _ = self.q.seal();
+        if self.q.sealed_len() == 0 {
+            return;
+        }
+        let dir = self
+            .cfg
+            .spool_dir
+            .join(format!("resource-tracker-unsent-{}", std::process::id()));
+        match self.q.keep(&dir) {
+            Ok(n) => {
+                log::warn!(
+                    "Sentinel: {n} batches were not uploaded; kept in {}",
+                    dir.display()
+                );
+                self.report.kept_dir = Some(dir);
+            }
+            Err(e) => log::warn!(
+                "Sentinel: keeping the batches that were not uploaded in {}: {e}",
+                dir.display()
+            ),
+        }
+    }
+}
+
+pub(super) async fn run_stream(
+    cfg: Config,
+    run: RunInfo,
+    found: Discovered,
+    mut rx: mpsc::UnboundedReceiver<Msg>,
+) -> StreamReport {
+    let timeout = cfg.timeout;
+    let api = match Api::new(&cfg.api_url, cfg.token.clone(), timeout) {
+        Ok(a) => a,
+        Err(e) => {
+            log::warn!("Sentinel streaming off: {e}");
+            return StreamReport::default();
+        }
+    };
+    let period = Duration::from_secs_f64(cfg.upload_interval);
+    let mut u = Uploader {
+        q: Queue::new(csv::header() + "\n", cfg.memory_limit, &cfg.spool_dir),
+        body: registration_body(&run, &found),
+        report: StreamReport {
+            api_url: cfg.api_url.clone(),
+            ..StreamReport::default()
+        },
+        cfg,
+        api,
+        timeout,
+        reg: None,
+        client: None,
+        force_refresh: false,
+        uploaded: Vec::new(),
+        put_sent: false,
+        backoff: Duration::from_secs(1),
+        max_backoff: period.clamp(Duration::from_secs(1), Duration::from_secs(60)),
+        retry_at: None,
+        failing: 0,
+        warned: None,
+        told_unregistered: false,
+    };
+    u.register().await;
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let started = Instant::now();
+    let exit_code = loop {
+        tokio::select! {
+            m = rx.recv() => match m {
+                Some(Msg::Row(r)) => {
+                    u.report.rows += 1;
+                    if let Err(e) = u.q.push(&r) {
+                        u.report.last_error = Some(format!("spooling: {e}"));
+                        log::warn!("Sentinel: spooling rows: {e}");
+                    }
+                }
+                Some(Msg::Finish { exit_code }) => break exit_code,
+                None => break 0,
+            },
+            _ = tick.tick() => {
+                if let Err(e) = u.q.seal() {
+                    log::warn!("Sentinel: sealing a batch: {e}");
+                }
+                if u.retry_at.is_none() {
+                    u.work().await;
+                }
+            }
+            _ = async { match u.retry_at { Some(t) => tokio::time::sleep_until(t).await, None => std::future::pending().await } } => {
+                u.retry_at = None;
+                u.work().await;
+            }
+        }
+    };
+    // Rows sent before Finish are already received (one channel, in order).
+    while let Ok(Msg::Row(r)) = rx.try_recv() {
+        u.report.rows += 1;
+        let _ = u.q.push(&r);
+    }
+    log::debug!(
+        "Sentinel: finishing after {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    u.finish(exit_code).await;
+    u.report.spooled_batches = u.q.spooled;
+    u.report
+}
