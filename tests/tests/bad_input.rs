@@ -42,7 +42,7 @@ fn bad_flags_and_values() {
         1,
         "/nonexistent-dir/s.json",
     );
-    // No command and no --pid is not an error any more: the tracker samples the
+    // No command and no --pid is not an error: the tracker samples the
     // host until it is signalled (tests/tests/host_metrics.rs).
 }
 

@@ -1,4 +1,4 @@
-//! The one sample model. Every output (JSON lines, CSV, later Sentinel) is written
+//! The one sample model. Every output (JSON lines, CSV, Sentinel) is written
 //! from these types. Documented field by field in docs/schema.md.
 
 use serde::Serialize;
@@ -112,7 +112,7 @@ pub struct MountSample {
     pub used_pct: f64,
 }
 
-/// One accelerator (filled by the GPU issue's collectors).
+/// One accelerator, from the GPU collectors.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct GpuSample {
     pub uuid: Option<String>,

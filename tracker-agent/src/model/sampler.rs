@@ -166,3 +166,130 @@ impl Sampler {
         sample
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::model::{HostReading, OwnCost, Stamp};
+
+    const S: u64 = 1_000_000_000;
+
+    fn tree(cpu_ns: u64, user_t: u64, sys_t: u64, write: u64) -> TreeTotals {
+        TreeTotals {
+            cpu_ns,
+            user_ticks_ns: user_t,
+            sys_ticks_ns: sys_t,
+            write_bytes: write,
+            procs_spawned: cpu_ns / S,
+            live_procs: 2,
+            root_alive: true,
+            ..TreeTotals::default()
+        }
+    }
+
+    fn at(
+        start: Instant,
+        secs: f64,
+        t: TreeTotals,
+        own_cpu: f64,
+        bpf: Option<(u64, u64)>,
+    ) -> Reading {
+        Reading {
+            tree: t,
+            host: HostReading::default(),
+            stamp: Stamp {
+                at: start + Duration::from_secs_f64(secs),
+                unix: 1000.0 + secs,
+            },
+            bpf,
+            own: OwnCost {
+                cpu_secs: own_cpu,
+                rss_mib: 8.0,
+            },
+        }
+    }
+
+    #[test]
+    fn intervals_are_differences_that_add_up_to_the_totals() {
+        let start = Instant::now();
+        let mut s = Sampler::new(Some((7, Backend::Ebpf)), Some("j".into()), start, 1.0);
+        s.baseline(None, Some((10, 100)));
+        let readings = [
+            (1.0, tree(2 * S, 10, 0, 4096), 1.001, (20, 150)),
+            (2.0, tree(3 * S, 10, 10, 4096), 1.003, (25, 190)),
+            (4.0, tree(7 * S, 20, 10, 10_000), 1.004, (30, 200)),
+        ];
+        let mut sum = (0.0, 0.0, 0u64, 0u64);
+        let mut samples = Vec::new();
+        for (secs, t, own, bpf) in readings {
+            let x = s.step(at(start, secs, t, own, Some(bpf)));
+            let p = x.process.clone().unwrap();
+            sum.0 += p.utime_secs;
+            sum.1 += p.stime_secs;
+            sum.2 += p.write_bytes;
+            sum.3 += p.processes_spawned;
+            samples.push(x);
+        }
+        // Every interval's CPU is split by its own tick ratio.
+        let p0 = samples[0].process.as_ref().unwrap();
+        assert_eq!((p0.utime_secs, p0.stime_secs), (2.0, 0.0));
+        let p1 = samples[1].process.as_ref().unwrap();
+        assert_eq!((p1.utime_secs, p1.stime_secs), (0.0, 1.0));
+        let p2 = samples[2].process.as_ref().unwrap();
+        assert_eq!((p2.utime_secs, p2.stime_secs), (4.0, 0.0));
+        assert_eq!(sum, (6.0, 1.0, 10_000, 7));
+        assert_eq!(p2.cpu_secs_total, 7.0);
+        // Cores over the measured interval, not the nominal one.
+        assert_eq!(samples[2].cpu.process_cores_used, Some(2.0));
+        assert_eq!(samples[2].interval_secs, 2.0);
+        assert_eq!(samples[2].cpu.process_child_count, Some(1));
+        // The tracker's own cost per interval; the BPF programs' likewise.
+        assert!((samples[1].tracker.cpu_secs - 0.002).abs() < 1e-9);
+        assert_eq!(samples[0].tracker.bpf_run_count, Some(10));
+        assert_eq!(samples[2].tracker.bpf_run_time_secs, Some(10e-9));
+        assert_eq!(samples[2].timestamp_secs, 1004.0);
+        assert_eq!(samples[2].job_name.as_deref(), Some("j"));
+        // The run's statistics agree with the samples.
+        assert_eq!(s.stats.samples, 3);
+        assert_eq!(s.stats.peak_cores, 2.0);
+        assert_eq!((s.stats.user_ns, s.stats.sys_ns), (6 * S, S));
+    }
+
+    #[test]
+    fn an_interval_without_ticks_splits_like_the_run() {
+        let start = Instant::now();
+        let mut s = Sampler::new(Some((7, Backend::Procfs)), None, start, 0.0);
+        s.baseline(None, None);
+        s.step(at(start, 1.0, tree(4 * S, 30, 10, 0), 0.0, None));
+        // No tick in this interval: the run's 3:1 ratio.
+        let x = s.step(at(start, 2.0, tree(8 * S, 30, 10, 0), 0.0, None));
+        let p = x.process.unwrap();
+        assert_eq!((p.utime_secs, p.stime_secs), (3.0, 1.0));
+        // No tick ever: all user, as the kernel reports such tasks.
+        let mut s = Sampler::new(Some((7, Backend::Procfs)), None, start, 0.0);
+        let x = s.step(at(start, 1.0, tree(S / 2, 0, 0, 0), 0.0, None));
+        let p = x.process.unwrap();
+        assert_eq!((p.utime_secs, p.stime_secs), (0.5, 0.0));
+        assert_eq!(x.tracker.bpf_run_count, None);
+    }
+
+    #[test]
+    fn an_attached_tree_counts_from_its_baseline() {
+        let start = Instant::now();
+        let mut s = Sampler::new(Some((7, Backend::Ebpf)), None, start, 0.0);
+        s.baseline(Some(tree(50 * S, 0, 0, 1 << 20)), None);
+        let x = s.step(at(start, 1.0, tree(51 * S, 0, 0, 1 << 20), 0.0, None));
+        let p = x.process.unwrap();
+        assert_eq!(
+            (p.cpu_secs_total, p.utime_secs, p.write_bytes),
+            (1.0, 1.0, 0)
+        );
+        assert_eq!(s.stats.origin_cpu_ns, 50 * S);
+        // Host only: no process part, no tree figures in cpu.
+        let mut h = Sampler::new(None, None, start, 0.0);
+        let x = h.step(at(start, 1.0, TreeTotals::default(), 0.0, None));
+        assert!(x.process.is_none() && x.cpu.process_cores_used.is_none());
+    }
+}

@@ -112,6 +112,67 @@ fn ring_kib(s: &str) -> Result<u32, String> {
 mod tests {
     use super::*;
 
+    /// Each flag's help says what that flag does: a word of its own subject is in
+    /// it, and no two flags share a help line. A new flag needs its word here.
+    #[test]
+    fn every_flag_has_its_own_help() {
+        use clap::CommandFactory as _;
+        let subject = [
+            ("pid", "PID"),
+            ("interval", "between samples"),
+            ("config", "config"),
+            ("format", "format"),
+            ("output", "samples to FILE"),
+            ("quiet", "terminal"),
+            ("job_name", "job_name"),
+            ("project_name", "Project"),
+            ("stage_name", "stage"),
+            ("task_name", "Task"),
+            ("team", "team"),
+            ("env", "Environment"),
+            ("language", "Language"),
+            ("orchestrator", "Orchestrator"),
+            ("executor", "Executor"),
+            ("external_run_id", "Run id"),
+            ("container_image", "image"),
+            ("tag", "Tag"),
+            ("summary", "summary"),
+            ("events", "fork/exec/exit"),
+            ("no_ebpf", "eBPF"),
+            ("as_root", "root"),
+            ("pss", "PSS"),
+            ("bpf_stats", "statistics"),
+            ("discover", "metadata"),
+            ("share_identity", "identifying"),
+            ("max_tasks", "task map"),
+            ("event_ring_kib", "event ring"),
+        ];
+        for cmd in [
+            Cli::command(),
+            Cli::command().find_subcommand("run").unwrap().clone(),
+        ] {
+            let mut seen = std::collections::HashSet::new();
+            for a in cmd.get_arguments().filter(|a| a.get_long().is_some()) {
+                let id = a.get_id().as_str();
+                if ["help", "version"].contains(&id) {
+                    continue;
+                }
+                let help = a.get_help().map(|h| h.to_string()).unwrap_or_default();
+                let word = subject
+                    .iter()
+                    .find(|(f, _)| *f == id)
+                    .map(|(_, w)| *w)
+                    .unwrap_or_else(|| panic!("--{}: no subject word listed", id));
+                assert!(
+                    help.contains(word),
+                    "--{id}: {help:?} does not say {word:?}"
+                );
+                assert!(seen.insert(help.clone()), "--{id}: help shared: {help:?}");
+            }
+            assert_eq!(seen.len(), subject.len());
+        }
+    }
+
     #[test]
     fn both_forms_parse() {
         let c = Cli::try_parse_from(["rt", "run", "-i", "0.5", "--", "sleep", "1"]).unwrap();
