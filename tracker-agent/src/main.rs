@@ -4,6 +4,7 @@
 mod collect;
 mod discovery;
 mod engine;
+mod fsafe;
 mod model;
 mod selfcost;
 mod session;

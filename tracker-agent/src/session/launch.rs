@@ -9,6 +9,8 @@ use std::{
     path::{Path, PathBuf},
 };
 
+use crate::fsafe::Owner;
+
 /// The identity the command runs as, when the tracker drops root for it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RunAs {
@@ -123,11 +125,23 @@ pub fn resolve(cmd: &OsStr, path_var: Option<&OsStr>) -> Result<PathBuf, LaunchE
     })
 }
 
-/// Whom to run as under sudo: SUDO_UID/SUDO_GID (with that user's groups and home)
-/// when the tracker is root, unless the user asked to keep root.
-pub fn sudo_identity(as_root: bool) -> Result<Option<RunAs>, String> {
+impl RunAs {
+    /// Whose the tracker's outputs become.
+    pub fn owner(&self) -> Owner {
+        Owner {
+            uid: self.uid,
+            gid: self.gid,
+            groups: self.groups.clone(),
+        }
+    }
+}
+
+/// The user who ran sudo: SUDO_UID/SUDO_GID (with that user's groups and home)
+/// when the tracker is root. The command runs as them unless `--as-root`, and the
+/// outputs they named are theirs.
+pub fn invoker() -> Result<Option<RunAs>, String> {
     // SAFETY: geteuid has no preconditions.
-    if as_root || unsafe { libc::geteuid() } != 0 {
+    if unsafe { libc::geteuid() } != 0 {
         return Ok(None);
     }
     let Some(uid) = std::env::var_os("SUDO_UID") else {

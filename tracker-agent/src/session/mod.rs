@@ -62,13 +62,16 @@ pub fn run(st: Settings) -> anyhow::Result<i32> {
         }
         Target::Host => Start::Host,
     };
-    let run_as = launch::sudo_identity(st.as_root).map_err(|e| anyhow!(e))?;
-    let lines = Lines::open(st.output.as_deref(), st.quiet, st.format)?;
-    let summary_out = SummaryOut::open(!st.quiet, st.summary.as_deref())?;
+    let invoker = launch::invoker().map_err(|e| anyhow!(e))?;
+    let owner = invoker.as_ref().map(launch::RunAs::owner);
+    let run_as = invoker.filter(|_| !st.as_root);
+    let owner = owner.as_ref();
+    let lines = Lines::open(st.output.as_deref(), st.quiet, st.format, owner)?;
+    let summary_out = SummaryOut::open(!st.quiet, st.summary.as_deref(), owner)?;
     let events_file = st
         .events
         .as_deref()
-        .map(|p| sink::create(p, "events"))
+        .map(|p| sink::create(p, "events", owner))
         .transpose()?;
 
     signals::block_signals();

@@ -55,12 +55,33 @@ fn line_col(text: &str, offset: usize) -> (usize, usize) {
     (line, col)
 }
 
+/// As root, a config file found in the working directory (which may be anyone's)
+/// counts only when root owns it; one named with `-c` is the user's explicit choice.
+fn trusted_as_root(path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return true;
+    }
+    match (std::fs::symlink_metadata(path), std::fs::metadata(path)) {
+        (Ok(link), Ok(file)) => link.uid() == 0 && file.uid() == 0,
+        // Absent (or unreadable): nothing to trust; the load below says so.
+        _ => true,
+    }
+}
+
 /// Reads and checks the config file. `explicit` is `--config`: missing is then an
 /// error; the default file is silently skipped when absent. Unknown sections and
 /// keys are warned about and ignored.
 pub fn load(explicit: Option<&Path>) -> Result<Option<(FileConfig, PathBuf)>, String> {
     let path = explicit.unwrap_or(Path::new(DEFAULT_CONFIG));
     let name = path.display();
+    if explicit.is_none() && !trusted_as_root(path) {
+        log::warn!(
+            "config file {name}: not owned by root; ignored while running as root (name it with -c to use it)"
+        );
+        return Ok(None);
+    }
     let text = match std::fs::read(path) {
         Ok(b) => String::from_utf8(b).map_err(|e| {
             format!(

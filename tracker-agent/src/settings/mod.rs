@@ -107,7 +107,7 @@ fn sentinel_settings(
         _ => 16 << 20,
     };
     let spool_dir = match env_var(get_env, "TRACKER_SPOOL_DIR")? {
-        Some(v) if !v.trim().is_empty() => PathBuf::from(v),
+        Some(v) if !v.trim().is_empty() => values::existing_dir("TRACKER_SPOOL_DIR", &v)?,
         _ => std::env::temp_dir(),
     };
     let timeout = env_seconds(get_env, "TRACKER_HTTP_TIMEOUT", 0.1)?.unwrap_or(30.0);

@@ -1,6 +1,6 @@
 //! Checks shared by every layer: each names where a bad value came from.
 
-use std::ffi::OsString;
+use std::{ffi::OsString, path::PathBuf};
 
 use crate::{discovery::Endpoints, model::meta::meta_text};
 
@@ -118,6 +118,25 @@ pub fn base_url(s: &str) -> Result<String, &'static str> {
 /// A base URL from the environment variable `var` (value `v`).
 pub fn url_setting(var: &str, v: &str) -> Result<String, String> {
     base_url(v).map_err(|why| format!("environment variable {var}: '{}' {why}", v.escape_debug()))
+}
+
+/// A directory named by the environment variable `var`: it must exist, and be a
+/// directory itself rather than a link to one (the tracker, maybe root, makes its
+/// private directories in it; it never creates the directory).
+pub fn existing_dir(var: &str, v: &str) -> Result<PathBuf, String> {
+    let p = PathBuf::from(v);
+    let why = match std::fs::symlink_metadata(&p) {
+        Ok(m) if m.is_dir() => return Ok(p),
+        Ok(m) if m.file_type().is_symlink() => {
+            "is a symbolic link; name the directory itself".to_string()
+        }
+        Ok(_) => "is not a directory".to_string(),
+        Err(e) => e.to_string(),
+    };
+    Err(format!(
+        "environment variable {var}: {}: {why}",
+        p.display()
+    ))
 }
 
 /// Variable and default of each metadata service.

@@ -10,7 +10,10 @@ use std::{
 use anyhow::Context as _;
 
 use super::{Format, Sink};
-use crate::model::{csv, Sample, Summary};
+use crate::{
+    fsafe::Owner,
+    model::{csv, Sample, Summary},
+};
 
 enum Target {
     Stderr,
@@ -27,10 +30,15 @@ pub struct Lines {
 impl Lines {
     /// Opens the sink before anything starts, so an unwritable path fails early.
     /// `quiet` silences the terminal only: a file the user named is still written.
-    pub fn open(path: Option<&Path>, quiet: bool, format: Format) -> anyhow::Result<Lines> {
+    pub fn open(
+        path: Option<&Path>,
+        quiet: bool,
+        format: Format,
+        owner: Option<&Owner>,
+    ) -> anyhow::Result<Lines> {
         let target = match path {
             Some(p) => Target::File(
-                BufWriter::new(super::create(p, "output")?),
+                BufWriter::new(super::create(p, "output", owner)?),
                 p.display().to_string(),
             ),
             None if quiet => Target::Null,

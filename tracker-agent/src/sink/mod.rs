@@ -9,7 +9,10 @@ use std::{fs::File, path::Path};
 
 use anyhow::Context as _;
 
-use crate::model::{Sample, Summary};
+use crate::{
+    fsafe::{self, Owner},
+    model::{Sample, Summary},
+};
 
 pub trait Sink {
     /// One sample, as soon as it is taken.
@@ -26,7 +29,9 @@ pub enum Format {
     Csv,
 }
 
-/// Creates (truncates) a file the user asked for, naming it in the error.
-pub fn create(path: &Path, what: &str) -> anyhow::Result<File> {
-    File::create(path).with_context(|| format!("cannot write {what} file {}", path.display()))
+/// Creates (truncates) a file the user asked for, naming it in the error; under
+/// sudo as `owner`, whose file it becomes.
+pub fn create(path: &Path, what: &str, owner: Option<&Owner>) -> anyhow::Result<File> {
+    fsafe::create_output(path, owner)
+        .with_context(|| format!("cannot write {what} file {}", path.display()))
 }

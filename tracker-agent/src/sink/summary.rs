@@ -6,7 +6,10 @@ use std::{fs::File, io::Write, path::Path};
 use anyhow::Context as _;
 
 use super::Sink;
-use crate::model::{Sample, Summary};
+use crate::{
+    fsafe::Owner,
+    model::{Sample, Summary},
+};
 
 pub struct SummaryOut {
     terminal: bool,
@@ -15,9 +18,13 @@ pub struct SummaryOut {
 
 impl SummaryOut {
     /// Creates the file before anything starts, so an unwritable path fails early.
-    pub fn open(terminal: bool, path: Option<&Path>) -> anyhow::Result<SummaryOut> {
+    pub fn open(
+        terminal: bool,
+        path: Option<&Path>,
+        owner: Option<&Owner>,
+    ) -> anyhow::Result<SummaryOut> {
         let file = path
-            .map(|p| super::create(p, "summary").map(|f| (f, p.display().to_string())))
+            .map(|p| super::create(p, "summary", owner).map(|f| (f, p.display().to_string())))
             .transpose()?;
         Ok(SummaryOut { terminal, file })
     }

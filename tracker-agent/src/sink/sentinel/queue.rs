@@ -12,6 +12,8 @@ use std::{
 
 use flate2::{read::GzDecoder, write::GzEncoder, Compression};
 
+use crate::fsafe;
+
 enum Stored {
     Mem(Vec<u8>),
     Spool { offset: u64, len: usize },
@@ -113,20 +115,13 @@ impl Queue {
         let f = match &mut self.spool {
             Some(f) => f,
             None => {
-                let path = self
-                    .spool_dir
-                    .join(format!("resource-tracker-spool-{}", std::process::id()));
-                let f = File::options()
-                    .read(true)
-                    .write(true)
-                    .create(true)
-                    .truncate(true)
-                    .open(&path)
-                    .map_err(|e| {
-                        io::Error::new(e.kind(), format!("spool file {}: {e}", path.display()))
-                    })?;
-                // Unlinked at once: a crash leaves nothing behind.
-                let _ = std::fs::remove_file(&path);
+                // No name: nothing to plant a link on, and a crash leaves nothing.
+                let f = fsafe::anonymous_file(&self.spool_dir).map_err(|e| {
+                    io::Error::new(
+                        e.kind(),
+                        format!("spool file in {}: {e}", self.spool_dir.display()),
+                    )
+                })?;
                 self.spool.insert(f)
             }
         };
@@ -205,21 +200,22 @@ impl Queue {
         Ok(out)
     }
 
-    /// Writes the batches that were never uploaded to `dir` as standalone
-    /// `NNNN.csv.gz` files, so nothing is lost; returns how many.
-    pub fn keep(&mut self, dir: &Path) -> io::Result<usize> {
+    /// Writes the batches that were never uploaded as standalone `NNNN.csv.gz`
+    /// files in a new private directory `PREFIXxxxxxx` of `parent`, so nothing is
+    /// lost; returns the directory and how many (none: no directory).
+    pub fn keep(&mut self, parent: &Path, prefix: &str) -> io::Result<Option<(PathBuf, usize)>> {
         self.seal()?;
         if self.sealed.is_empty() {
-            return Ok(0);
+            return Ok(None);
         }
-        std::fs::create_dir_all(dir)?;
+        let (dir, fd) = fsafe::private_dir(parent, prefix)?;
         let mut n = 0;
         while let Some((seq, _, bytes)) = self.front()? {
-            std::fs::write(dir.join(format!("{seq:04}.csv.gz")), bytes)?;
+            fsafe::create_in(&fd, &format!("{seq:04}.csv.gz"), false)?.write_all(&bytes)?;
             self.pop_front();
             n += 1;
         }
-        Ok(n)
+        Ok(Some((dir, n)))
     }
 }
 
@@ -307,8 +303,9 @@ mod tests {
         q.push("1,a").unwrap();
         q.seal().unwrap();
         q.push("2,b").unwrap();
-        let out = d.join("kept");
-        assert_eq!(q.keep(&out).unwrap(), 2);
+        let (out, n) = q.keep(&d, "kept-").unwrap().unwrap();
+        assert_eq!(n, 2);
+        assert!(out.starts_with(&d), "{}", out.display());
         assert_eq!(
             rows_of(&std::fs::read(out.join("0001.csv.gz")).unwrap()),
             ["1,a"]

@@ -309,21 +309,19 @@ impl Uploader {
         if self.q.sealed_len() == 0 {
             return;
         }
-        let dir = self
-            .cfg
-            .spool_dir
-            .join(format!("resource-tracker-unsent-{}", std::process::id()));
-        match self.q.keep(&dir) {
-            Ok(n) => {
+        let prefix = format!("resource-tracker-unsent-{}-", std::process::id());
+        match self.q.keep(&self.cfg.spool_dir, &prefix) {
+            Ok(Some((dir, n))) => {
                 log::warn!(
                     "Sentinel: {n} batches were not uploaded; kept in {}",
                     dir.display()
                 );
                 self.report.kept_dir = Some(dir);
             }
+            Ok(None) => {}
             Err(e) => log::warn!(
                 "Sentinel: keeping the batches that were not uploaded in {}: {e}",
-                dir.display()
+                self.cfg.spool_dir.display()
             ),
         }
     }

@@ -1,0 +1,333 @@
+//! A root tool that cannot be turned against its host. An unprivileged user (a real
+//! process with uid 65534, `nobody`) plants links and files where the tracker, run
+//! as root, will write: predictable scratch names in a shared directory, the paths
+//! they give under sudo, a config file in their working directory. Nothing outside
+//! the intended files may change.
+
+use std::{
+    os::unix::fs::{MetadataExt, PermissionsExt},
+    path::{Path, PathBuf},
+    process::{Command, Output, Stdio},
+};
+
+use serde_json::Value;
+use tracker_tests::*;
+
+const NOBODY: u32 = 65534;
+const PRECIOUS: &str = "precious\n";
+
+fn skip_unless_root() -> bool {
+    !e2e::require(
+        e2e::is_root() && e2e::have("setpriv"),
+        "root and setpriv are needed to act as another user",
+    )
+}
+
+/// Runs a shell script as the unprivileged user.
+fn as_nobody(script: &str) {
+    let o = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--",
+            "sh",
+            "-c",
+            script,
+        ])
+        .output()
+        .expect("setpriv");
+    assert!(
+        o.status.success(),
+        "as nobody: {script}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// A directory of the given mode and owner inside the scratch directory.
+fn dir(s: &Scratch, name: &str, mode: u32, owner: u32) -> PathBuf {
+    let d = s.path(name);
+    std::fs::create_dir(&d).expect("mkdir");
+    std::os::unix::fs::chown(&d, Some(owner), Some(owner)).expect("chown");
+    std::fs::set_permissions(&d, std::fs::Permissions::from_mode(mode)).expect("chmod");
+    d
+}
+
+/// A root-owned file the unprivileged user can read but not write.
+fn victim(s: &Scratch) -> PathBuf {
+    let d = dir(s, "root-only", 0o755, 0);
+    let v = d.join("victim");
+    std::fs::write(&v, PRECIOUS).expect("victim");
+    v
+}
+
+fn assert_intact(v: &Path) {
+    let m = std::fs::metadata(v).expect("victim is there");
+    assert_eq!(std::fs::read_to_string(v).expect("read victim"), PRECIOUS);
+    assert_eq!(
+        (m.uid(), m.mode() & 0o777),
+        (0, 0o644),
+        "victim's owner and mode"
+    );
+}
+
+fn tracker_cmd(cwd: &Path) -> Command {
+    let mut c = Command::new(tracker());
+    e2e::clean_env(&mut c);
+    c.current_dir(cwd)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    c
+}
+
+fn one_line(o: &Output) -> String {
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(!err.contains("panicked"), "{err}");
+    err
+}
+
+/// Scratch names with the tracker's pid in a world-writable sticky directory:
+/// links planted for every pid the tracker may get never lead its spool file or
+/// its unsent batches into the user's target.
+#[test]
+fn planted_scratch_names_are_never_followed() {
+    if skip_unless_root() {
+        return;
+    }
+    let s = Scratch::new("safe-spool");
+    let v = victim(&s);
+    let vdir = dir(&s, "root-dir", 0o755, 0);
+    let shared = dir(&s, "shared", 0o1777, 0);
+    let last: u32 = std::fs::read_to_string("/proc/sys/kernel/ns_last_pid")
+        .expect("ns_last_pid")
+        .trim()
+        .parse()
+        .expect("a pid");
+    let (from, to) = (last + 1, last + 400);
+    // One process plants them all, so the pids it would use stay in the window.
+    as_nobody(&format!(
+        "exec python3 -c 'import os\nfor i in range({from}, {to} + 1):\n    os.symlink(\"{v}\", \"{d}/resource-tracker-spool-%d\" % i)\n    os.symlink(\"{vd}\", \"{d}/resource-tracker-unsent-%d\" % i)'",
+        v = v.display(),
+        vd = vdir.display(),
+        d = shared.display()
+    ));
+    let summary = s.path("summary.json");
+    let dead = format!("http://127.0.0.1:{}", free_port());
+    let o = tracker_cmd(&s.0)
+        .env("SENTINEL_API_TOKEN", "t0ken")
+        .env("SENTINEL_API_URL", &dead)
+        .env("TRACKER_METADATA_URL", &dead)
+        .env("TRACKER_METADATA_GCP_URL", &dead)
+        .env("TRACKER_METADATA_ALIBABA_URL", &dead)
+        .env("TRACKER_HTTP_TIMEOUT", "0.2")
+        .env("TRACKER_UPLOAD_INTERVAL", "1")
+        // A few rows fill memory: batches go through the spool file.
+        .env("TRACKER_UPLOAD_MEMORY_LIMIT", "3000")
+        .env("TRACKER_SPOOL_DIR", &shared)
+        .args(["run", "-q", "--no-ebpf", "-i", "0.1", "--summary"])
+        .arg(&summary)
+        .args(["--", "sleep", "2.5"])
+        .output()
+        .expect("run the tracker");
+    let err = one_line(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert_intact(&v);
+    assert_eq!(std::fs::read_dir(&vdir).expect("root dir").count(), 0);
+    let sum: Value =
+        serde_json::from_slice(&std::fs::read(&summary).expect("summary")).expect("summary JSON");
+    let st = &sum["streaming"];
+    assert!(st["spooled_batches"].as_u64().unwrap_or(0) > 0, "{st}");
+    let kept = PathBuf::from(st["kept_dir"].as_str().expect("kept_dir"));
+    let m = std::fs::symlink_metadata(&kept).expect("kept dir");
+    assert!(
+        m.is_dir() && kept.parent() == Some(shared.as_path()),
+        "{}",
+        kept.display()
+    );
+    assert_eq!((m.uid(), m.mode() & 0o777), (0, 0o700));
+    assert!(std::fs::read_dir(&kept).expect("kept").count() > 0);
+    // The run's pid was among the planted names, or the test proved nothing.
+    let name = kept
+        .file_name()
+        .expect("name")
+        .to_string_lossy()
+        .into_owned();
+    let pid: u32 = name
+        .trim_start_matches("resource-tracker-unsent-")
+        .split('-')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("pid in {name}"));
+    assert!((from..=to).contains(&pid), "pid {pid} not in {from}..={to}");
+}
+
+/// Under sudo the outputs are opened as the user who ran it: a link they planted
+/// in their own directory leads nowhere they could not write themselves, and what
+/// the tracker creates is theirs.
+#[test]
+fn under_sudo_outputs_are_the_invoking_users() {
+    if skip_unless_root() {
+        return;
+    }
+    let s = Scratch::new("safe-sudo");
+    let v = victim(&s);
+    let home = dir(&s, "home", 0o755, NOBODY);
+    as_nobody(&format!(
+        "ln -s {} {}/out.jsonl",
+        v.display(),
+        home.display()
+    ));
+    let sudo = |c: &mut Command| {
+        c.env("SUDO_UID", NOBODY.to_string())
+            .env("SUDO_GID", NOBODY.to_string())
+            .env("SUDO_USER", "nobody");
+    };
+    for flag in ["-o", "--summary", "--events"] {
+        let mut c = tracker_cmd(&home);
+        sudo(&mut c);
+        let o = c
+            .args(["run", "-q", flag, "out.jsonl", "--", "true"])
+            .output()
+            .expect("run");
+        let err = one_line(&o);
+        assert_eq!(o.status.code(), Some(1), "{flag}: {err}");
+        assert!(
+            err.contains("out.jsonl") && err.lines().count() == 1,
+            "{flag}: {err}"
+        );
+        assert_intact(&v);
+    }
+    let mut c = tracker_cmd(&home);
+    sudo(&mut c);
+    let o = c
+        .args([
+            "run",
+            "-q",
+            "-o",
+            "samples.jsonl",
+            "--summary",
+            "s.json",
+            "--",
+            "true",
+        ])
+        .output()
+        .expect("run");
+    assert_eq!(o.status.code(), Some(0), "{}", one_line(&o));
+    for f in ["samples.jsonl", "s.json"] {
+        let m = std::fs::metadata(home.join(f)).expect(f);
+        assert_eq!(
+            (m.uid(), m.gid()),
+            (NOBODY, NOBODY),
+            "{f} belongs to the user"
+        );
+    }
+}
+
+/// As root without sudo, in a directory someone else owns: a planted link is not
+/// followed and a file planted there is not taken over.
+#[test]
+fn as_root_a_users_directory_is_not_trusted() {
+    if skip_unless_root() {
+        return;
+    }
+    let s = Scratch::new("safe-root");
+    let v = victim(&s);
+    let theirs = dir(&s, "theirs", 0o755, NOBODY);
+    as_nobody(&format!(
+        "ln -s {v} {d}/link.json; echo mine > {d}/planted.json",
+        v = v.display(),
+        d = theirs.display()
+    ));
+    for name in ["link.json", "planted.json"] {
+        let o = tracker_cmd(&s.0)
+            .args(["run", "-q", "--summary"])
+            .arg(theirs.join(name))
+            .args(["--", "true"])
+            .output()
+            .expect("run");
+        let err = one_line(&o);
+        assert_eq!(o.status.code(), Some(1), "{name}: {err}");
+        assert!(err.contains(name), "{name}: {err}");
+    }
+    assert_intact(&v);
+    assert_eq!(
+        std::fs::read_to_string(theirs.join("planted.json")).expect("planted"),
+        "mine\n"
+    );
+    // A new file there is fine: nobody could have prepared it.
+    let o = tracker_cmd(&s.0)
+        .args(["run", "-q", "--summary"])
+        .arg(theirs.join("new.json"))
+        .args(["--", "true"])
+        .output()
+        .expect("run");
+    assert_eq!(o.status.code(), Some(0), "{}", one_line(&o));
+}
+
+/// As root, a config file in a working directory that someone else controls is not
+/// read (it could name any output); named with -c, it is.
+#[test]
+fn as_root_a_users_config_file_is_ignored_unless_named() {
+    if skip_unless_root() {
+        return;
+    }
+    let s = Scratch::new("safe-config");
+    let v = victim(&s);
+    let cwd = dir(&s, "project", 0o755, NOBODY);
+    as_nobody(&format!(
+        "printf '[tracker]\\noutput = \"{}\"\\n' > {}/resource-tracker.toml",
+        v.display(),
+        cwd.display()
+    ));
+    let o = tracker_cmd(&cwd)
+        .args(["run", "--", "true"])
+        .output()
+        .expect("run");
+    let err = one_line(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("resource-tracker.toml") && err.contains("not owned by root"),
+        "{err}"
+    );
+    assert_intact(&v);
+    // Named explicitly, it is the user's choice and is read.
+    let o = tracker_cmd(&cwd)
+        .args(["run", "-q", "-c", "resource-tracker.toml", "--", "true"])
+        .output()
+        .expect("run");
+    assert_eq!(o.status.code(), Some(0), "{}", one_line(&o));
+    assert!(std::fs::read_to_string(&v)
+        .expect("victim")
+        .starts_with('{'));
+}
+
+/// TRACKER_SPOOL_DIR must name an existing directory, not a file or a link, and is
+/// never created.
+#[test]
+fn spool_dir_is_checked_at_start() {
+    let s = Scratch::new("safe-spooldir");
+    let file = s.path("file");
+    std::fs::write(&file, "x").expect("file");
+    let link = s.path("link");
+    std::os::unix::fs::symlink(&s.0, &link).expect("symlink");
+    let missing = s.path("missing");
+    for (p, needle) in [
+        (&file, "not a directory"),
+        (&link, "symbolic link"),
+        (&missing, "No such file"),
+    ] {
+        let o = tracker_cmd(&s.0)
+            .env("SENTINEL_API_TOKEN", "t0ken")
+            .env("TRACKER_SPOOL_DIR", p)
+            .args(["run", "--", "true"])
+            .output()
+            .expect("run");
+        let err = one_line(&o);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(
+            err.contains("TRACKER_SPOOL_DIR") && err.contains(needle) && err.lines().count() == 1,
+            "{err}"
+        );
+    }
+    assert!(!missing.exists());
+}
