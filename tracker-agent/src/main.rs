@@ -20,7 +20,7 @@ fn main() {
         .init();
     let get_env = |k: &str| std::env::var_os(k);
     if let Err(e) = settings::check_flag_env(&get_env) {
-        eprintln!("resource-tracker: {e}");
+        warn::say(&e);
         std::process::exit(2);
     }
     let cli = match settings::cli::Cli::try_parse() {
@@ -34,7 +34,7 @@ fn main() {
                 let text = e.render().to_string();
                 let first = text.lines().next().unwrap_or("invalid arguments");
                 let first = first.strip_prefix("error: ").unwrap_or(first);
-                eprintln!("resource-tracker: {first} (see --help)");
+                warn::say(format_args!("{first} (see --help)"));
                 std::process::exit(2);
             }
         },
@@ -42,14 +42,14 @@ fn main() {
     let settings = match settings::resolve(cli, &get_env) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("resource-tracker: {e}");
+            warn::say(&e);
             std::process::exit(2);
         }
     };
     match session::run(settings) {
         Ok(code) => std::process::exit(code),
         Err(e) => {
-            eprintln!("resource-tracker: {e:#}");
+            warn::say(format_args!("{e:#}"));
             std::process::exit(1);
         }
     }

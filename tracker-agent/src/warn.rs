@@ -1,7 +1,13 @@
 //! Warnings that would otherwise repeat every sample (a /proc file missing on an
 //! unusual kernel, say) are printed once per key for the whole run.
 
-use std::{collections::HashSet, sync::Mutex};
+use std::{collections::HashSet, io::Write, sync::Mutex};
+
+/// One line to the user on stderr. A closed or full stderr loses the line but
+/// never ends the run (`eprintln!` would panic).
+pub fn say(msg: impl std::fmt::Display) {
+    let _ = writeln!(std::io::stderr().lock(), "resource-tracker: {msg}");
+}
 
 static SEEN: Mutex<Option<HashSet<String>>> = Mutex::new(None);
 

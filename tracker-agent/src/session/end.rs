@@ -27,6 +27,22 @@ pub fn on_signal(command_root: Option<u32>, from_tty: bool) -> OnSignal {
     }
 }
 
+/// Passes `sig` to the command's root, then SIGCONT if it is stopped: it would
+/// otherwise hold the signal pending, and the tracker would wait on it for ever.
+pub fn forward(root: u32, sig: i32) {
+    // SAFETY: signalling the tracker's own child.
+    unsafe { libc::kill(root as i32, sig) };
+    let stat = std::fs::read_to_string(format!("/proc/{root}/stat")).unwrap_or_default();
+    // The state follows the command name's closing parenthesis.
+    let stopped = stat
+        .rsplit_once(')')
+        .is_some_and(|(_, rest)| rest.trim_start().starts_with('T'));
+    if stopped {
+        // SAFETY: as above.
+        unsafe { libc::kill(root as i32, libc::SIGCONT) };
+    }
+}
+
 /// A shell's exit code for a wait status: the code, or 128+N after signal N.
 pub fn exit_code_of(status: i32) -> i32 {
     if libc::WIFEXITED(status) {

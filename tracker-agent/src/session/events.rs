@@ -6,9 +6,7 @@ use std::{
     io::{BufWriter, Write},
 };
 
-use anyhow::Context as _;
-
-use crate::{engine::ProcEvent, model::TopCommand};
+use crate::{engine::ProcEvent, model::TopCommand, warn::say};
 
 /// Distinct command names counted; past it only the names already seen grow.
 const MAX_COMMS: usize = 10_000;
@@ -32,7 +30,9 @@ impl EventLog {
     pub fn show(&mut self, ev: ProcEvent) {
         if let Some(w) = self.file.as_mut() {
             if let Ok(line) = serde_json::to_string(&ev) {
-                let _ = writeln!(w, "{line}");
+                if let Err(e) = writeln!(w, "{line}") {
+                    self.fail(e);
+                }
             }
         }
         if ev.kind == "exit" && (self.tops.len() < MAX_COMMS || self.tops.contains_key(&ev.comm)) {
@@ -42,12 +42,20 @@ impl EventLog {
         }
     }
 
+    /// The file cannot be written: said once, and the run goes on without it.
+    fn fail(&mut self, e: std::io::Error) {
+        say(format_args!(
+            "writing the events file: {e} (the command goes on; no more events are written)"
+        ));
+        self.file = None;
+    }
+
     /// Flushes the file; the commands with the most CPU, most first.
-    pub fn finish(mut self) -> anyhow::Result<Vec<TopCommand>> {
-        if let Some(w) = self.file.as_mut() {
-            w.flush().context("writing the events file")?;
+    pub fn finish(mut self) -> Vec<TopCommand> {
+        if let Some(Err(e)) = self.file.as_mut().map(|w| w.flush()) {
+            self.fail(e);
         }
-        Ok(top_commands(self.tops))
+        top_commands(self.tops)
     }
 }
 
@@ -94,7 +102,7 @@ mod tests {
         for (c, cpu) in [("f", 0.01), ("g", 0.02), ("h", 0.03)] {
             log.show(exit(c, cpu));
         }
-        let top = log.finish().unwrap();
+        let top = log.finish();
         let names: Vec<(&str, u64)> = top.iter().map(|t| (t.comm.as_str(), t.processes)).collect();
         assert_eq!(names, [("b", 1), ("a", 2), ("d", 1), ("c", 1), ("h", 1)]);
         assert!((top[1].cpu_secs - 2.5).abs() < 1e-9);

@@ -24,8 +24,9 @@ use crate::{
         lines::Lines,
         sentinel::{RunInfo, Streamer},
         summary::SummaryOut,
-        Sink,
+        Sink, Sinks,
     },
+    warn::say,
 };
 use end::{Context, Outcome};
 use events::EventLog;
@@ -107,6 +108,7 @@ pub fn run(st: Settings) -> anyhow::Result<i32> {
         sinks.push(Box::new(Streamer::start(cfg.clone(), run, found_rx)?));
     }
     sinks.push(Box::new(summary_out));
+    let mut sinks = Sinks::new(sinks);
 
     let started = Instant::now();
     let Begun {
@@ -126,7 +128,10 @@ pub fn run(st: Settings) -> anyhow::Result<i32> {
         host,
         gpus,
     };
-    let ended = track::run(tracked, &st, started, &mut sinks)?;
+    let ended = match track::run(tracked, &st, started, &mut sinks) {
+        Ok(e) => e,
+        Err(e) => return Ok(stay_with(command_root, e)),
+    };
     let outcome = Outcome {
         wall_secs: started.elapsed().as_secs_f64(),
         status: ended.status,
@@ -141,10 +146,34 @@ pub fn run(st: Settings) -> anyhow::Result<i32> {
         engine: ended.engine.as_ref(),
     };
     let mut summary = end::summary(&ended.sampler.stats, outcome, context);
-    for s in &mut sinks {
-        s.finish(&mut summary)?;
-    }
+    sinks.finish(&mut summary);
     Ok(summary.exit_code.unwrap_or(0))
+}
+
+/// Tracking failed after the command started: it is not abandoned. The tracker
+/// says why, keeps forwarding signals, reaps it and exits as it did.
+fn stay_with(command_root: Option<u32>, e: anyhow::Error) -> i32 {
+    let Some(pid) = command_root else {
+        say(format_args!("{e:#}"));
+        return 1;
+    };
+    say(format_args!(
+        "{e:#}; waiting for the command without tracking it"
+    ));
+    loop {
+        let mut status = 0;
+        // SAFETY: polling our own child.
+        match unsafe { libc::waitpid(pid as i32, &mut status, libc::WNOHANG) } {
+            0 => {}
+            r if r == pid as i32 => return end::exit_code_of(status),
+            _ => return 1,
+        }
+        if let Some((sig, from_tty)) = signals::wait_signal(std::time::Duration::from_millis(100)) {
+            if let end::OnSignal::Forward(root) = end::on_signal(Some(pid), from_tty) {
+                end::forward(root, sig);
+            }
+        }
+    }
 }
 
 /// What the run registers with Sentinel.
@@ -204,7 +233,7 @@ fn begin(
 
 /// A command that cannot run: said in one line, with a shell's exit code.
 fn refused(e: LaunchError) -> i32 {
-    eprintln!("resource-tracker: {e}");
+    say(&e);
     e.exit_code()
 }
 
@@ -221,7 +250,9 @@ fn load_engine(st: &Settings) -> (Option<Engine>, Option<String>) {
             (Some(Engine::Ebpf(Box::new(e))), None)
         }
         Err(e) => {
-            eprintln!("resource-tracker: eBPF unavailable: {e}; falling back to /proc polling (backend procfs)");
+            say(format_args!(
+                "eBPF unavailable: {e}; falling back to /proc polling (backend procfs)"
+            ));
             (None, Some(e.to_string()))
         }
     }

@@ -33,6 +33,19 @@ pub fn block_signals() {
     unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
 }
 
+/// A forwarded signal taken within `timeout`, and whether the terminal sent it.
+pub fn wait_signal(timeout: std::time::Duration) -> Option<(i32, bool)> {
+    let set = forwarded_set();
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
+    };
+    // SAFETY: siginfo_t is plain data filled by the kernel; set and ts are valid.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    let sig = unsafe { libc::sigtimedwait(&set, &mut info, &ts) };
+    (sig > 0).then_some((sig, info.si_code == libc::SI_KERNEL))
+}
+
 pub fn spawn_signal_thread(tx: mpsc::UnboundedSender<(i32, bool)>) {
     std::thread::spawn(move || {
         let set = forwarded_set();

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, Context as _};
+use anyhow::Context as _;
 use tokio::{io::unix::AsyncFd, sync::mpsc};
 
 use super::{
@@ -18,7 +18,8 @@ use crate::{
     model::{reading::unix_now, OwnCost, Reading, Sample, Sampler, Stamp, TopCommand},
     selfcost,
     settings::Settings,
-    sink::Sink,
+    sink::Sinks,
+    warn::warn_once,
 };
 
 /// What the loop reads.
@@ -109,26 +110,33 @@ impl Loop {
     }
 }
 
-fn emit(sinks: &mut [Box<dyn Sink>], s: &Sample) -> anyhow::Result<()> {
-    for sink in sinks {
-        sink.write(s)?;
+/// Takes a sample and hands it to the sinks. A reading that fails is said once
+/// and the interval is skipped: the command's life cycle goes on.
+fn emit(lp: &mut Loop, ring: Option<&mut Ring>, sinks: &mut Sinks) {
+    match lp.sample(ring) {
+        Ok(s) => sinks.write(&s),
+        Err(e) => {
+            warn_once("sample", format_args!("taking a sample: {e:#}; skipped"));
+        }
     }
-    Ok(())
 }
 
 /// The eBPF engine's event ring, registered with the runtime: the kernel wakes the
 /// loop when it fills.
-fn ring_of(engine: &mut Option<Engine>) -> anyhow::Result<Option<AsyncFd<Ring>>> {
+/// Without it (it cannot be polled) the ring is drained at each sample only.
+fn ring_of(engine: &mut Option<Engine>) -> Option<AsyncFd<Ring>> {
     let Some(Engine::Ebpf(e)) = engine else {
-        return Ok(None);
+        return None;
     };
-    let Some(r) = e.ring() else {
-        return Ok(None);
-    };
+    let r = e.ring()?;
     // SAFETY: the RingBuf owns its map fd and lives inside the AsyncFd.
-    let fd = unsafe { AsyncFd::register(r) };
-    fd.map(Some)
-        .map_err(|e| anyhow!("polling the event ring: {e}"))
+    match unsafe { AsyncFd::register(r) } {
+        Ok(fd) => Some(fd),
+        Err(e) => {
+            log::warn!("polling the event ring: {e}; it is read at each sample only");
+            None
+        }
+    }
 }
 
 /// Runs the loop until the command exits, or until a signal when attached or
@@ -137,7 +145,7 @@ pub fn run(
     t: Tracked,
     st: &Settings,
     started: Instant,
-    sinks: &mut [Box<dyn Sink>],
+    sinks: &mut Sinks,
 ) -> anyhow::Result<Ended> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -150,7 +158,7 @@ async fn run_loop(
     mut t: Tracked,
     st: &Settings,
     started: Instant,
-    sinks: &mut [Box<dyn Sink>],
+    sinks: &mut Sinks,
 ) -> anyhow::Result<Ended> {
     let (sig_tx, mut sig_rx) = mpsc::unbounded_channel();
     signals::spawn_signal_thread(sig_tx);
@@ -160,7 +168,7 @@ async fn run_loop(
     } else {
         drop(reap_tx);
     }
-    let mut ring = ring_of(&mut t.engine)?;
+    let mut ring = ring_of(&mut t.engine);
     let backend = t.engine.as_ref().map(Engine::backend);
     let mut lp = Loop {
         sampler: Sampler::new(
@@ -203,8 +211,7 @@ async fn run_loop(
                 while next <= now {
                     next += period;
                 }
-                let s = lp.sample(ring.as_mut().map(|r| r.get_mut()))?;
-                emit(sinks, &s)?;
+                emit(&mut lp, ring.as_mut().map(|r| r.get_mut()), sinks);
             }
             Some(r) = reap_rx.recv() => {
                 if let Some(Engine::Procfs(p)) = &mut lp.engine {
@@ -216,10 +223,7 @@ async fn run_loop(
                 }
             }
             Some((sig, from_tty)) = sig_rx.recv() => match end::on_signal(t.command_root, from_tty) {
-                // SAFETY: signalling our own child.
-                OnSignal::Forward(root) => unsafe {
-                    libc::kill(root as i32, sig);
-                },
+                OnSignal::Forward(root) => end::forward(root, sig),
                 OnSignal::Ignore => {}
                 OnSignal::Stop => {
                     log::info!("signal {sig}: stopping");
@@ -232,9 +236,16 @@ async fn run_loop(
                     None => std::future::pending().await,
                 }
             } => {
-                let mut guard = guard.context("waiting on the event ring")?;
-                lp.drain(guard.get_inner_mut());
-                guard.clear_ready();
+                match guard {
+                    Ok(mut g) => {
+                        lp.drain(g.get_inner_mut());
+                        g.clear_ready();
+                    }
+                    Err(e) => {
+                        log::warn!("waiting on the event ring: {e}; it is read at each sample only");
+                        ring = None;
+                    }
+                }
             }
         }
     }
@@ -250,10 +261,9 @@ async fn run_loop(
             p.note_reaped(r.pid, r.user_ns, r.sys_ns, r.maxrss_kib);
         }
     }
-    let s = lp.sample(ring.as_mut().map(|r| r.get_mut()))?;
-    emit(sinks, &s)?;
+    emit(&mut lp, ring.as_mut().map(|r| r.get_mut()), sinks);
     Ok(Ended {
-        top: lp.events.finish()?,
+        top: lp.events.finish(),
         sampler: lp.sampler,
         status,
         engine: lp.engine,

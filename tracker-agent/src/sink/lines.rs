@@ -4,7 +4,7 @@
 use std::{
     fs::File,
     io::{BufWriter, Write},
-    path::Path,
+    path::{Path, PathBuf},
 };
 
 use anyhow::Context as _;
@@ -25,6 +25,7 @@ pub struct Lines {
     target: Target,
     format: Format,
     header_done: bool,
+    owner: Option<Owner>,
 }
 
 impl Lines {
@@ -48,6 +49,7 @@ impl Lines {
             target,
             format,
             header_done: false,
+            owner: owner.cloned(),
         })
     }
 }
@@ -87,5 +89,16 @@ impl Sink for Lines {
 
     fn finish(&mut self, _: &mut Summary) -> anyhow::Result<()> {
         Ok(())
+    }
+
+    fn fall_back(&mut self) -> Option<PathBuf> {
+        let name = match self.format {
+            Format::Json => "samples.jsonl",
+            Format::Csv => "samples.csv",
+        };
+        let (f, path) = super::fallback_file(name, self.owner.as_ref()).ok()?;
+        self.target = Target::File(BufWriter::new(f), path.display().to_string());
+        self.header_done = false;
+        Some(path)
     }
 }

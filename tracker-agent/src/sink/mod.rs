@@ -5,13 +5,18 @@ pub mod lines;
 pub mod sentinel;
 pub mod summary;
 
-use std::{fs::File, path::Path};
+use std::{
+    fs::File,
+    os::fd::AsFd,
+    path::{Path, PathBuf},
+};
 
 use anyhow::Context as _;
 
 use crate::{
     fsafe::{self, Owner},
     model::{Sample, Summary},
+    warn::say,
 };
 
 pub trait Sink {
@@ -20,6 +25,81 @@ pub trait Sink {
     /// The end of the run. Sinks finish in order, and one may add to the summary
     /// what only it knows (Sentinel: how streaming went) for the sinks after it.
     fn finish(&mut self, summary: &mut Summary) -> anyhow::Result<()>;
+    /// After a failed `write` or `finish`: moves to a file of its own in a private
+    /// directory and names it, so the run keeps what it can; None when the sink
+    /// has nowhere else to go. The failed call is then tried once more.
+    fn fall_back(&mut self) -> Option<PathBuf> {
+        None
+    }
+}
+
+/// The run's sinks in order. A failing sink never ends the run (the command it
+/// tracks goes on and its exit code is kept): it is said in one line, the sink
+/// falls back to a file it names or, failing that, stops.
+pub struct Sinks {
+    list: Vec<(Box<dyn Sink>, bool)>,
+}
+
+impl Sinks {
+    pub fn new(list: Vec<Box<dyn Sink>>) -> Sinks {
+        Sinks {
+            list: list.into_iter().map(|s| (s, true)).collect(),
+        }
+    }
+
+    pub fn write(&mut self, s: &Sample) {
+        for (sink, live) in self.list.iter_mut().filter(|(_, l)| *l) {
+            if let Err(e) = sink.write(s) {
+                *live = recover(sink.as_mut(), e, |k| k.write(s));
+            }
+        }
+    }
+
+    pub fn finish(&mut self, summary: &mut Summary) {
+        for (sink, live) in self.list.iter_mut().filter(|(_, l)| *l) {
+            if let Err(e) = sink.finish(summary) {
+                *live = recover(sink.as_mut(), e, |k| k.finish(summary));
+            }
+        }
+    }
+}
+
+/// Says what failed and where the sink goes on; whether it still lives.
+fn recover(
+    sink: &mut dyn Sink,
+    e: anyhow::Error,
+    mut again: impl FnMut(&mut dyn Sink) -> anyhow::Result<()>,
+) -> bool {
+    const STOPS: &str = "the command goes on; this output stops";
+    let Some(path) = sink.fall_back() else {
+        say(format_args!("{e:#} ({STOPS})"));
+        return false;
+    };
+    match again(sink) {
+        Ok(()) => {
+            say(format_args!("{e:#}; continued in {}", path.display()));
+            true
+        }
+        Err(e2) => {
+            say(format_args!(
+                "{e:#}; and in {}: {e2:#} ({STOPS})",
+                path.display()
+            ));
+            false
+        }
+    }
+}
+
+/// A new file `name` in a private directory under the temp dir, for what could
+/// not be written where the user asked; under sudo the invoking user's.
+pub fn fallback_file(name: &str, owner: Option<&Owner>) -> std::io::Result<(File, PathBuf)> {
+    let (dir, fd) = fsafe::private_dir(&std::env::temp_dir(), "resource-tracker-kept-")?;
+    let f = fsafe::create_in(&fd, name, false)?;
+    if let Some(o) = owner {
+        std::os::unix::fs::fchown(fd.as_fd(), Some(o.uid), Some(o.gid))?;
+        std::os::unix::fs::fchown(f.as_fd(), Some(o.uid), Some(o.gid))?;
+    }
+    Ok((f, dir.join(name)))
 }
 
 /// Encoding of the sample lines.

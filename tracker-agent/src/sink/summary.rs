@@ -1,7 +1,11 @@
 //! The run summary: a few human lines on stderr and, with `--summary FILE`, the
 //! same as one JSON object.
 
-use std::{fs::File, io::Write, path::Path};
+use std::{
+    fs::File,
+    io::Write,
+    path::{Path, PathBuf},
+};
 
 use anyhow::Context as _;
 
@@ -14,6 +18,7 @@ use crate::{
 pub struct SummaryOut {
     terminal: bool,
     file: Option<(File, String)>,
+    owner: Option<Owner>,
 }
 
 impl SummaryOut {
@@ -26,7 +31,11 @@ impl SummaryOut {
         let file = path
             .map(|p| super::create(p, "summary", owner).map(|f| (f, p.display().to_string())))
             .transpose()?;
-        Ok(SummaryOut { terminal, file })
+        Ok(SummaryOut {
+            terminal,
+            file,
+            owner: owner.cloned(),
+        })
     }
 }
 
@@ -36,8 +45,11 @@ impl Sink for SummaryOut {
     }
 
     fn finish(&mut self, summary: &mut Summary) -> anyhow::Result<()> {
-        if self.terminal {
-            eprint!("{}", human(summary));
+        if std::mem::take(&mut self.terminal) {
+            // A closed stderr loses these lines, nothing else.
+            let _ = std::io::stderr()
+                .lock()
+                .write_all(human(summary).as_bytes());
         }
         if let Some((f, name)) = self.file.as_mut() {
             serde_json::to_writer_pretty(&mut *f, &*summary)
@@ -45,6 +57,13 @@ impl Sink for SummaryOut {
             writeln!(f).with_context(|| format!("writing summary file {name}"))?;
         }
         Ok(())
+    }
+
+    fn fall_back(&mut self) -> Option<PathBuf> {
+        self.file.as_ref()?;
+        let (f, path) = super::fallback_file("summary.json", self.owner.as_ref()).ok()?;
+        self.file = Some((f, path.display().to_string()));
+        Some(path)
     }
 }
 

@@ -1,0 +1,241 @@
+//! Whatever fails in the tracker's output, the command it runs is never abandoned:
+//! it runs to its end, its exit code is the tracker's, the failure is said in one
+//! line, and what could not be written where asked is kept in a file the line names.
+//! Full disks are real (a small tmpfs), closed pipes are real, a stopped command is
+//! really stopped.
+
+use std::{
+    os::unix::fs::MetadataExt,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+use tracker_tests::*;
+
+/// A tmpfs of `kib` KiB mounted on `dir`, unmounted when dropped.
+struct SmallFs(PathBuf);
+
+impl SmallFs {
+    fn mount(dir: PathBuf, kib: u32) -> SmallFs {
+        std::fs::create_dir_all(&dir).expect("mount point");
+        let st = Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={kib}k,mode=0755"),
+                "tmpfs",
+            ])
+            .arg(&dir)
+            .status()
+            .expect("mount");
+        assert!(st.success(), "mount a tmpfs on {}", dir.display());
+        SmallFs(dir)
+    }
+
+    /// Fills it but for `left` bytes.
+    fn fill(&self, left: u64) {
+        let free = || {
+            let out = Command::new("stat")
+                .args(["-f", "-c", "%a %S"])
+                .arg(&self.0)
+                .output()
+                .expect("stat -f");
+            let t = String::from_utf8_lossy(&out.stdout).into_owned();
+            let v: Vec<u64> = t
+                .split_whitespace()
+                .map(|x| x.parse().expect("n"))
+                .collect();
+            v[0] * v[1]
+        };
+        let n = free().saturating_sub(left);
+        std::fs::write(self.0.join("filler"), vec![0u8; n as usize]).expect("filler");
+        assert!(free() <= left, "left {} bytes", free());
+    }
+}
+
+impl Drop for SmallFs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+fn skip_unless_root() -> bool {
+    !e2e::require(e2e::is_root(), "root is needed to mount a small tmpfs")
+}
+
+/// The command: some processes, a marker file at its very end, exit code 7.
+fn command(marker: &Path) -> Vec<String> {
+    vec![
+        "sh".into(),
+        "-c".into(),
+        format!(
+            "for i in $(seq 300); do /bin/true; done; sleep 1.2; echo done > {}; exit 7",
+            marker.display()
+        ),
+    ]
+}
+
+fn tracker_in(tmp: &Path) -> Command {
+    let mut c = Command::new(tracker());
+    e2e::clean_env(&mut c);
+    c.env("TMPDIR", tmp).stdout(Stdio::null());
+    c
+}
+
+/// The file named after "continued in" in the tracker's message for `what`.
+fn continued_in(err: &str, what: &str) -> PathBuf {
+    let line = err
+        .lines()
+        .find(|l| l.contains(what) && l.contains("No space left on device"))
+        .unwrap_or_else(|| panic!("no line about {what}: {err}"));
+    let (_, p) = line
+        .split_once("; continued in ")
+        .unwrap_or_else(|| panic!("no fallback named: {line}"));
+    PathBuf::from(p.trim())
+}
+
+/// Samples, events and the summary to a full disk: the command runs to its end,
+/// the tracker exits with its code, each failure is one line, and the samples and
+/// the summary are kept in private files under TMPDIR.
+#[test]
+fn a_full_disk_keeps_the_command_and_what_it_can() {
+    if skip_unless_root() {
+        return;
+    }
+    let s = Scratch::new("full-disk");
+    let tmp = s.path("tmp");
+    std::fs::create_dir(&tmp).expect("tmp");
+    let fs = SmallFs::mount(s.path("disk"), 64);
+    for (i, format) in ["json", "csv"].iter().enumerate() {
+        fs.fill(600);
+        let marker = s.path(&format!("marker-{i}"));
+        let d = &fs.0;
+        let o = tracker_in(&tmp)
+            .args(["run", "-q", "-i", "0.1", "--format", format, "-o"])
+            .arg(d.join("out"))
+            .arg("--summary")
+            .arg(d.join("summary.json"))
+            .arg("--events")
+            .arg(d.join("events.jsonl"))
+            .arg("--")
+            .args(command(&marker))
+            .output()
+            .expect("run the tracker");
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(!err.contains("panicked"), "{err}");
+        assert_eq!(o.status.code(), Some(7), "{format}: {err}");
+        assert_eq!(
+            std::fs::read_to_string(&marker).ok().as_deref(),
+            Some("done\n"),
+            "the command ran to its end"
+        );
+        assert!(
+            err.lines().all(|l| l.starts_with("resource-tracker: ")),
+            "{err}"
+        );
+        assert!(
+            err.contains("writing the events file: No space left on device"),
+            "{err}"
+        );
+        let samples = continued_in(&err, "writing a sample");
+        let summary = continued_in(&err, "writing summary file");
+        for p in [&samples, &summary] {
+            assert!(p.starts_with(&tmp), "{} is under TMPDIR", p.display());
+            let dm = std::fs::metadata(p.parent().expect("dir")).expect("kept dir");
+            assert_eq!(dm.mode() & 0o777, 0o700, "{}", p.display());
+        }
+        let sum: Value = serde_json::from_slice(&std::fs::read(&summary).expect("kept summary"))
+            .expect("a whole summary");
+        assert_eq!(sum["exit_code"], 7);
+        assert!(e2e::num(&sum, "/processes_spawned") >= 300.0, "{sum}");
+        let kept = std::fs::read_to_string(&samples).expect("kept samples");
+        let rows: Vec<&str> = kept.lines().collect();
+        assert!(rows.len() >= 3, "{kept}");
+        match *format {
+            "json" => {
+                for r in &rows {
+                    serde_json::from_str::<Value>(r).expect("a whole JSON line");
+                }
+            }
+            _ => assert!(rows[0].starts_with("timestamp,"), "a header first: {kept}"),
+        }
+        std::fs::remove_dir_all(&tmp).expect("clean tmp");
+        std::fs::create_dir(&tmp).expect("tmp");
+        for f in ["out", "summary.json", "events.jsonl", "filler"] {
+            let _ = std::fs::remove_file(d.join(f));
+        }
+    }
+}
+
+/// Samples on stderr, and stderr a pipe its reader closed: no panic, the command
+/// runs to its end and its exit code is the tracker's.
+#[test]
+fn a_closed_stderr_is_not_the_end() {
+    let s = Scratch::new("closed-stderr");
+    let marker = s.path("marker");
+    let mut c = tracker_in(&s.0);
+    c.args(["run", "-i", "0.1", "--summary"])
+        .arg(s.path("summary.json"))
+        .arg("--")
+        .args(command(&marker))
+        .stderr(Stdio::piped());
+    let mut child = c.spawn().expect("run the tracker");
+    // Read a little, then close the pipe as `| head -c 100` would.
+    let mut err = child.stderr.take().expect("stderr");
+    let mut first = [0u8; 100];
+    std::io::Read::read_exact(&mut err, &mut first).expect("the first bytes");
+    drop(err);
+    let st = child.wait().expect("wait");
+    assert_eq!(st.code(), Some(7), "{st:?}");
+    assert_eq!(
+        std::fs::read_to_string(&marker).ok().as_deref(),
+        Some("done\n")
+    );
+    let sum: Value =
+        serde_json::from_slice(&std::fs::read(s.path("summary.json")).expect("summary"))
+            .expect("summary JSON");
+    assert_eq!(sum["exit_code"], 7);
+}
+
+/// A stopped command and a SIGTERM for the tracker: the command gets it, is
+/// continued so that it can act on it, and the tracker ends with it at once.
+#[test]
+fn a_stopped_command_does_not_hold_the_tracker() {
+    for backend in [&["--no-ebpf"][..], &[]] {
+        if backend.is_empty() && !ebpf_available() {
+            continue;
+        }
+        let s = Scratch::new("stopped");
+        let mut c = tracker_in(&s.0);
+        c.args(["run", "-q"])
+            .args(backend)
+            .args(["--", "sh", "-c", "kill -STOP $$; sleep 30"])
+            .stderr(Stdio::null());
+        let mut bg = e2e::Bg::spawn(&mut c, "tracker");
+        // The command stops itself; wait until it has.
+        let t0 = Instant::now();
+        let stopped = loop {
+            let kids =
+                std::fs::read_to_string(format!("/proc/{p}/task/{p}/children", p = bg.pid()))
+                    .unwrap_or_default();
+            let state = kids.split_whitespace().next().and_then(|k| {
+                let st = std::fs::read_to_string(format!("/proc/{k}/stat")).ok()?;
+                st.rsplit_once(") ").map(|(_, r)| r.starts_with('T'))
+            });
+            if state == Some(true) {
+                break true;
+            }
+            if t0.elapsed() > Duration::from_secs(10) {
+                break false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert!(stopped, "the command never stopped ({backend:?})");
+        bg.signal(libc::SIGTERM);
+        let st = bg.wait_for(Duration::from_secs(5));
+        assert_eq!(st.code(), Some(128 + libc::SIGTERM), "{backend:?}");
+    }
+}
