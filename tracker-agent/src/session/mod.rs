@@ -11,8 +11,6 @@ mod track;
 
 use std::{path::PathBuf, sync::mpsc, time::Instant};
 
-use anyhow::anyhow;
-
 use crate::{
     collect::{gpu::GpuCollector, Roots, SystemCollector},
     discovery,
@@ -63,7 +61,14 @@ pub fn run(st: Settings) -> anyhow::Result<i32> {
         }
         Target::Host => Start::Host,
     };
-    let invoker = launch::invoker().map_err(|e| anyhow!(e))?;
+    // SUDO_UID and SUDO_GID are input like any other: a bad one is exit 2.
+    let invoker = match launch::invoker() {
+        Ok(i) => i,
+        Err(e) => {
+            say(e);
+            return Ok(2);
+        }
+    };
     let owner = invoker.as_ref().map(launch::RunAs::owner);
     let run_as = invoker.filter(|_| !st.as_root);
     let owner = owner.as_ref();
@@ -89,6 +94,9 @@ pub fn run(st: Settings) -> anyhow::Result<i32> {
         Start::Host => (None, None),
         _ => load_engine(&st),
     };
+    if engine.is_none() && !matches!(start, Start::Host) && st.events.is_some() {
+        say("--events: process events come from the eBPF engine; the file stays empty");
+    }
     if engine.is_none() && matches!(start, Start::Command(..)) {
         // Orphans of the tree come back to us, and wait4 gives their exact usage.
         // SAFETY: prctl with integer arguments.

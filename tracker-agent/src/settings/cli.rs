@@ -39,10 +39,10 @@ pub enum Command {
 #[derive(Args, Debug, Clone)]
 pub struct Opts {
     /// Root PID of a running process tree to track.
-    #[arg(short = 'p', long, value_name = "PID")]
+    #[arg(short = 'p', long, value_name = "PID", allow_negative_numbers = true)]
     pub pid: Option<i64>,
     /// Seconds between samples (fractions allowed, at least 0.1) [default: 1].
-    #[arg(short = 'i', long, value_name = "SECS", allow_negative_numbers = true)]
+    #[arg(short = 'i', long, value_name = "SECS", allow_hyphen_values = true)]
     pub interval: Option<String>,
     /// TOML config file [default: resource-tracker.toml, skipped when absent].
     #[arg(short = 'c', long, value_name = "FILE")]
@@ -87,13 +87,15 @@ pub struct Opts {
     /// env TRACKER_SHARE_IDENTITY, [tracker] share_identity.
     #[arg(long)]
     pub share_identity: bool,
-    /// Capacity of the kernel task map (threads of the tree alive at once).
-    #[arg(long, value_name = "N", default_value_t = tracker_common::DEFAULT_MAX_TASKS)]
+    /// Capacity of the kernel task map (threads of the tree alive at once), from 64
+    /// to 4194304.
+    #[arg(long, value_name = "N", default_value_t = tracker_common::DEFAULT_MAX_TASKS, allow_negative_numbers = true,
+          value_parser = clap::value_parser!(u32).range(64..=4_194_304))]
     pub max_tasks: u32,
     /// Size of the kernel's event ring in KiB: a power of two from 4 to 262144. A
     /// ring too small for a burst of exits loses records (counted in lost_events),
     /// never totals.
-    #[arg(long, value_name = "KIB", default_value_t = tracker_common::EVENTS_BYTES / 1024, value_parser = ring_kib)]
+    #[arg(long, value_name = "KIB", default_value_t = tracker_common::EVENTS_BYTES / 1024, value_parser = ring_kib, allow_negative_numbers = true)]
     pub event_ring_kib: u32,
 }
 

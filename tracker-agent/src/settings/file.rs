@@ -94,21 +94,37 @@ pub fn load(explicit: Option<&Path>) -> Result<Option<(FileConfig, PathBuf)>, St
         }
         Err(e) => return Err(format!("config file {name}: {e}")),
     };
-    let located = |e: toml::de::Error| -> String {
+    // The key a wrong value belongs to, as `[section] key` (serde's path).
+    let located = |e: toml::de::Error, key: Option<String>| -> String {
         let msg = e.message().trim().replace('\n', " ");
+        let key = key.map_or(String::new(), |k| format!(" ({k})"));
         match e.span() {
             Some(s) => {
                 let (l, c) = line_col(&text, s.start);
-                format!("config file {name}, line {l}, column {c}: {msg}")
+                format!("config file {name}, line {l}, column {c}{key}: {msg}")
             }
-            None => format!("config file {name}: {msg}"),
+            None => format!("config file {name}{key}: {msg}"),
         }
     };
-    let de = toml::Deserializer::parse(&text).map_err(located)?;
+    let with_key = |e: serde_path_to_error::Error<toml::de::Error>| {
+        let path = e.path().to_string();
+        let key = match path.split_once('.') {
+            Some((section, k)) => format!("[{section}] {k}"),
+            None if path != "." => path,
+            None => String::new(),
+        };
+        located(e.into_inner(), Some(key).filter(|k| !k.is_empty()))
+    };
+    let de = toml::Deserializer::parse(&text).map_err(|e| located(e, None))?;
     let mut ignored = Vec::new();
-    let mut cfg: FileConfig =
-        serde_ignored::deserialize(de, |p| ignored.push(p.to_string())).map_err(located)?;
-    cfg.pid = toml::from_str::<PidOnly>(&text).map_err(located)?.job.pid;
+    let mut note = |p: serde_ignored::Path| ignored.push(p.to_string());
+    let de = serde_ignored::Deserializer::new(de, &mut note);
+    let mut cfg: FileConfig = serde_path_to_error::deserialize(de).map_err(with_key)?;
+    let de = toml::Deserializer::parse(&text).map_err(|e| located(e, None))?;
+    cfg.pid = serde_path_to_error::deserialize::<_, PidOnly>(de)
+        .map_err(with_key)?
+        .job
+        .pid;
     for key in ignored.iter().filter(|k| *k != "job.pid") {
         match key.split_once('.') {
             Some((section, k)) => {

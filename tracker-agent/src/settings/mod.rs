@@ -230,11 +230,22 @@ pub fn resolve(cli: Cli, get_env: GetEnv) -> Result<Settings, String> {
             .unwrap_or(false);
     let sentinel = sentinel_settings(get_env, upload_interval)?;
     let metadata = values::endpoints(get_env)?;
+    let output = opts.output.clone().or(tr.output.clone());
+    values::distinct_files(&[
+        ("-o", output.as_deref()),
+        ("--summary", opts.summary.as_deref()),
+        ("--events", opts.events.as_deref()),
+    ])?;
+    if opts.events.is_some() && opts.no_ebpf {
+        return Err(
+            "--events: process events come from the eBPF engine; not with --no-ebpf".into(),
+        );
+    }
     Ok(Settings {
         target: target(&opts, cmd, cfg.pid, &cname)?,
         interval,
         format,
-        output: opts.output.clone().or(tr.output.clone()),
+        output,
         quiet: opts.quiet || tr.quiet.unwrap_or(false),
         summary: opts.summary.clone(),
         events: opts.events.clone(),

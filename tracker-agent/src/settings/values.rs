@@ -1,6 +1,9 @@
 //! Checks shared by every layer: each names where a bad value came from.
 
-use std::{ffi::OsString, path::PathBuf};
+use std::{
+    ffi::OsString,
+    path::{Path, PathBuf},
+};
 
 use crate::{discovery::Endpoints, model::meta::meta_text};
 
@@ -112,12 +115,34 @@ pub fn base_url(s: &str) -> Result<String, &'static str> {
     if url.query().is_some() || url.fragment().is_some() {
         return Err("must not have a query or fragment");
     }
+    // The API authenticates with the token; a password in the URL would end up in
+    // messages and logs.
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err("must not carry credentials (user:password@)");
+    }
     Ok(s.trim_end_matches('/').to_string())
 }
 
 /// A base URL from the environment variable `var` (value `v`).
 pub fn url_setting(var: &str, v: &str) -> Result<String, String> {
-    base_url(v).map_err(|why| format!("environment variable {var}: '{}' {why}", v.escape_debug()))
+    base_url(v).map_err(|why| {
+        format!(
+            "environment variable {var}: '{}' {why}",
+            without_userinfo(v).escape_debug()
+        )
+    })
+}
+
+/// `v` with whatever precedes an `@` in its authority shown as `***`.
+fn without_userinfo(v: &str) -> String {
+    let Some((scheme, rest)) = v.split_once("://") else {
+        return v.to_string();
+    };
+    let end = rest.find('/').unwrap_or(rest.len());
+    match rest[..end].rfind('@') {
+        Some(at) => format!("{scheme}://***{}", &rest[at..]),
+        None => v.to_string(),
+    }
 }
 
 /// A directory named by the environment variable `var`: it must exist, and be a
@@ -137,6 +162,40 @@ pub fn existing_dir(var: &str, v: &str) -> Result<PathBuf, String> {
         "environment variable {var}: {}: {why}",
         p.display()
     ))
+}
+
+/// Output files named by several flags must differ: two writers on one file
+/// overwrite each other. Compared by name (made absolute) and, for files that
+/// exist, by identity (a link or a second name for the same file). A terminal or
+/// a pipe (`/dev/stderr`) may be shared.
+pub fn distinct_files(named: &[(&str, Option<&Path>)]) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let cwd = std::env::current_dir().unwrap_or_default();
+    // Each flag with its absolute path and, for an existing file, (device, inode).
+    type Named<'a> = (&'a str, (PathBuf, Option<(u64, u64)>));
+    let given: Vec<Named> = named
+        .iter()
+        .filter_map(|(flag, p)| {
+            let p = (*p)?;
+            let id = match std::fs::metadata(p) {
+                Ok(m) if !m.is_file() => return None,
+                Ok(m) => Some((m.dev(), m.ino())),
+                Err(_) => None,
+            };
+            Some((*flag, (cwd.join(p), id)))
+        })
+        .collect();
+    for (i, (a, ka)) in given.iter().enumerate() {
+        for (b, kb) in &given[i + 1..] {
+            if ka.0 == kb.0 || (ka.1.is_some() && ka.1 == kb.1) {
+                return Err(format!(
+                    "{a} and {b} name the same file {}; each needs its own",
+                    ka.0.display()
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Variable and default of each metadata service.
@@ -242,6 +301,11 @@ mod tests {
             assert!(e.contains(why), "{bad}: {e}");
             assert_eq!(e.lines().count(), 1, "{e}");
         }
+        let e = url_setting("SENTINEL_API_URL", "https://u:s3cret@h.example/api").unwrap_err();
+        assert_eq!(
+            e,
+            "environment variable SENTINEL_API_URL: 'https://***@h.example/api' must not carry credentials (user:password@)"
+        );
         let raw = OsString::from_vec(vec![b'h', 0xff]);
         let e = endpoints(&move |k: &str| (k == "TRACKER_METADATA_GCP_URL").then(|| raw.clone()))
             .unwrap_err();

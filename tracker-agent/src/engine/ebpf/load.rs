@@ -48,7 +48,7 @@ impl fmt::Display for EbpfUnavailable {
         match self {
             EbpfUnavailable::NoBtf(s) => write!(f, "no usable kernel BTF ({s})"),
             EbpfUnavailable::NoPrivilege(s) => {
-                write!(f, "not allowed to load BPF programs ({s}); run as root or with CAP_BPF+CAP_PERFMON")
+                write!(f, "not allowed to load BPF programs ({s}); CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN) are needed")
             }
             EbpfUnavailable::PidNamespace => write!(
                 f,
@@ -59,11 +59,9 @@ impl fmt::Display for EbpfUnavailable {
     }
 }
 
+/// Root is no guarantee: a container or `capsh` may drop the capabilities, and the
+/// kernel's EPERM on the first map would then say nothing of why.
 fn has_cap_bpf() -> Result<(), String> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
-        return Ok(());
-    }
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     let eff = status
         .lines()
@@ -75,10 +73,13 @@ fn has_cap_bpf() -> Result<(), String> {
     const CAP_BPF: u64 = 39;
     let has = |c: u64| eff & (1 << c) != 0;
     if has(CAP_SYS_ADMIN) || (has(CAP_BPF) && has(CAP_PERFMON)) {
-        Ok(())
-    } else {
-        Err("not root, and lacking CAP_BPF+CAP_PERFMON".into())
+        return Ok(());
     }
+    // SAFETY: geteuid has no preconditions.
+    Err(match unsafe { libc::geteuid() } {
+        0 => "root, but without CAP_BPF+CAP_PERFMON or CAP_SYS_ADMIN".into(),
+        _ => "not root, and lacking CAP_BPF+CAP_PERFMON".into(),
+    })
 }
 
 impl EbpfEngine {
@@ -110,7 +111,7 @@ impl EbpfEngine {
             .map_max_entries("TASKS", max_tasks)
             .map_max_entries("EVENTS", ring_bytes)
             .load(OBJECT)
-            .map_err(|e| classify(e.to_string()))?;
+            .map_err(|e| classify(String::new(), &e))?;
         for name in TRACEPOINTS.into_iter().chain([SWEEP]) {
             let prog: &mut RawTracePoint = bpf
                 .program_mut(name)
@@ -121,11 +122,10 @@ impl EbpfEngine {
                 .map_err(|e: aya::programs::ProgramError| {
                     EbpfUnavailable::Load(format!("{name}: {e}"))
                 })?;
-            prog.load()
-                .map_err(|e| classify(format!("{name}: {e:#}")))?;
+            prog.load().map_err(|e| classify(format!("{name}: "), &e))?;
             if name != SWEEP {
                 prog.attach(name)
-                    .map_err(|e| classify(format!("attach {name}: {e}")))?;
+                    .map_err(|e| classify(format!("attach {name}: "), &e))?;
             }
         }
         log::debug!(
@@ -183,11 +183,24 @@ impl EbpfEngine {
     }
 }
 
-fn classify(msg: String) -> EbpfUnavailable {
-    if msg.contains("EPERM")
-        || msg.contains("Operation not permitted")
-        || msg.contains("os error 1)")
-    {
+/// The error with its causes, as a privilege problem when the kernel said EPERM
+/// (decided on the error's kind, not on its text).
+fn classify(what: String, e: &(dyn std::error::Error + 'static)) -> EbpfUnavailable {
+    let mut msg = format!("{what}{e}");
+    let mut eperm = false;
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let t = c.to_string();
+        if !msg.contains(&t) {
+            msg.push_str(": ");
+            msg.push_str(&t);
+        }
+        eperm |= c
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::PermissionDenied);
+        cause = c.source();
+    }
+    if eperm {
         EbpfUnavailable::NoPrivilege(msg)
     } else {
         EbpfUnavailable::Load(msg)

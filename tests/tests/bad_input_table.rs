@@ -1,0 +1,494 @@
+//! Every value a user can give, wrong in every way we know of: flags, the config
+//! file, the environment. Each case must end in one line that names the input and
+//! the documented exit code (2: the input is wrong; 1: a file cannot be made), with
+//! no panic and without starting the command. docs/bad-input.md is this table;
+//! `TRACKER_BLESS=1 cargo test -p tracker-tests --test bad_input_table` rewrites it
+//! from what the binary says, and the test fails while the two differ.
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use tracker_tests::*;
+
+struct Case {
+    /// What the user gave, as the table shows it.
+    input: String,
+    args: Vec<String>,
+    env: Vec<(String, String)>,
+    /// A config file's body; `{cfg}` in `args` names it.
+    config: Option<String>,
+    code: i32,
+    /// Text the message must hold (the flag, variable or key, and the value).
+    needles: Vec<String>,
+}
+
+fn s(v: &[&str]) -> Vec<String> {
+    v.iter().map(|x| x.to_string()).collect()
+}
+
+/// A case on the command line; `{dir}`, `{file}`, `{link}` and `{cfg}` are
+/// replaced by scratch paths (a directory, a regular file, a link to the
+/// directory, the config file).
+fn flag(args: &[&str], code: i32, needles: &[&str]) -> Case {
+    Case {
+        input: args.join(" "),
+        args: s(args),
+        env: Vec::new(),
+        config: None,
+        code,
+        needles: s(needles),
+    }
+}
+
+fn env(var: &str, value: &str, code: i32, needles: &[&str]) -> Case {
+    Case {
+        input: format!("{var}={value:?}"),
+        args: s(&["run", "--", "touch", "{dir}/started"]),
+        env: vec![(var.to_string(), value.to_string())],
+        config: None,
+        code,
+        needles: s(needles),
+    }
+}
+
+/// With a token, so that the streaming variables are read.
+fn stream_env(var: &str, value: &str, needles: &[&str]) -> Case {
+    let mut c = env(var, value, 2, needles);
+    c.env.push(("SENTINEL_API_TOKEN".into(), "t0ken".into()));
+    c
+}
+
+fn config(body: &str, needles: &[&str]) -> Case {
+    Case {
+        input: format!("config: {}", body.trim().replace('\n', " ⏎ ")),
+        args: s(&["run", "-c", "{cfg}", "--", "touch", "{dir}/started"]),
+        env: Vec::new(),
+        config: Some(body.to_string()),
+        code: 2,
+        needles: s(needles),
+    }
+}
+
+fn run_flag(f: &str, v: &str, needles: &[&str]) -> Case {
+    flag(&["run", f, v, "--", "touch", "{dir}/started"], 2, needles)
+}
+
+const BAD_SECONDS: [&str; 11] = [
+    "0", "-1", "abc", "nan", "inf", "-inf", "1e19", "1e300", "0.01", "1s", "0x10",
+];
+const BAD_URLS: [&str; 8] = [
+    "ftp://x",
+    "169.254.169.254",
+    "http://",
+    "http:///x",
+    "http://a b",
+    "http://h/?q=1",
+    "http://h/#f",
+    "https://user:pw@h.example",
+];
+const META_FLAGS: [(&str, &str); 11] = [
+    ("--job-name", "TRACKER_JOB_NAME"),
+    ("--project-name", "TRACKER_PROJECT_NAME"),
+    ("--stage-name", "TRACKER_STAGE_NAME"),
+    ("--task-name", "TRACKER_TASK_NAME"),
+    ("--team", "TRACKER_TEAM"),
+    ("--env", "TRACKER_ENV"),
+    ("--language", "TRACKER_LANGUAGE"),
+    ("--orchestrator", "TRACKER_ORCHESTRATOR"),
+    ("--executor", "TRACKER_EXECUTOR"),
+    ("--external-run-id", "TRACKER_EXTERNAL_RUN_ID"),
+    ("--container-image", "TRACKER_CONTAINER_IMAGE"),
+];
+
+fn cases() -> Vec<Case> {
+    let mut v = Vec::new();
+    for bad in BAD_SECONDS {
+        v.push(run_flag("-i", bad, &["--interval", bad]));
+        v.push(config(
+            &format!("[tracker]\ninterval_secs = {}\n", toml_num(bad)),
+            &["interval_secs"],
+        ));
+        v.push(config(
+            &format!("[tracker]\nupload_interval_secs = {}\n", toml_num(bad)),
+            &["upload_interval_secs"],
+        ));
+        v.push(env(
+            "TRACKER_UPLOAD_INTERVAL",
+            bad,
+            2,
+            &["TRACKER_UPLOAD_INTERVAL"],
+        ));
+        v.push(stream_env(
+            "TRACKER_HTTP_TIMEOUT",
+            bad,
+            &["TRACKER_HTTP_TIMEOUT"],
+        ));
+    }
+    for bad in ["0", "-1", "abc", "1.5", "99999999999", "4294967296", ""] {
+        v.push(flag(&["--pid", bad], 2, &["--pid"]));
+    }
+    for bad in ["0", "-1", "99999999999", "\"abc\"", "1.5"] {
+        let mut c = config(&format!("[job]\npid = {bad}\n"), &["pid"]);
+        c.args = s(&["-c", "{cfg}"]);
+        v.push(c);
+    }
+    v.push(flag(
+        &["--pid", "999999999"],
+        1,
+        &["no process with id 999999999"],
+    ));
+    v.push(flag(
+        &["run", "--pid", "1", "--", "touch", "{dir}/started"],
+        2,
+        &["--pid"],
+    ));
+    for bad in ["xml", "JSONL", ""] {
+        v.push(run_flag("--format", bad, &["--format"]));
+    }
+    v.push(config(
+        "[tracker]\nformat = \"xml\"\n",
+        &["format", "'xml'"],
+    ));
+    for bad in ["0", "63", "4194305", "-1", "many", ""] {
+        v.push(run_flag("--max-tasks", bad, &["--max-tasks"]));
+    }
+    for bad in ["0", "3", "5", "6", "524288", "-4", "big"] {
+        v.push(run_flag("--event-ring-kib", bad, &["--event-ring-kib"]));
+    }
+    for bad in ["novalue", "=v", " =v", "k=a\u{1}b", "k\u{7}=v"] {
+        v.push(run_flag("--tag", bad, &["--tag"]));
+    }
+    for (f, var) in META_FLAGS {
+        v.push(run_flag(f, "a\nb", &[f, "U+000A"]));
+        v.push(env(var, "a\u{1b}[31m", 2, &[var, "U+001B"]));
+        let key = f.trim_start_matches("--").replace('-', "_");
+        v.push(config(
+            &format!("[job]\n{key} = \"a\\u0007\"\n"),
+            &[&key, "U+0007"],
+        ));
+        v.push(config(&format!("[job]\n{key} = 5\n"), &[&key]));
+    }
+    for var in [
+        "SENTINEL_API_URL",
+        "TRACKER_S3_ENDPOINT",
+        "TRACKER_METADATA_URL",
+        "TRACKER_METADATA_GCP_URL",
+        "TRACKER_METADATA_ALIBABA_URL",
+    ] {
+        for bad in BAD_URLS {
+            v.push(stream_env(var, bad, &[var]));
+        }
+    }
+    for var in ["TRACKER_DISCOVER", "TRACKER_SHARE_IDENTITY"] {
+        for bad in ["2", "maybe", "tru"] {
+            v.push(env(var, bad, 2, &[var, bad]));
+        }
+    }
+    for bad in ["-1", "lots", "1.5", "18446744073709551616"] {
+        v.push(stream_env(
+            "TRACKER_UPLOAD_MEMORY_LIMIT",
+            bad,
+            &["TRACKER_UPLOAD_MEMORY_LIMIT"],
+        ));
+    }
+    for (bad, why) in [
+        ("{file}", "is not a directory"),
+        ("{dir}/missing", "No such file"),
+        ("{link}", "symbolic link"),
+    ] {
+        v.push(stream_env(
+            "TRACKER_SPOOL_DIR",
+            bad,
+            &["TRACKER_SPOOL_DIR", why],
+        ));
+    }
+    for bad in ["sec ret", "tab\tbed"] {
+        let mut c = env("SENTINEL_API_TOKEN", bad, 2, &["SENTINEL_API_TOKEN"]);
+        c.input = "SENTINEL_API_TOKEN=<with a space or control character>".into();
+        v.push(c);
+    }
+    for (var, bad) in [
+        ("SUDO_UID", "abc"),
+        ("SUDO_UID", "-1"),
+        ("SUDO_GID", "x"),
+        ("SUDO_UID", "99999999999"),
+    ] {
+        let mut c = env(var, bad, 2, &[var]);
+        if var == "SUDO_GID" {
+            c.env.push(("SUDO_UID".into(), "65534".into()));
+        }
+        v.push(c);
+    }
+    // Files: where they cannot be made (1), and two flags on one file (2).
+    for f in ["-o", "--summary", "--events"] {
+        v.push(flag(
+            &["run", f, "{dir}/missing/x", "--", "touch", "{dir}/started"],
+            1,
+            &["{dir}/missing/x"],
+        ));
+        v.push(flag(
+            &["run", f, "{dir}", "--", "touch", "{dir}/started"],
+            1,
+            &["{dir}"],
+        ));
+    }
+    for (a, b) in [
+        ("-o", "--summary"),
+        ("-o", "--events"),
+        ("--summary", "--events"),
+    ] {
+        v.push(flag(
+            &[
+                "run",
+                a,
+                "{dir}/same",
+                b,
+                "{dir}/same",
+                "--",
+                "touch",
+                "{dir}/started",
+            ],
+            2,
+            &[a, b, "same file"],
+        ));
+        v.push(flag(
+            &[
+                "run",
+                a,
+                "{file}",
+                b,
+                "{dir}/hard",
+                "--",
+                "touch",
+                "{dir}/started",
+            ],
+            2,
+            &[a, b, "same file"],
+        ));
+    }
+    v.push(flag(
+        &[
+            "run",
+            "--no-ebpf",
+            "--events",
+            "{dir}/ev",
+            "--",
+            "touch",
+            "{dir}/started",
+        ],
+        2,
+        &["--events", "--no-ebpf"],
+    ));
+    // The command line itself.
+    v.push(flag(&["run", "--"], 2, &["<CMD>"]));
+    v.push(flag(&["run"], 2, &["<CMD>"]));
+    v.push(flag(&["--bogus-flag"], 2, &["--bogus-flag"]));
+    v.push(flag(&["run", "-z", "--", "true"], 2, &["-z"]));
+    // Not a subcommand: a command, as with a shell.
+    v.push(flag(&["stopp"], 127, &["stopp: command not found"]));
+    v.push(flag(&["-i"], 2, &["--interval"]));
+    v.push(flag(&["-c"], 2, &["--config"]));
+    // The config file itself.
+    v.push(flag(&["-c", "{dir}/none.toml"], 2, &["none.toml"]));
+    v.push(flag(&["-c", "{dir}"], 2, &["{dir}"]));
+    v.push(config("[job\nname = 1\n", &["line 1"]));
+    v.push(config(
+        "[job]\nname = \"x\"\npid = = 3\n",
+        &["line 3", "column 7"],
+    ));
+    v.push(config("[job]\ntags = \"a\"\n", &["tags"]));
+    v.push(config("[job]\ntags = { k = 1 }\n", &["tags"]));
+    v.push(config("[job]\ntags = { k = \"a\\u0000\" }\n", &["tags.k"]));
+    v.push(config("job = 3\n", &["job"]));
+    v.push(config("[tracker]\nquiet = \"yes\"\n", &["quiet"]));
+    v.push(config("[tracker]\ndiscover = 1\n", &["discover"]));
+    v.push(config("[tracker]\noutput = 5\n", &["output"]));
+    v.push(config("\u{feff}\u{0}", &["{cfg}"]));
+    v
+}
+
+/// A value as TOML would take it: numbers bare, anything else quoted.
+fn toml_num(v: &str) -> String {
+    match v {
+        "nan" | "inf" | "-inf" => v.to_string(),
+        _ if v.parse::<f64>().is_ok() && !v.starts_with("0x") => v.to_string(),
+        _ => format!("{v:?}"),
+    }
+}
+
+struct Scr {
+    s: Scratch,
+    dir: PathBuf,
+    file: PathBuf,
+    link: PathBuf,
+    cfg: PathBuf,
+}
+
+impl Scr {
+    fn new(i: usize) -> Scr {
+        let s = Scratch::new(&format!("bad{i}"));
+        let dir = s.path("d");
+        std::fs::create_dir(&dir).expect("dir");
+        let file = s.path("f");
+        std::fs::write(&file, "").expect("file");
+        std::fs::hard_link(&file, dir.join("hard")).expect("hard link");
+        let link = s.path("l");
+        std::os::unix::fs::symlink(&dir, &link).expect("symlink");
+        let cfg = s.path("c.toml");
+        Scr {
+            s,
+            dir,
+            file,
+            link,
+            cfg,
+        }
+    }
+
+    fn fill(&self, t: &str) -> String {
+        t.replace("{dir}", &show(&self.dir))
+            .replace("{file}", &show(&self.file))
+            .replace("{link}", &show(&self.link))
+            .replace("{cfg}", &show(&self.cfg))
+    }
+
+    /// The scratch paths back to their names, for the table.
+    fn unfill(&self, t: &str) -> String {
+        t.replace(&show(&self.cfg), "{cfg}")
+            .replace(&show(&self.dir), "{dir}")
+            .replace(&show(&self.file), "{file}")
+            .replace(&show(&self.link), "{link}")
+    }
+}
+
+fn show(p: &Path) -> String {
+    p.to_str().expect("utf-8 scratch path").to_string()
+}
+
+/// Runs one case; its row of the table, or what went wrong.
+fn check(i: usize, c: &Case) -> Result<String, String> {
+    let scr = Scr::new(i);
+    if let Some(body) = &c.config {
+        std::fs::write(&scr.cfg, body).expect("config");
+    }
+    let mut cmd = Command::new(tracker());
+    e2e::clean_env(&mut cmd);
+    cmd.env_remove("SUDO_UID").env_remove("SUDO_GID");
+    cmd.current_dir(&scr.s.0);
+    cmd.args(c.args.iter().map(|a| scr.fill(a)));
+    for (k, v) in &c.env {
+        cmd.env(k, scr.fill(v));
+    }
+    let o = run(&mut cmd);
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    let what = format!("case {i} `{}`", c.input);
+    if err.contains("panicked") {
+        return Err(format!("{what}: panicked: {err}"));
+    }
+    if o.status.code() != Some(c.code) {
+        return Err(format!(
+            "{what}: exit {:?}, not {}: {err}",
+            o.status.code(),
+            c.code
+        ));
+    }
+    let line = err.trim_end();
+    if line.lines().count() != 1 || !line.starts_with("resource-tracker: ") {
+        return Err(format!("{what}: not one line: {err}"));
+    }
+    for n in &c.needles {
+        let n = scr.fill(n);
+        if !line.contains(&n) {
+            return Err(format!("{what}: {n:?} not in {line}"));
+        }
+    }
+    if scr.dir.join("started").exists() {
+        return Err(format!("{what}: the command was started"));
+    }
+    let msg = scr.unfill(line.trim_start_matches("resource-tracker: "));
+    Ok(format!(
+        "| `{}` | {} | {} |",
+        cell(&c.input),
+        cell(&msg),
+        c.code
+    ))
+}
+
+/// Text safe in a Markdown table cell.
+fn cell(t: &str) -> String {
+    t.escape_debug()
+        .to_string()
+        .replace("\\\"", "\"")
+        .replace("\\'", "'")
+        .replace('|', "\\|")
+        .replace('`', "'")
+}
+
+#[test]
+fn every_bad_input_is_one_line_and_its_exit_code() {
+    let cases = cases();
+    assert!(cases.len() >= 200, "{} cases", cases.len());
+    // Independent runs of a short-lived binary: a few at a time.
+    let results: Vec<Result<String, String>> = std::thread::scope(|sc| {
+        let chunks: Vec<_> = cases.chunks(cases.len().div_ceil(4)).collect();
+        let mut offset = 0;
+        let handles: Vec<_> = chunks
+            .into_iter()
+            .map(|ch| {
+                let start = offset;
+                offset += ch.len();
+                sc.spawn(move || {
+                    ch.iter()
+                        .enumerate()
+                        .map(|(j, c)| check(start + j, c))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().expect("a checking thread"))
+            .collect()
+    });
+    let failed: Vec<&String> = results.iter().filter_map(|r| r.as_ref().err()).collect();
+    assert!(
+        failed.is_empty(),
+        "{} of {} cases:\n{}",
+        failed.len(),
+        cases.len(),
+        failed
+            .iter()
+            .map(|s| s.as_str())
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    let rows: Vec<&String> = results.iter().filter_map(|r| r.as_ref().ok()).collect();
+    let doc = format!(
+        "# Bad input\n\n\
+         Generated by `tests/tests/bad_input_table.rs` from what the binary says \
+         (`TRACKER_BLESS=1 cargo test -p tracker-tests --test bad_input_table` \
+         rewrites it; the test fails while the two differ). {} cases, each one line \
+         on stderr, none a panic, and in none the command started. Exit code 2: the \
+         input is wrong (nothing was started); 1: a file the user named cannot be \
+         made; 127: no such command, as with a shell. `{{dir}}`, `{{file}}`, `{{link}}` and `{{cfg}}` stand for a scratch \
+         directory, a regular file, a link to the directory and the config file.\n\n\
+         | Input | Message | Exit |\n|---|---|---|\n{}\n",
+        rows.len(),
+        rows.iter()
+            .map(|r| r.as_str())
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/bad-input.md");
+    if std::env::var_os("TRACKER_BLESS").is_some() {
+        std::fs::write(&path, &doc).expect("write docs/bad-input.md");
+        return;
+    }
+    let have = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        have == doc,
+        "docs/bad-input.md is not in step with the binary: run \
+         TRACKER_BLESS=1 cargo test -p tracker-tests --test bad_input_table"
+    );
+}
