@@ -318,6 +318,69 @@ fn upload_failures_for_several_intervals_lose_nothing() {
     assert!(r.summary["streaming"]["batches_uploaded"].as_u64() >= Some(3));
 }
 
+/// Every PUT fails: `finish` must not claim S3 data it cannot list (the API
+/// refuses `s3` without URIs); the rows, which fit, go inline, all of them.
+#[test]
+fn nothing_reached_s3_so_finish_carries_the_rows_inline() {
+    let Some(moto) = Moto::start("stream-nos3", 2) else {
+        return;
+    };
+    let m = mock(&Scenario::new(&moto).fault("s3_put", &["status:503"; 60]));
+    let dir = Scratch::new("stream-nos3");
+    let r = run_streamed(&dir, &m, "1", &["sleep", "2.5"]);
+    assert!(r.status.success(), "{}", r.stderr);
+    let puts = m.records_of("s3_put");
+    assert!(
+        !puts.is_empty() && puts.iter().all(|p| p["status"] == 503),
+        "{puts:?}"
+    );
+    let fin = m.records_of("finish");
+    assert_eq!(fin.len(), 1, "{fin:?}");
+    assert_eq!(fin[0]["status"], 200, "{}", fin[0]);
+    let b = &fin[0]["body"];
+    assert_eq!(b["data_source"], "inline", "{b}");
+    assert_eq!(b["run_status"], "finished", "{b}");
+    assert_eq!(b["data_csv"].as_str(), Some(r.local.as_str()));
+    let st = &r.summary["streaming"];
+    assert_eq!(
+        (&st["finished"], &st["data_source"], &st["partial"]),
+        (
+            &Value::Bool(true),
+            &Value::from("inline"),
+            &Value::Bool(false)
+        ),
+        "{st}"
+    );
+    assert_eq!(st["rows_uploaded"].as_u64(), Some(r.rows().len() as u64));
+}
+
+/// A registration answered after the upload time-out: waited for, not sent again
+/// (each try could leave a run on the server that is never finished). The run
+/// carries a client-made external_run_id.
+#[test]
+fn a_late_registration_is_waited_for_not_repeated() {
+    let Some(moto) = Moto::start("stream-latereg", 2) else {
+        return;
+    };
+    let m = mock(&Scenario::new(&moto).fault("register", &["sleep:1800"]));
+    let dir = Scratch::new("stream-latereg");
+    let r = run_streamed(&dir, &m, "1", &["sleep", "3"]);
+    assert!(r.status.success(), "{}", r.stderr);
+    let regs = m.records_of("register");
+    assert_eq!(regs.len(), 1, "{regs:?}");
+    let id = regs[0]["body"]["external_run_id"].as_str().unwrap_or("");
+    assert!(
+        id.starts_with("rt-") && id.len() > 20,
+        "{}",
+        regs[0]["body"]
+    );
+    let fin = m.records_of("finish");
+    assert_eq!(fin.len(), 1, "{fin:?}");
+    assert_eq!(fin[0]["status"], 200, "{}", fin[0]);
+    assert_lossless(&moto, &m, &r);
+    assert_eq!(r.summary["streaming"]["registrations_timed_out"], 0);
+}
+
 #[test]
 fn memory_limit_spools_batches_and_they_come_back_in_order() {
     let Some(moto) = Moto::start("stream-spool", 2) else {

@@ -30,6 +30,8 @@ impl Member {
 
 pub struct ProcfsEngine {
     root: u32,
+    /// The root's start time: a later process given the same pid is not the root.
+    root_start: Option<u64>,
     /// The tracker's pid when it is the subreaper of the tree (`run`): its other
     /// children are orphans of the tree.
     reaper: Option<u32>,
@@ -154,8 +156,11 @@ pub fn descendants_with_threads(root: u32) -> Vec<(u32, Vec<u32>)> {
 
 impl ProcfsEngine {
     pub fn new(root: u32, reaper: Option<u32>) -> Self {
+        let mut buf = String::new();
+        let root_start = procread::stat(root, &mut buf).map(|st| st.starttime);
         ProcfsEngine {
             root,
+            root_start,
             reaper,
             members: HashMap::new(),
             kept_cpu: 0,
@@ -168,7 +173,7 @@ impl ProcfsEngine {
             max_rss_kib: 0,
             tck_ns: 1_000_000_000 / procread::clk_tck(),
             page: procread::page_size(),
-            buf: String::new(),
+            buf,
             live: Vec::new(),
             children_files: have_children_files(),
         }
@@ -190,8 +195,14 @@ impl ProcfsEngine {
     /// Roots: the root, known members that are still the same process (orphans keep
     /// membership) and the tracker's other children when it is the subreaper.
     fn find_tree(&mut self) -> (HashMap<u32, procread::Stat>, HashSet<u32>) {
+        // The root while it is still the process first seen with its pid.
+        let root_start = self.root_start;
+        let same_root = |st: &procread::Stat| Some(st.starttime) == root_start;
         if self.children_files {
-            let mut roots = vec![self.root];
+            let mut roots = Vec::new();
+            if procread::stat(self.root, &mut self.buf).is_some_and(|st| same_root(&st)) {
+                roots.push(self.root);
+            }
             for (&pid, m) in &self.members {
                 if procread::stat(pid, &mut self.buf).is_some_and(|st| st.starttime == m.starttime)
                 {
@@ -207,7 +218,10 @@ impl ProcfsEngine {
         }
         let all = scan();
         let kids = children_index(&all);
-        let mut roots: Vec<u32> = vec![self.root];
+        let mut roots: Vec<u32> = Vec::new();
+        if all.get(&self.root).is_some_and(same_root) {
+            roots.push(self.root);
+        }
         roots.extend(
             self.members
                 .iter()

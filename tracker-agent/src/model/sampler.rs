@@ -19,7 +19,6 @@ pub struct Sampler {
     job_name: Option<String>,
     prev: TreeTotals,
     /// CPU already used when tracking began (attach); zero for a started command.
-    origin_cpu_ns: u64,
     prev_at: Instant,
     prev_self_cpu: f64,
     prev_bpf: Option<(u64, u64)>,
@@ -41,7 +40,6 @@ impl Sampler {
             tree,
             job_name,
             prev: TreeTotals::default(),
-            origin_cpu_ns: 0,
             prev_at: start,
             prev_self_cpu: own_cpu_secs,
             prev_bpf: None,
@@ -56,7 +54,7 @@ impl Sampler {
     /// gets `tree`; the BPF counters always need one.
     pub fn baseline(&mut self, tree: Option<TreeTotals>, bpf: Option<(u64, u64)>) {
         if let Some(t) = tree {
-            self.origin_cpu_ns = t.cpu_ns;
+            self.stats.origin = t.clone();
             self.prev = t;
         }
         self.prev_bpf = bpf;
@@ -110,7 +108,7 @@ impl Sampler {
             backend: backend.as_str(),
             utime_secs: d_user as f64 / 1e9,
             stime_secs: d_sys as f64 / 1e9,
-            cpu_secs_total: now.cpu_ns.saturating_sub(self.origin_cpu_ns) as f64 / 1e9,
+            cpu_secs_total: now.cpu_ns.saturating_sub(self.stats.origin.cpu_ns) as f64 / 1e9,
             processes_spawned: now.procs_spawned.saturating_sub(self.prev.procs_spawned),
             processes_exited: now.procs_exited.saturating_sub(self.prev.procs_exited),
             live_processes: now.live_procs,
@@ -157,7 +155,6 @@ impl Sampler {
         };
         self.stats
             .add(&sample, &now, self.cum_user_ns, self.cum_sys_ns, d_self);
-        self.stats.origin_cpu_ns = self.origin_cpu_ns;
         self.prev = now;
         self.prev_at = at;
         if bpf.is_some() {
@@ -286,7 +283,7 @@ mod tests {
             (p.cpu_secs_total, p.utime_secs, p.write_bytes),
             (1.0, 1.0, 0)
         );
-        assert_eq!(s.stats.origin_cpu_ns, 50 * S);
+        assert_eq!(s.stats.origin.cpu_ns, 50 * S);
         // Host only: no process part, no tree figures in cpu.
         let mut h = Sampler::new(None, None, start, 0.0);
         let x = h.step(at(start, 1.0, TreeTotals::default(), 0.0, None));

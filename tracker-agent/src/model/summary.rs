@@ -21,7 +21,8 @@ pub struct RunStats {
     pub tracker_cpu_secs: f64,
     pub bpf_run_time_secs: Option<f64>,
     pub last: TreeTotals,
-    pub origin_cpu_ns: u64,
+    /// The tree when the run began: an attached tree's totals are counted from it.
+    pub origin: TreeTotals,
     pub user_ns: u64,
     pub sys_ns: u64,
     pub max_tracker_rss_mib: f64,
@@ -103,11 +104,17 @@ pub struct StreamReport {
     pub rows_uploaded: u64,
     pub batches_uploaded: u64,
     pub upload_failures: u64,
+    /// Registrations that got no answer in time: each may have created a run on
+    /// the server that stays unfinished.
+    pub registrations_timed_out: u64,
     pub credential_refreshes: u64,
     /// Batches that waited in the spool file because memory was at its limit.
     pub spooled_batches: u64,
     /// `s3` or `inline`; null when `finish` was not accepted.
     pub data_source: Option<&'static str>,
+    /// Nothing reached S3 and the rows did not all fit inline: `finish` carried
+    /// the first that fit and marked the run failed; every row is in `kept_dir`.
+    pub partial: bool,
     pub finished: bool,
     /// Where batches that could not be uploaded were written.
     pub kept_dir: Option<PathBuf>,
@@ -131,7 +138,8 @@ impl Summary {
         top_commands: Vec<TopCommand>,
     ) -> Self {
         let t = &stats.last;
-        let cpu_total = t.cpu_ns.saturating_sub(stats.origin_cpu_ns) as f64 / 1e9;
+        let o = &stats.origin;
+        let cpu_total = t.cpu_ns.saturating_sub(o.cpu_ns) as f64 / 1e9;
         Summary {
             wall_secs,
             cpu_user_secs: stats.user_ns as f64 / 1e9,
@@ -151,11 +159,11 @@ impl Summary {
             },
             peak_cores: stats.peak_cores,
             max_process_rss_mib: t.max_rss_kib as f64 / 1024.0,
-            read_bytes: t.read_bytes,
-            write_bytes: t.write_bytes,
-            rchar_bytes: t.rchar,
-            wchar_bytes: t.wchar,
-            execs: t.execs,
+            read_bytes: t.read_bytes.saturating_sub(o.read_bytes),
+            write_bytes: t.write_bytes.saturating_sub(o.write_bytes),
+            rchar_bytes: t.rchar.saturating_sub(o.rchar),
+            wchar_bytes: t.wchar.saturating_sub(o.wchar),
+            execs: t.execs.saturating_sub(o.execs),
             threads_spawned: t.threads_spawned,
             still_running: t.live_procs,
             untracked_tasks: t.untracked_tasks,

@@ -13,6 +13,8 @@ use super::Secret;
 pub enum ApiError {
     /// No answer: connection refused, reset, timed out.
     Transport(String),
+    /// No answer in time: the server may still have acted on the request.
+    TimedOut(String),
     /// A non-2xx answer.
     Status { status: u16, body: String },
     /// A 2xx answer the client cannot use.
@@ -23,7 +25,7 @@ impl ApiError {
     /// Worth another try later: no answer, 5xx, 408, 429.
     pub fn retryable(&self) -> bool {
         match self {
-            ApiError::Transport(_) => true,
+            ApiError::Transport(_) | ApiError::TimedOut(_) => true,
             ApiError::Status { status, .. } => *status >= 500 || *status == 408 || *status == 429,
             ApiError::Answer(_) => false,
         }
@@ -33,7 +35,7 @@ impl ApiError {
 impl std::fmt::Display for ApiError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            ApiError::Transport(e) => write!(f, "{e}"),
+            ApiError::Transport(e) | ApiError::TimedOut(e) => write!(f, "{e}"),
             ApiError::Status { status, body } => write!(f, "HTTP {status}: {body}"),
             ApiError::Answer(e) => write!(f, "{e}"),
         }
@@ -182,10 +184,14 @@ pub fn parse_registration(v: &Value) -> Result<Registration, String> {
     })
 }
 
+/// How many request time-outs registration may take (see `Api::register`).
+const REGISTER_TIMEOUT_FACTOR: u32 = 3;
+
 pub struct Api {
     client: reqwest::Client,
     base: String,
     token: Secret,
+    timeout: Duration,
 }
 
 impl Api {
@@ -200,6 +206,7 @@ impl Api {
             client,
             base: base.to_string(),
             token,
+            timeout,
         })
     }
 
@@ -209,10 +216,20 @@ impl Api {
     }
 
     async fn post(&self, path: &str, body: Option<&Value>) -> Result<Value, ApiError> {
+        self.post_within(path, body, self.timeout).await
+    }
+
+    async fn post_within(
+        &self,
+        path: &str,
+        body: Option<&Value>,
+        timeout: Duration,
+    ) -> Result<Value, ApiError> {
         let url = format!("{}{path}", self.base);
         let mut req = self
             .client
             .post(&url)
+            .timeout(timeout)
             .bearer_auth(&self.token.0)
             .header(reqwest::header::ACCEPT, "application/json");
         req = match body {
@@ -220,11 +237,19 @@ impl Api {
             None => req.header(reqwest::header::CONTENT_TYPE, "application/json"),
         };
         let resp = req.send().await.map_err(|e| {
-            ApiError::Transport(self.redact(&format!("POST {url}: {}", error_chain(&e))))
+            let msg = self.redact(&format!("POST {url}: {}", error_chain(&e)));
+            match e.is_timeout() {
+                true => ApiError::TimedOut(msg),
+                false => ApiError::Transport(msg),
+            }
         })?;
         let status = resp.status();
         let text = resp.text().await.map_err(|e| {
-            ApiError::Transport(self.redact(&format!("POST {url}: reading the answer: {e}")))
+            let msg = self.redact(&format!("POST {url}: reading the answer: {e}"));
+            match e.is_timeout() {
+                true => ApiError::TimedOut(msg),
+                false => ApiError::Transport(msg),
+            }
         })?;
         if !status.is_success() {
             return Err(ApiError::Status {
@@ -240,8 +265,13 @@ impl Api {
         })
     }
 
+    /// `POST /runs` is not idempotent: a request that times out may still create a
+    /// run. It gets three times the time of the other requests, so that a slow
+    /// answer is waited for rather than asked again.
     pub async fn register(&self, body: &Value) -> Result<Registration, ApiError> {
-        let v = self.post("/runs", Some(body)).await?;
+        let v = self
+            .post_within("/runs", Some(body), self.timeout * REGISTER_TIMEOUT_FACTOR)
+            .await?;
         parse_registration(&v).map_err(|e| ApiError::Answer(format!("POST /runs: {e}")))
     }
 

@@ -155,12 +155,30 @@ fn registration_body(run: &RunInfo, found: &Discovered) -> Value {
     if run.meta.tags.is_empty() {
         m.remove("tags");
     }
+    // A registration retried after a time-out may have created a run already; one
+    // id across every try lets such runs be told apart from other runs.
+    if run.meta.external_run_id.is_none() {
+        m.insert("external_run_id".into(), Value::String(client_run_id()));
+    }
     if !run.command.is_empty() {
         // A JSON-encoded array as a string: an actual array is answered with 422.
         let c = serde_json::to_string(&run.command).unwrap_or_default();
         m.insert("command".into(), Value::String(c));
     }
     Value::Object(m)
+}
+
+/// `rt-` and a random UUID from the kernel; the pid and time when it has none.
+fn client_run_id() -> String {
+    let uuid = std::fs::read_to_string("/proc/sys/kernel/random/uuid").unwrap_or_default();
+    match uuid.trim() {
+        "" => format!(
+            "rt-{}-{}",
+            std::process::id(),
+            crate::model::reading::unix_now() as u64
+        ),
+        u => format!("rt-{u}"),
+    }
 }
 
 #[cfg(test)]

@@ -180,6 +180,7 @@ impl Queue {
         self.sealed.len()
     }
 
+    #[cfg(test)]
     pub fn rows_waiting(&self) -> usize {
         self.open_rows + self.sealed.iter().map(|b| b.rows).sum::<usize>()
     }
@@ -189,15 +190,27 @@ impl Queue {
         self.mem_bytes
     }
 
-    /// Everything not uploaded as one CSV (header once), oldest first.
-    pub fn all_csv(&self) -> io::Result<String> {
+    /// Every row waiting, in order, as one CSV of at most `max` bytes: whole rows
+    /// only, the first that fit; and whether that is all of them.
+    pub fn csv_upto(&self, max: usize) -> io::Result<(String, bool)> {
         let mut out = self.header.clone();
+        let mut add = |text: &str| {
+            for line in text.split_inclusive('\n') {
+                if out.len() + line.len() > max {
+                    return false;
+                }
+                out.push_str(line);
+            }
+            true
+        };
         for b in &self.sealed {
             let text = gunzip(&self.bytes_of(b)?)?;
-            out.push_str(text.strip_prefix(self.header.as_str()).unwrap_or(&text));
+            if !add(text.strip_prefix(self.header.as_str()).unwrap_or(&text)) {
+                return Ok((out, false));
+            }
         }
-        out.push_str(&self.open);
-        Ok(out)
+        let complete = add(&self.open);
+        Ok((out, complete))
     }
 
     /// Writes the batches that were never uploaded as standalone `NNNN.csv.gz`
@@ -282,7 +295,13 @@ mod tests {
         assert_eq!(q.rows_waiting(), 5000);
         // The spool file is unlinked.
         assert_eq!(std::fs::read_dir(&d).unwrap().count(), 0);
-        let all = q.all_csv().unwrap();
+        let (all, complete) = q.csv_upto(usize::MAX).unwrap();
+        assert!(complete);
+        // Bounded: whole rows only, the first ones, and said to be partial.
+        let max = all.len() / 3;
+        let (part, complete) = q.csv_upto(max).unwrap();
+        assert!(!complete && part.len() <= max && all.starts_with(&part));
+        assert!(part.ends_with('\n') && part.lines().count() > 1);
         assert_eq!(all.lines().skip(1).collect::<Vec<_>>(), expect);
         let mut got = Vec::new();
         let mut last = 0;

@@ -92,8 +92,19 @@ impl Uploader {
         if self.reg.is_some() {
             return true;
         }
-        match self.api.register(&self.body).await {
+        let attempt = self.api.register(&self.body).await;
+        if let Err(ApiError::TimedOut(_)) = &attempt {
+            self.report.registrations_timed_out += 1;
+        }
+        match attempt {
             Ok(r) => {
+                if self.report.registrations_timed_out > 0 {
+                    log::warn!(
+                        "Sentinel: {} earlier registration(s) timed out; the server may hold run(s) with external_run_id {} that stay unfinished",
+                        self.report.registrations_timed_out,
+                        self.body["external_run_id"]
+                    );
+                }
                 log::info!(
                     "Sentinel: run {} registered, uploading to s3://{}/{}",
                     r.run_id,
@@ -248,25 +259,50 @@ impl Uploader {
             self.keep();
             return;
         };
-        // Inline only when no PUT was ever sent: one that timed out may still have
-        // landed, and then its retry must overwrite it and `finish` must list it.
-        let inline_csv = match self.put_sent {
-            false => self.q.all_csv().ok().filter(|s| s.len() <= INLINE_MAX),
+        // A short run goes inline at once. Otherwise the rest is uploaded, and when
+        // no batch reached S3 after all, the rows go inline (an S3 object whose PUT
+        // timed out but landed is then simply not listed): `finish` never claims
+        // S3 data it does not list, which the API refuses.
+        let mut status = if exit_code == 0 { "finished" } else { "failed" };
+        let mut inline_csv = match self.put_sent {
+            false => self
+                .q
+                .csv_upto(INLINE_MAX)
+                .ok()
+                .filter(|(_, all)| *all)
+                .map(|(csv, _)| csv),
             true => None,
         };
-        let inline = inline_csv.is_some();
-        let status = if exit_code == 0 { "finished" } else { "failed" };
-        let body = if let Some(csv) = inline_csv {
-            json!({"exit_code": exit_code, "run_status": status, "data_source": "inline",
-                   "data_csv": csv, "finished_at": iso_now()})
-        } else {
+        if inline_csv.is_none() {
             while self.q.sealed_len() > 0 && tokio::time::Instant::now() < deadline {
                 if let Some(t) = self.retry_at {
                     tokio::time::sleep_until(t.min(deadline)).await;
                 }
                 self.work().await;
             }
-            self.keep();
+            if self.uploaded.is_empty() {
+                if let Ok((csv, all)) = self.q.csv_upto(INLINE_MAX) {
+                    if !all {
+                        // What fits, and the run marked failed: its data is partial.
+                        // Every row stays on disk (kept below) and is named.
+                        status = "failed";
+                        self.report.partial = true;
+                    }
+                    inline_csv = Some(csv);
+                }
+            }
+            if inline_csv.is_none() || self.report.partial {
+                self.keep();
+            }
+        }
+        let inline = inline_csv.is_some();
+        let inline_rows = inline_csv
+            .as_ref()
+            .map_or(0, |c| c.lines().count().saturating_sub(1));
+        let body = if let Some(csv) = inline_csv {
+            json!({"exit_code": exit_code, "run_status": status, "data_source": "inline",
+                   "data_csv": csv, "finished_at": iso_now()})
+        } else {
             json!({"exit_code": exit_code, "run_status": status, "data_source": "s3",
                    "data_uris": self.uploaded, "finished_at": iso_now()})
         };
@@ -278,7 +314,7 @@ impl Uploader {
                     self.report.finished = true;
                     self.report.data_source = Some(if inline { "inline" } else { "s3" });
                     if inline {
-                        self.report.rows_uploaded = self.q.rows_waiting() as u64;
+                        self.report.rows_uploaded += inline_rows as u64;
                     }
                     return;
                 }
@@ -294,7 +330,7 @@ impl Uploader {
                     let e = self.api.redact(&e.to_string());
                     log::warn!("Sentinel: finishing run {run_id} failed: {e}");
                     self.report.last_error = Some(format!("finish: {e}"));
-                    if inline {
+                    if inline && !self.report.partial {
                         self.keep();
                     }
                     return;

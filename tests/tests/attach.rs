@@ -1,0 +1,160 @@
+//! `--pid`: a tree the tracker did not start. Its figures count from the moment
+//! of attaching (the kernel's own counters of the process, read before and after,
+//! are the truth), and its root is the process that had the pid then, not a later
+//! one given the same number.
+
+use std::{
+    path::Path,
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+use tracker_tests::*;
+
+/// write_bytes of /proc/PID/io: the kernel's count of what the process (and the
+/// children it reaped) sent to storage.
+fn write_bytes(pid: u32) -> u64 {
+    let io = std::fs::read_to_string(format!("/proc/{pid}/io")).expect("/proc/PID/io");
+    io.lines()
+        .find_map(|l| l.strip_prefix("write_bytes: "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("write_bytes")
+}
+
+fn wait_for_file(p: &Path) {
+    let t0 = Instant::now();
+    while !p.exists() {
+        assert!(t0.elapsed() < Duration::from_secs(20), "{}", p.display());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// 20 MiB written before the tracker attaches, 4 MiB after: the summary and the
+/// samples hold the 4 (as the kernel counts them), not the 24.
+#[test]
+fn attached_io_counts_from_attaching() {
+    for backend in [&["--no-ebpf"][..], &[]] {
+        if backend.is_empty() && !ebpf_available() {
+            continue;
+        }
+        let s = Scratch::new("attach-io");
+        let (data, ready, go) = (s.path("data"), s.path("ready"), s.path("go"));
+        let script = format!(
+            "dd if=/dev/zero of={d} bs=1M count=20 oflag=direct 2>/dev/null; touch {r}; \
+             while [ ! -e {g} ]; do sleep 0.05; done; \
+             dd if=/dev/zero of={d}2 bs=1M count=4 oflag=direct 2>/dev/null; sleep 30",
+            d = data.display(),
+            r = ready.display(),
+            g = go.display()
+        );
+        let work = e2e::Bg::spawn(Command::new("sh").args(["-c", &script]), "workload");
+        wait_for_file(&ready);
+        let pid = work.pid() as u32;
+        let before = write_bytes(pid);
+        assert!(before >= 20 << 20, "the kernel saw {before} bytes written");
+        let mut c = Command::new(tracker());
+        e2e::clean_env(&mut c);
+        c.args(["-q", "-i", "0.2", "--pid", &pid.to_string(), "-o"])
+            .arg(s.path("samples.jsonl"))
+            .arg("--summary")
+            .arg(s.path("summary.json"))
+            .args(backend)
+            .stderr(Stdio::piped());
+        let mut tr = e2e::Bg::spawn(&mut c, "tracker");
+        // Attached once the first sample is out; then the second write.
+        e2e::wait_lines(&s.path("samples.jsonl"), 1, Duration::from_secs(10));
+        std::fs::write(&go, "").expect("go");
+        let t0 = Instant::now();
+        while write_bytes(pid) < before + (4 << 20) {
+            assert!(t0.elapsed() < Duration::from_secs(20), "the second write");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(600));
+        tr.signal(libc::SIGTERM);
+        let st = tr.wait_for(Duration::from_secs(10));
+        let after = write_bytes(pid);
+        work.signal(libc::SIGKILL);
+        assert!(st.success(), "{backend:?}: {st:?}");
+        let truth = after - before;
+        let sum = read_json(&s.path("summary.json"));
+        assert_eq!(
+            sum["write_bytes"].as_u64(),
+            Some(truth),
+            "{backend:?}: summary vs the kernel's {truth}"
+        );
+        let in_samples: u64 = read_jsonl(&s.path("samples.jsonl"))
+            .iter()
+            .map(|l| l["process"]["write_bytes"].as_u64().unwrap_or(0))
+            .sum();
+        assert_eq!(in_samples, truth, "{backend:?}: samples");
+    }
+}
+
+/// The root exits and its pid is given to an unrelated process (a PID namespace
+/// with pid_max 400 makes that quick): the tracker must not adopt it.
+#[test]
+fn a_reused_pid_is_not_the_root() {
+    if !e2e::require(
+        e2e::is_root() && e2e::have("unshare"),
+        "root and unshare are needed for a PID namespace",
+    ) {
+        return;
+    }
+    let s = Scratch::new("attach-reuse");
+    let out = s.path("samples.jsonl");
+    // Pids above 300 (where allocation wraps to), the root, the tracker, the
+    // root killed, then processes until one gets the root's pid; it lives on.
+    let script = r#"
+echo 400 > /proc/sys/kernel/pid_max || exit 90
+while [ "$(sh -c 'echo $$')" -lt 320 ]; do :; done
+sleep 1000 & root=$!
+"$TRACKER" --no-ebpf -q --pid $root -i 0.1 -o "$OUT" & tr=$!
+while [ ! -s "$OUT" ]; do sleep 0.05; done
+sleep 0.3
+kill $root; wait $root
+sleep 0.3
+n=0
+while :; do
+  sleep 1000 & p=$!; n=$((n+1))
+  [ $p = $root ] && break
+  kill $p; wait $p 2>/dev/null
+  [ $n -gt 5000 ] && exit 91
+done
+echo reused > "$OUT.reused"
+sleep 1
+kill -TERM $tr; wait $tr; code=$?
+kill $p
+exit $code
+"#;
+    let o = Command::new("unshare")
+        .args(["-p", "-f", "--mount-proc", "sh", "-c", script])
+        .env("TRACKER", tracker())
+        .env("OUT", &out)
+        .output()
+        .expect("unshare");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(s.path("samples.jsonl.reused").exists());
+    let samples: Vec<Value> = read_jsonl(&out);
+    let alive: Vec<(bool, u64)> = samples
+        .iter()
+        .map(|l| {
+            let p = &l["process"];
+            (
+                p["root_alive"].as_bool().unwrap_or(false),
+                p["live_processes"].as_u64().unwrap_or(99),
+            )
+        })
+        .collect();
+    assert!(alive.first() == Some(&(true, 1)), "{alive:?}");
+    // From the root's death on: no root, nothing alive, whoever has its pid now.
+    let died = alive
+        .iter()
+        .position(|a| *a == (false, 0))
+        .unwrap_or_else(|| panic!("the root never died: {alive:?}"));
+    assert!(
+        alive[died..].iter().all(|a| *a == (false, 0)) && alive.len() - died >= 8,
+        "{alive:?}"
+    );
+}
