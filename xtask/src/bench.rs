@@ -5,42 +5,17 @@
 use std::{
     fmt::Write as _,
     path::Path,
-    process::{Child, Command, Stdio},
+    process::{Command, Stdio},
     time::{Duration, Instant},
 };
-
-use std::os::unix::process::CommandExt as _;
 
 use anyhow::{bail, Context as _};
 use serde_json::Value;
 
+use crate::measure::{count_procs, read, stat, unrelated_sleepers};
+
 /// The first line of the peers section (see peers.rs).
 const PEERS_MARK: &str = "## Peers, side by side";
-
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    let n = v.len();
-    if n == 0 {
-        return f64::NAN;
-    }
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
-
-fn spread(v: &[f64]) -> (f64, f64) {
-    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
-    let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    (lo, hi)
-}
-
-pub(crate) fn stat(mut v: Vec<f64>) -> (f64, f64, f64) {
-    let m = median(&mut v);
-    let (lo, hi) = spread(&v);
-    (m, lo, hi)
-}
 
 /// Runs a command and returns the workload's `elapsed_secs` from its stdout.
 fn workload_secs(cmd: &mut Command) -> anyhow::Result<f64> {
@@ -68,46 +43,6 @@ fn wall_of(cmd: &mut Command) -> anyhow::Result<f64> {
         bail!("{cmd:?} failed: {st}");
     }
     Ok(t.elapsed().as_secs_f64())
-}
-
-pub(crate) fn read(cmd: &str) -> String {
-    Command::new("sh")
-        .args(["-c", cmd])
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_default()
-}
-
-/// A background process group, killed whole on drop.
-pub(crate) struct Bg(pub(crate) Child);
-impl Drop for Bg {
-    fn drop(&mut self) {
-        let pgid = format!("-{}", self.0.id());
-        let _ = Command::new("kill").args(["-TERM", "--", &pgid]).status();
-        let _ = self.0.wait();
-    }
-}
-
-/// `workload sleepers N SECS` in its own process group (killed when dropped),
-/// once the host has at least `until` processes (30 s at most).
-pub(crate) fn unrelated_sleepers(
-    w: &Path,
-    n: usize,
-    secs: &str,
-    until: usize,
-) -> anyhow::Result<Bg> {
-    let child = Command::new(w)
-        .args(["sleepers", &n.to_string(), secs])
-        .process_group(0)
-        .stdout(Stdio::null())
-        .spawn()
-        .context("unrelated sleepers")?;
-    let bg = Bg(child);
-    let t0 = Instant::now();
-    while count_procs() < until && t0.elapsed() < Duration::from_secs(30) {
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    Ok(bg)
 }
 
 pub fn run(dir: &Path, args: &[String]) -> anyhow::Result<()> {
@@ -328,18 +263,4 @@ pub fn run(dir: &Path, args: &[String]) -> anyhow::Result<()> {
     std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
     eprintln!("xtask: wrote {}", path.display());
     Ok(())
-}
-
-pub(crate) fn count_procs() -> usize {
-    std::fs::read_dir("/proc")
-        .map(|d| {
-            d.flatten()
-                .filter(|e| {
-                    e.file_name()
-                        .to_str()
-                        .is_some_and(|s| s.bytes().all(|b| b.is_ascii_digit()))
-                })
-                .count()
-        })
-        .unwrap_or(0)
 }

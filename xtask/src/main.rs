@@ -1,10 +1,12 @@
-//! Project tasks: `cargo xtask setup | test | run -- ARGS | bench`.
+//! Project tasks: `cargo xtask setup | test | run -- ARGS | bench | soak`.
 //!
 //! Every task runs `scripts/setup.sh` first (idempotent, fast when all is present), so
 //! each works on a fresh machine.
 
 mod bench;
+mod measure;
 mod peers;
+mod soak;
 
 use std::{
     path::{Path, PathBuf},
@@ -97,6 +99,11 @@ fn main() -> anyhow::Result<()> {
             let dir = build_release()?;
             bench::run(&dir, &args[1..])
         }
-        _ => bail!("usage: cargo xtask setup | test | run -- ARGS | bench [--quick] [--peers | --only-peers]"),
+        Some("soak") => {
+            setup()?;
+            let dir = build_release()?;
+            soak::run(&dir, &args[1..])
+        }
+        _ => bail!("usage: cargo xtask setup | test | run -- ARGS | bench [--quick] [--peers | --only-peers] | soak [--minutes N]"),
     }
 }

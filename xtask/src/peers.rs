@@ -13,7 +13,7 @@ use std::{
 use anyhow::{bail, Context as _};
 use serde_json::Value;
 
-use crate::bench::{count_procs, stat, unrelated_sleepers};
+use crate::measure::{count_procs, read, stat, unrelated_sleepers};
 
 const PY_RT: &str = "0.5.0";
 const RS_RT: &str = "0.1.18";
@@ -278,7 +278,7 @@ fn sh_ok(cmd: &mut Command) -> anyhow::Result<()> {
 }
 
 fn version_of(cmd: &str) -> String {
-    crate::bench::read(cmd)
+    read(cmd)
 }
 
 /// Installs the peers under target/peers/ (quick when present).
