@@ -130,14 +130,11 @@ impl CpuCollector {
     /// Host fields of `CpuSample` over the time since the previous call (None on
     /// the first call, except the instantaneous `process_count`).
     pub fn sample(&mut self) -> CpuSample {
-        if let Err(e) = self.file.read(&mut self.buf) {
-            warn_once(
-                "collect.cpu.stat",
-                format!(
-                    "cannot read {}: {e}; host cpu fields are null",
-                    self.file.path().display()
-                ),
-            );
+        if !self.file.read_or_warn(
+            &mut self.buf,
+            "collect.cpu.stat",
+            "host cpu fields are null",
+        ) {
             // The next good reading starts a new baseline.
             self.have_prev = false;
             return CpuSample::default();

@@ -87,14 +87,11 @@ impl MemoryCollector {
     }
 
     pub fn sample(&mut self) -> MemorySample {
-        if let Err(e) = self.file.read(&mut self.buf) {
-            warn_once(
-                "collect.memory.meminfo",
-                format!(
-                    "cannot read {}: {e}; memory fields are null",
-                    self.file.path().display()
-                ),
-            );
+        if !self.file.read_or_warn(
+            &mut self.buf,
+            "collect.memory.meminfo",
+            "memory fields are null",
+        ) {
             return MemorySample::default();
         }
         let v = parse(&String::from_utf8_lossy(&self.buf));

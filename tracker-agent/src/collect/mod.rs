@@ -136,6 +136,21 @@ impl CachedFile {
         self.file = Some(f);
         r
     }
+
+    /// `read`, and when it fails a warning given once per `key` for the whole
+    /// run, saying what the sample goes without (`lacking`); whether it read.
+    pub(crate) fn read_or_warn(&mut self, buf: &mut Vec<u8>, key: &str, lacking: &str) -> bool {
+        match self.read(buf) {
+            Ok(()) => true,
+            Err(e) => {
+                crate::warn::warn_once(
+                    key,
+                    format_args!("cannot read {}: {e}; {lacking}", self.path.display()),
+                );
+                false
+            }
+        }
+    }
 }
 
 /// Reads from offset 0 to the end into `buf` (keeping its capacity between calls).

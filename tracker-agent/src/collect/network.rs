@@ -135,14 +135,10 @@ impl NetworkCollector {
 
     /// Non-loopback interfaces sorted by name; rates since the previous call.
     pub fn sample(&mut self) -> Vec<NetworkSample> {
-        if let Err(e) = self.dev.read(&mut self.buf) {
-            warn_once(
-                "collect.network.dev",
-                format!(
-                    "cannot read {}: {e}; network is empty",
-                    self.dev.path().display()
-                ),
-            );
+        if !self
+            .dev
+            .read_or_warn(&mut self.buf, "collect.network.dev", "network is empty")
+        {
             self.ifaces.clear();
             self.prev_at = None;
             return Vec::new();

@@ -1,0 +1,133 @@
+//! /proc/self/mountinfo lines and the space of a mounted filesystem (statvfs).
+
+use std::{
+    ffi::{CStr, OsStr},
+    fs,
+    os::unix::{ffi::OsStrExt, fs::FileTypeExt, fs::MetadataExt},
+};
+
+use super::Mount;
+use crate::{model::sample::MountSample, warn::warn_once};
+
+pub(super) struct MountLine {
+    pub(super) majmin: (u32, u32),
+    pub(super) root_is_slash: bool,
+    pub(super) mount_point: Vec<u8>,
+    pub(super) fstype: String,
+    pub(super) source: Vec<u8>,
+}
+
+impl MountLine {
+    /// Preferred over `other` for the same device: the mount of the filesystem's
+    /// root, then the shortest mount point.
+    pub(super) fn better_than(&self, other: &MountLine) -> bool {
+        (!self.root_is_slash, self.mount_point.len())
+            < (!other.root_is_slash, other.mount_point.len())
+    }
+}
+
+/// `id parent maj:min root mount_point options [optional...] - fstype source super`.
+pub(super) fn parse_mountinfo(line: &[u8]) -> Option<MountLine> {
+    let mut it = line.split(|&b| b == b' ');
+    let majmin = std::str::from_utf8(it.nth(2)?).ok()?;
+    let (maj, min) = majmin.split_once(':')?;
+    let majmin = (maj.parse().ok()?, min.parse().ok()?);
+    let root = it.next()?;
+    let mount_point = unescape(it.next()?);
+    it.next()?; // options
+    while it.next()? != b"-" {}
+    let fstype = String::from_utf8_lossy(it.next()?).into_owned();
+    let source = unescape(it.next()?);
+    Some(MountLine {
+        majmin,
+        root_is_slash: root == b"/",
+        mount_point,
+        fstype,
+        source,
+    })
+}
+
+/// Undoes mountinfo's octal escapes (`\040` space, `\011` tab, `\012`, `\134`).
+pub(super) fn unescape(s: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(s.len());
+    let mut i = 0;
+    while i < s.len() {
+        if s[i] == b'\\'
+            && i + 3 < s.len()
+            && s[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            let v = s[i + 1..i + 4]
+                .iter()
+                .fold(0u32, |a, &c| a * 8 + u32::from(c - b'0'));
+            out.push(v as u8);
+            i += 4;
+        } else {
+            out.push(s[i]);
+            i += 1;
+        }
+    }
+    out
+}
+
+/// The block device of a mount: its /dev source's device number (btrfs shows an
+/// anonymous 0:N in mountinfo), else the mountinfo one; None for pseudo
+/// filesystems (major 0 and no /dev source).
+pub(super) fn device_of(m: &MountLine) -> Option<(u32, u32)> {
+    if m.source.starts_with(b"/dev/") {
+        if let Ok(md) = fs::metadata(OsStr::from_bytes(&m.source)) {
+            if md.file_type().is_block_device() {
+                return Some((libc::major(md.rdev()), libc::minor(md.rdev())));
+            }
+        }
+    }
+    (m.majmin.0 != 0).then_some(m.majmin)
+}
+
+/// Space of one mount as df shows it; None (with a warning) when statvfs fails.
+pub(super) fn mount_usage(m: &Mount) -> Option<MountSample> {
+    let st = match statvfs(&m.path) {
+        Ok(st) => st,
+        Err(e) => {
+            warn_once(
+                &format!("collect.disk.statvfs.{}", m.mount_point),
+                format!("statvfs {}: {e}; mount left out", m.mount_point),
+            );
+            return None;
+        }
+    };
+    #[allow(clippy::unnecessary_cast)] // the field types differ between targets
+    let (blocks, bfree, bavail, frsize) = (
+        st.f_blocks as u64,
+        st.f_bfree as u64,
+        st.f_bavail as u64,
+        st.f_frsize as u64,
+    );
+    if blocks == 0 {
+        return None; // nothing to report (autofs-like placeholders)
+    }
+    let used = blocks.saturating_sub(bfree).saturating_mul(frsize);
+    let available = bavail.saturating_mul(frsize);
+    let used_pct = if used + available == 0 {
+        0.0
+    } else {
+        used as f64 / (used + available) as f64 * 100.0
+    };
+    Some(MountSample {
+        mount_point: m.mount_point.clone(),
+        filesystem: m.filesystem.clone(),
+        total_bytes: blocks.saturating_mul(frsize),
+        used_bytes: used,
+        available_bytes: available,
+        used_pct,
+    })
+}
+
+pub(super) fn statvfs(path: &CStr) -> std::io::Result<libc::statvfs> {
+    // SAFETY: zeroed is a valid statvfs; path is NUL-terminated.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: valid path and out pointer.
+    if unsafe { libc::statvfs(path.as_ptr(), &mut st) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(st)
+}
