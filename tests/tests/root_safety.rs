@@ -221,6 +221,20 @@ fn under_sudo_outputs_are_the_invoking_users() {
             "{f} belongs to the user"
         );
     }
+    // --as-root: the command and the files are root's, and the user's link is
+    // still not followed (their directory is not root's).
+    for (out, code) in [("root.jsonl", 0), ("out.jsonl", 1)] {
+        let mut c = tracker_cmd(&home);
+        sudo(&mut c);
+        let o = c
+            .args(["run", "-q", "--as-root", "-o", out, "--", "true"])
+            .output()
+            .expect("run");
+        assert_eq!(o.status.code(), Some(code), "{out}: {}", one_line(&o));
+        assert_intact(&v);
+    }
+    let m = std::fs::metadata(home.join("root.jsonl")).expect("root.jsonl");
+    assert_eq!(m.uid(), 0, "--as-root writes as root");
 }
 
 /// As root without sudo, in a directory someone else owns: a planted link is not

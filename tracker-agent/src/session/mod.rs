@@ -69,8 +69,10 @@ pub fn run(st: Settings) -> anyhow::Result<i32> {
             return Ok(2);
         }
     };
-    let owner = invoker.as_ref().map(launch::RunAs::owner);
+    // Under sudo the command and the files the user named are the invoking
+    // user's; with --as-root both are root's (opened root-safe, see fsafe).
     let run_as = invoker.filter(|_| !st.as_root);
+    let owner = run_as.as_ref().map(launch::RunAs::owner);
     let owner = owner.as_ref();
     let lines = Lines::open(st.output.as_deref(), st.quiet, st.format, owner)?;
     let summary_out = SummaryOut::open(!st.quiet, st.summary.as_deref(), owner)?;

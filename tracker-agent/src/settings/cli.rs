@@ -70,7 +70,8 @@ pub struct Opts {
     /// Do not use eBPF; poll /proc instead.
     #[arg(long)]
     pub no_ebpf: bool,
-    /// Under sudo, run the command as root instead of the invoking user.
+    /// Under sudo, run the command as root instead of the invoking user, and write
+    /// the output files as root.
     #[arg(long)]
     pub as_root: bool,
     /// Also report PSS of the tree (reads smaps_rollup; costs more).
