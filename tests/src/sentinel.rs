@@ -545,6 +545,29 @@ impl Issue {
             "expiry_raw": self.expiry_raw,
         })
     }
+
+    /// What [`Issue::to_json`] wrote, as the mock reads it: absent fields are the
+    /// defaults.
+    pub fn from_json(v: &Value) -> Issue {
+        let d = Issue::default();
+        let s = |k: &str, d: String| v[k].as_str().map_or(d, str::to_string);
+        Issue {
+            cred: v["cred"].as_u64().map_or(d.cred, |c| c as usize),
+            expires_in: v["expires_in"].as_f64().unwrap_or(d.expires_in),
+            expiry_key: s("expiry_key", d.expiry_key),
+            expiry_style: s("expiry_style", d.expiry_style),
+            corrupt_token: v["corrupt_token"].as_bool().unwrap_or(d.corrupt_token),
+            omit: v["omit"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|x| Some(x.as_str()?.to_string()))
+                        .collect()
+                })
+                .unwrap_or(d.omit),
+            expiry_raw: Some(v["expiry_raw"].clone()).filter(|x| !x.is_null()),
+        }
+    }
 }
 
 /// What the mock is to do. [`Scenario::new`] takes moto's bucket, endpoint and

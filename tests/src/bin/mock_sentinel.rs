@@ -21,6 +21,7 @@ use std::{
 };
 
 use serde_json::{json, Map, Value};
+use tracker_tests::sentinel::Issue;
 
 const MAX_HEAD: usize = 64 * 1024;
 const IDLE: Duration = Duration::from_secs(120);
@@ -70,16 +71,6 @@ const FINISH_KEYS: &[&str] = &[
 
 // ---------------------------------------------------------------- configuration
 
-struct Issue {
-    cred: usize,
-    expires_in: f64,
-    expiry_key: String,
-    expiry_style: String,
-    corrupt_token: bool,
-    omit: Vec<String>,
-    expiry_raw: Option<Value>,
-}
-
 struct Config {
     api_addr_file: PathBuf,
     s3_addr_file: PathBuf,
@@ -107,55 +98,19 @@ fn parse_config(v: &Value) -> Result<(Config, HashMap<String, VecDeque<String>>)
         .ok_or("config: upstream_s3 must be http://HOST:PORT")?
         .trim_end_matches('/')
         .to_string();
-    let mut issue = Vec::new();
-    for (i, it) in v["issue"]
+    let mut issue: Vec<Issue> = v["issue"]
         .as_array()
-        .cloned()
-        .unwrap_or_default()
-        .iter()
-        .enumerate()
-    {
-        let strs = |k: &str| -> Vec<String> {
-            it[k]
-                .as_array()
-                .map(|a| {
-                    a.iter()
-                        .filter_map(|x| x.as_str().map(str::to_string))
-                        .collect()
-                })
-                .unwrap_or_default()
-        };
-        issue.push(Issue {
-            cred: it["cred"].as_u64().unwrap_or(0) as usize,
-            expires_in: it["expires_in"].as_f64().unwrap_or(3600.0),
-            expiry_key: it["expiry_key"]
-                .as_str()
-                .unwrap_or("expires_at")
-                .to_string(),
-            expiry_style: it["expiry_style"].as_str().unwrap_or("z").to_string(),
-            corrupt_token: it["corrupt_token"].as_bool().unwrap_or(false),
-            omit: strs("omit"),
-            expiry_raw: match &it["expiry_raw"] {
-                Value::Null => None,
-                x => Some(x.clone()),
-            },
-        });
-        if !["z", "offset", "fraction"].contains(&issue[i].expiry_style.as_str()) {
+        .map(|a| a.iter().map(Issue::from_json).collect())
+        .unwrap_or_default();
+    for (i, it) in issue.iter().enumerate() {
+        if !["z", "offset", "fraction"].contains(&it.expiry_style.as_str()) {
             return Err(format!(
                 "config: issue[{i}].expiry_style must be z|offset|fraction"
             ));
         }
     }
     if issue.is_empty() {
-        issue.push(Issue {
-            cred: 0,
-            expires_in: 3600.0,
-            expiry_key: "expires_at".into(),
-            expiry_style: "z".into(),
-            corrupt_token: false,
-            omit: Vec::new(),
-            expiry_raw: None,
-        });
+        issue.push(Issue::default());
     }
     let mut faults = HashMap::new();
     for kind in ["register", "refresh", "finish", "s3_put"] {
