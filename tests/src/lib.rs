@@ -316,4 +316,5 @@ pub fn closed_url() -> String {
 }
 
 pub mod e2e;
+pub mod http;
 pub mod sentinel;

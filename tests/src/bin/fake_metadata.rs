@@ -15,13 +15,15 @@
 use std::{
     collections::HashSet,
     fs::File,
-    io::{BufRead, BufReader, Read, Write},
+    io::Write,
     net::{TcpListener, TcpStream},
     path::PathBuf,
     process::exit,
     sync::{Arc, Mutex},
     time::Duration,
 };
+
+use tracker_tests::http::{self, Conn, Head};
 
 // What each fake says; tests/tests/discovery.rs expects exactly these.
 const AWS_DOCUMENT: &str = r#"{
@@ -170,7 +172,7 @@ impl Reply {
         Reply::new(status, "application/json; charset=utf-8", body)
     }
     fn status(status: u16) -> Reply {
-        let reason = reason(status);
+        let reason = http::reason(status);
         Reply::new(
             status,
             "text/html",
@@ -214,107 +216,8 @@ fn lookup(keys: &[(&str, &str)], path: &str) -> Option<String> {
     None
 }
 
-/// One request, as read off the connection.
-struct Req {
-    method: String,
-    path: String,
-    query: String,
-    headers: Vec<(String, String)>,
-}
-
-impl Req {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-    fn is_get(&self) -> bool {
-        self.method == "GET" || self.method == "HEAD"
-    }
-    fn is_put(&self) -> bool {
-        self.method == "PUT"
-    }
-    /// Whether the client asked to close after this answer.
-    fn closes(&self) -> bool {
-        self.header("Connection")
-            .is_some_and(|v| v.eq_ignore_ascii_case("close"))
-    }
-}
-
-/// Reads one request (head and body); `None` at the end of the connection or on
-/// anything that is not HTTP/1.x.
-fn read_request(r: &mut BufReader<TcpStream>) -> Option<Req> {
-    let mut line = String::new();
-    let mut head_len = 0;
-    let mut next = |line: &mut String| -> Option<()> {
-        line.clear();
-        let n = r.by_ref().take(8192).read_line(line).ok()?;
-        head_len += n;
-        (n > 0 && head_len < 65536).then_some(())
-    };
-    next(&mut line)?;
-    let mut parts = line.split_whitespace();
-    let (method, target, version) = (parts.next()?, parts.next()?, parts.next()?);
-    if !version.starts_with("HTTP/1.") {
-        return None;
-    }
-    let (path, query) = target.split_once('?').unwrap_or((target, ""));
-    let mut req = Req {
-        method: method.to_string(),
-        path: path.to_string(),
-        query: query.to_string(),
-        headers: Vec::new(),
-    };
-    loop {
-        next(&mut line)?;
-        let l = line.trim_end_matches(['\r', '\n']);
-        if l.is_empty() {
-            break;
-        }
-        let (k, v) = l.split_once(':')?;
-        req.headers
-            .push((k.trim().to_string(), v.trim().to_string()));
-    }
-    let body_len: u64 = req
-        .header("Content-Length")
-        .map_or(Some(0), |v| v.parse().ok())?;
-    std::io::copy(&mut r.by_ref().take(body_len), &mut std::io::sink()).ok()?;
-    Some(req)
-}
-
-fn reason(status: u16) -> &'static str {
-    match status {
-        200 => "OK",
-        400 => "Bad Request",
-        401 => "Unauthorized",
-        403 => "Forbidden",
-        404 => "Not Found",
-        405 => "Method Not Allowed",
-        _ => "Error",
-    }
-}
-
-fn write_reply(
-    w: &mut TcpStream,
-    reply: &Reply,
-    head_only: bool,
-    close: bool,
-) -> std::io::Result<()> {
-    let mut out = format!("HTTP/1.1 {} {}\r\n", reply.status, reason(reply.status));
-    for (k, v) in &reply.headers {
-        out.push_str(&format!("{k}: {v}\r\n"));
-    }
-    out.push_str(&format!("Content-Length: {}\r\n", reply.body.len()));
-    if close {
-        out.push_str("Connection: close\r\n");
-    }
-    out.push_str("\r\n");
-    if !head_only {
-        out.push_str(&reply.body);
-    }
-    w.write_all(out.as_bytes())?;
-    w.flush()
+fn is_get(r: &Head) -> bool {
+    r.method == "GET" || r.method == "HEAD"
 }
 
 struct Fake {
@@ -325,7 +228,7 @@ struct Fake {
 }
 
 impl Fake {
-    fn answer(&mut self, r: &Req) -> Reply {
+    fn answer(&mut self, r: &Head) -> Reply {
         match self.vendor.as_str() {
             "aws" => self.aws(r),
             "gcp" => gcp(r),
@@ -352,7 +255,7 @@ impl Fake {
 
     /// `PUT /latest/api/token` of AWS and Alibaba: the TTL header (1 to 21600 s)
     /// is required, and a request that came through a proxy is refused.
-    fn token_put(&mut self, r: &Req, ttl_header: &str, echo_header: &'static str) -> Reply {
+    fn token_put(&mut self, r: &Head, ttl_header: &str, echo_header: &'static str) -> Reply {
         if self.imdsv1_only {
             return Reply::status(404);
         }
@@ -373,7 +276,7 @@ impl Fake {
 
     /// Whether a GET may be answered: a valid token, or none where v1 is allowed.
     /// `Err` is the refusal.
-    fn token_check(&self, r: &Req, token_header: &str, missing: u16) -> Result<(), Reply> {
+    fn token_check(&self, r: &Head, token_header: &str, missing: u16) -> Result<(), Reply> {
         match r.header(token_header) {
             Some(t) if self.tokens.contains(t.trim()) => Ok(()),
             Some(_) => Err(Reply::status(401)),
@@ -382,14 +285,14 @@ impl Fake {
         }
     }
 
-    fn aws(&mut self, r: &Req) -> Reply {
+    fn aws(&mut self, r: &Head) -> Reply {
         let reply = self.aws_inner(r);
         reply.header("Server", "EC2ws")
     }
 
-    fn aws_inner(&mut self, r: &Req) -> Reply {
-        if r.path == "/latest/api/token" {
-            return if r.is_put() {
+    fn aws_inner(&mut self, r: &Head) -> Reply {
+        if r.path() == "/latest/api/token" {
+            return if r.method == "PUT" {
                 self.token_put(
                     r,
                     "X-aws-ec2-metadata-token-ttl-seconds",
@@ -399,10 +302,10 @@ impl Fake {
                 Reply::status(405)
             };
         }
-        let Some(rest) = r.path.strip_prefix("/latest/") else {
+        let Some(rest) = r.path().strip_prefix("/latest/") else {
             return Reply::status(404);
         };
-        if !r.is_get() {
+        if !is_get(r) {
             return Reply::status(405);
         }
         // HttpTokens=required: no token, no answer, whatever the path.
@@ -427,9 +330,9 @@ impl Fake {
         }
     }
 
-    fn alibaba(&mut self, r: &Req) -> Reply {
-        if r.path == "/latest/api/token" {
-            return if r.is_put() {
+    fn alibaba(&mut self, r: &Head) -> Reply {
+        if r.path() == "/latest/api/token" {
+            return if r.method == "PUT" {
                 self.token_put(
                     r,
                     "X-aliyun-ecs-metadata-token-ttl-seconds",
@@ -439,10 +342,10 @@ impl Fake {
                 Reply::status(405)
             };
         }
-        let Some(rest) = r.path.strip_prefix("/latest/") else {
+        let Some(rest) = r.path().strip_prefix("/latest/") else {
             return Reply::status(404);
         };
-        if !r.is_get() {
+        if !is_get(r) {
             return Reply::status(405);
         }
         // Hardened mode (tokens required) answers a tokenless request 403.
@@ -462,24 +365,24 @@ impl Fake {
     }
 }
 
-fn gcp(r: &Req) -> Reply {
+fn gcp(r: &Head) -> Reply {
     let reply = if r.header("X-Forwarded-For").is_some() {
         Reply::new(403, "text/html; charset=UTF-8", "<!DOCTYPE html>\n<html><body><p><b>403.</b> That's an error.</p><p>Your client does not have permission to get URL from this server. Request contains X-Forwarded-For header.</p></body></html>\n")
-    } else if r.path.starts_with("/computeMetadata/")
+    } else if r.path().starts_with("/computeMetadata/")
         && r.header("Metadata-Flavor") != Some("Google")
     {
         Reply::new(
             403,
             "text/html; charset=UTF-8",
-            format!("<!DOCTYPE html>\n<html><body><p><b>403.</b> That's an error.</p><p>Your client does not have permission to get URL <code>{}</code> from this server. Missing Metadata-Flavor:Google header.</p></body></html>\n", r.path),
+            format!("<!DOCTYPE html>\n<html><body><p><b>403.</b> That's an error.</p><p>Your client does not have permission to get URL <code>{}</code> from this server. Missing Metadata-Flavor:Google header.</p></body></html>\n", r.path()),
         )
-    } else if !r.is_get() {
+    } else if !is_get(r) {
         Reply::status(405)
-    } else if r.path == "/" {
+    } else if r.path() == "/" {
         Reply::new(200, "application/text", "computeMetadata/\n")
     } else {
         match r
-            .path
+            .path()
             .strip_prefix("/computeMetadata/v1/")
             .and_then(|p| lookup(GCP_VALUES, p))
         {
@@ -492,8 +395,8 @@ fn gcp(r: &Req) -> Reply {
         .header("Server", "Metadata Server for VM")
 }
 
-fn azure(r: &Req) -> Reply {
-    if !r.path.starts_with("/metadata/") {
+fn azure(r: &Head) -> Reply {
+    if !r.path().starts_with("/metadata/") {
         return Reply::status(404);
     }
     if r.header("X-Forwarded-For").is_some() {
@@ -508,11 +411,11 @@ fn azure(r: &Req) -> Reply {
             r#"{"error":"Bad request. Required metadata header not specified"}"#,
         );
     }
-    if !r.is_get() {
+    if !is_get(r) {
         return Reply::json(405, r#"{"error":"Method not allowed"}"#);
     }
     let version = r
-        .query
+        .query()
         .split('&')
         .find_map(|kv| kv.strip_prefix("api-version="));
     match version {
@@ -530,22 +433,22 @@ fn azure(r: &Req) -> Reply {
         }
         Some(_) => {}
     }
-    match r.path.as_str() {
+    match r.path() {
         "/metadata/instance" | "/metadata/instance/" => Reply::json(200, AZURE_INSTANCE),
         _ => Reply::json(404, r#"{"error":"Not found"}"#),
     }
 }
 
-fn plain_get(r: &Req, found: Option<String>, content_type: &str) -> Reply {
+fn plain_get(r: &Head, found: Option<String>, content_type: &str) -> Reply {
     match found {
-        Some(_) if !r.is_get() => Reply::status(405),
+        Some(_) if !is_get(r) => Reply::status(405),
         Some(body) => Reply::new(200, content_type, body),
         None => Reply::status(404),
     }
 }
 
-fn hetzner(r: &Req) -> Reply {
-    let found = match r.path.as_str() {
+fn hetzner(r: &Head) -> Reply {
+    let found = match r.path() {
         "/hetzner/v1/metadata" => Some(HETZNER_METADATA.to_string()),
         p => p
             .strip_prefix("/hetzner/v1/metadata/")
@@ -554,30 +457,30 @@ fn hetzner(r: &Req) -> Reply {
     plain_get(r, found, "text/plain; charset=utf-8")
 }
 
-fn upcloud(r: &Req) -> Reply {
-    if r.path == "/metadata/v1.json" {
+fn upcloud(r: &Head) -> Reply {
+    if r.path() == "/metadata/v1.json" {
         return plain_get(r, Some(UPCLOUD_JSON.to_string()), "application/json");
     }
     let found = r
-        .path
+        .path()
         .strip_prefix("/metadata/v1/")
         .and_then(|k| lookup(UPCLOUD_VALUES, k));
     plain_get(r, found, "text/plain; charset=utf-8")
 }
 
-fn vultr(r: &Req) -> Reply {
-    if r.path == "/v1.json" {
+fn vultr(r: &Head) -> Reply {
+    if r.path() == "/v1.json" {
         return plain_get(r, Some(VULTR_JSON.to_string()), "application/json");
     }
     let found = r
-        .path
+        .path()
         .strip_prefix("/v1/")
         .and_then(|k| lookup(VULTR_VALUES, k));
     plain_get(r, found, "text/plain; charset=utf-8")
 }
 
-fn ovh(r: &Req) -> Reply {
-    let found = match r.path.as_str() {
+fn ovh(r: &Head) -> Reply {
+    let found = match r.path() {
         "/openstack" | "/openstack/" => Some("2012-08-10\n2013-04-04\n2013-10-17\n2015-10-15\n2016-06-30\n2016-10-06\n2017-02-22\n2018-08-27\nlatest".to_string()),
         "/openstack/latest/" => Some("meta_data.json\npassword\nvendor_data.json\nnetwork_data.json\nvendor_data2.json".to_string()),
         "/openstack/latest/meta_data.json" => Some(OVH_META_DATA.to_string()),
@@ -591,7 +494,7 @@ fn ovh(r: &Req) -> Reply {
             .strip_prefix("/latest/meta-data/")
             .and_then(|k| lookup(OVH_EC2, k)),
     };
-    let ty = if r.path.ends_with(".json") {
+    let ty = if r.path().ends_with(".json") {
         "application/json"
     } else {
         "text/plain; charset=UTF-8"
@@ -675,17 +578,13 @@ fn main() {
 }
 
 fn serve(conn: TcpStream, fake: &Mutex<Fake>, log: &Mutex<Option<File>>, hang: bool) {
-    let _ = conn.set_read_timeout(Some(Duration::from_secs(120)));
-    let Ok(mut w) = conn.try_clone() else { return };
-    let mut r = BufReader::new(conn);
-    while let Some(req) = read_request(&mut r) {
-        let target = if req.query.is_empty() {
-            req.path.clone()
-        } else {
-            format!("{}?{}", req.path, req.query)
-        };
+    let mut c = Conn::new(conn);
+    while let Ok(Some(req)) = c.read_request() {
+        if c.read_body(&req).is_err() {
+            return;
+        }
         if let Some(f) = log.lock().unwrap().as_mut() {
-            let _ = writeln!(f, "{} {target}", req.method);
+            let _ = writeln!(f, "{} {}", req.method, req.target);
         }
         if hang {
             // Never answered; the connection stays open until we are killed.
@@ -694,8 +593,18 @@ fn serve(conn: TcpStream, fake: &Mutex<Fake>, log: &Mutex<Option<File>>, hang: b
             }
         }
         let reply = fake.lock().unwrap().answer(&req);
+        let headers: Vec<(&str, &str)> = reply
+            .headers
+            .iter()
+            .map(|(k, v)| (*k, v.as_str()))
+            .collect();
         let close = req.closes();
-        if write_reply(&mut w, &reply, req.method == "HEAD", close).is_err() || close {
+        let mut out = http::response(reply.status, &headers, reply.body.as_bytes(), close);
+        if req.method == "HEAD" {
+            // The content-length a GET would get, without its body.
+            out.truncate(out.len() - reply.body.len());
+        }
+        if c.write(&out).is_err() || close {
             return;
         }
     }

@@ -3,9 +3,9 @@
 //! `mock-sentinel CONFIG.json`; the config and the recorded lines are described in
 //! tests/src/sentinel.rs. Two listeners on 127.0.0.1 (ephemeral ports, written to
 //! `api_addr_file` and `s3_addr_file`), one thread per connection, HTTP/1.1 with
-//! keep-alive, parsed by hand so that faults can drop a connection mid-request and the
-//! S3 relay can forward every byte unchanged (SigV4 signs the Host header and the body
-//! hash). The API answers like the live FastAPI service as far as
+//! keep-alive on tracker_tests::http, so that faults can drop a connection mid-request
+//! and the S3 relay can forward every byte unchanged (SigV4 signs the Host header and
+//! the body hash). The API answers like the live FastAPI service as far as
 //! ../shared/docs/sentinel-protocol.md knows it: 401 for a bad token, 422 with a
 //! `{"detail": [...]}` list for a body the schema refuses, 404 for an unknown run,
 //! 409 for a second finish.
@@ -13,18 +13,23 @@
 use std::{
     collections::{HashMap, VecDeque},
     fs::File,
-    io::{self, Read, Write},
-    net::{Shutdown, TcpListener, TcpStream},
+    io::{self, Write},
+    net::{TcpListener, TcpStream},
     path::PathBuf,
     sync::{Arc, Mutex},
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
 use serde_json::{json, Map, Value};
-use tracker_tests::sentinel::Issue;
-
-const MAX_HEAD: usize = 64 * 1024;
-const IDLE: Duration = Duration::from_secs(120);
+use time::{
+    format_description::{well_known::Rfc3339, BorrowedFormatItem},
+    macros::format_description,
+    OffsetDateTime,
+};
+use tracker_tests::{
+    http::{self, Conn, Head},
+    sentinel::Issue,
+};
 
 /// Keys a registration may carry (the protocol's list); anything else is refused.
 const REGISTER_KEYS: &[&str] = &[
@@ -276,315 +281,56 @@ fn now() -> f64 {
 /// ISO-8601 UTC: `z` → `2026-01-02T03:04:05Z`, `offset` → `…05+00:00`,
 /// `fraction` → `…05.123456Z`.
 fn iso8601(t: f64, style: &str) -> String {
-    let secs = t.floor() as i64;
-    let micros = ((t - t.floor()) * 1e6) as i64;
-    let (days, rem) = (secs.div_euclid(86400), secs.rem_euclid(86400));
-    let (y, mo, d) = civil_from_days(days);
-    let base = format!(
-        "{y:04}-{mo:02}-{d:02}T{:02}:{:02}:{:02}",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    );
-    match style {
-        "offset" => format!("{base}+00:00"),
-        "fraction" => format!("{base}.{micros:06}Z"),
-        _ => format!("{base}Z"),
-    }
-}
-
-/// (year, month, day) of a day count since 1970-01-01 (H. Hinnant's algorithm).
-fn civil_from_days(z: i64) -> (i64, i64, i64) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    (yoe + era * 400 + i64::from(m <= 2), m, d)
+    let f: &[BorrowedFormatItem] = match style {
+        "offset" => format_description!("[year]-[month]-[day]T[hour]:[minute]:[second]+00:00"),
+        "fraction" => {
+            format_description!(
+                "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:6]Z"
+            )
+        }
+        _ => format_description!("[year]-[month]-[day]T[hour]:[minute]:[second]Z"),
+    };
+    let t = OffsetDateTime::from_unix_timestamp_nanos((t * 1e9) as i128)
+        .unwrap_or(OffsetDateTime::UNIX_EPOCH);
+    t.format(f).unwrap_or_default()
 }
 
 /// Whether `s` is an ISO-8601 date-time as pydantic accepts it (with a zone).
 fn is_iso8601(s: &str) -> bool {
-    let b = s.as_bytes();
-    let digits =
-        |r: std::ops::Range<usize>| b.get(r).is_some_and(|x| x.iter().all(u8::is_ascii_digit));
-    if !(b.len() >= 20
-        && digits(0..4)
-        && b[4] == b'-'
-        && digits(5..7)
-        && b[7] == b'-'
-        && digits(8..10)
-        && (b[10] == b'T' || b[10] == b' ')
-        && digits(11..13)
-        && b[13] == b':'
-        && digits(14..16)
-        && b[16] == b':'
-        && digits(17..19))
-    {
-        return false;
-    }
-    let mut rest = &s[19..];
-    if let Some(r) = rest.strip_prefix('.') {
-        let n = r.bytes().take_while(u8::is_ascii_digit).count();
-        if n == 0 {
-            return false;
-        }
-        rest = &r[n..];
-    }
-    rest == "Z"
-        || (rest.len() == 6
-            && (rest.starts_with('+') || rest.starts_with('-'))
-            && rest[1..3].bytes().all(|c| c.is_ascii_digit())
-            && &rest[3..4] == ":"
-            && rest[4..6].bytes().all(|c| c.is_ascii_digit()))
+    OffsetDateTime::parse(s, &Rfc3339).is_ok()
 }
 
-// ---------------------------------------------------------------- HTTP plumbing
+// ---------------------------------------------------------------- HTTP
 
-/// A connection with its own read buffer, so that raw bytes can be relayed.
-struct Conn {
-    s: TcpStream,
-    buf: Vec<u8>,
-}
-
-impl Conn {
-    fn new(s: TcpStream) -> Conn {
-        let _ = s.set_read_timeout(Some(IDLE));
-        let _ = s.set_write_timeout(Some(IDLE));
-        let _ = s.set_nodelay(true);
-        Conn { s, buf: Vec::new() }
-    }
-
-    fn fill(&mut self) -> io::Result<usize> {
-        let mut tmp = [0u8; 64 * 1024];
-        let n = self.s.read(&mut tmp)?;
-        self.buf.extend_from_slice(&tmp[..n]);
-        Ok(n)
-    }
-
-    /// The head up to and including the blank line; None on EOF before any byte.
-    fn read_head(&mut self) -> io::Result<Option<Vec<u8>>> {
-        let mut scanned: usize = 0;
-        loop {
-            if let Some(i) = find(&self.buf[scanned.saturating_sub(3)..], b"\r\n\r\n") {
-                let end = scanned.saturating_sub(3) + i + 4;
-                return Ok(Some(self.buf.drain(..end).collect()));
+fn headers_json(h: &Head) -> Value {
+    let mut m = Map::new();
+    for (k, v) in &h.headers {
+        match m.get_mut(&k.to_ascii_lowercase()) {
+            Some(Value::String(old)) => {
+                old.push_str(", ");
+                old.push_str(v);
             }
-            scanned = self.buf.len();
-            if scanned > MAX_HEAD {
-                return Err(io::Error::new(io::ErrorKind::InvalidData, "head too long"));
-            }
-            if self.fill()? == 0 {
-                return if self.buf.is_empty() {
-                    Ok(None)
-                } else {
-                    Err(io::ErrorKind::UnexpectedEof.into())
-                };
+            _ => {
+                m.insert(k.to_ascii_lowercase(), json!(v));
             }
         }
     }
-
-    fn read_n(&mut self, n: usize) -> io::Result<Vec<u8>> {
-        while self.buf.len() < n {
-            if self.fill()? == 0 {
-                return Err(io::ErrorKind::UnexpectedEof.into());
-            }
-        }
-        Ok(self.buf.drain(..n).collect())
-    }
-
-    fn read_line(&mut self) -> io::Result<Vec<u8>> {
-        loop {
-            if let Some(i) = self.buf.iter().position(|&c| c == b'\n') {
-                return Ok(self.buf.drain(..=i).collect());
-            }
-            if self.buf.len() > MAX_HEAD {
-                return Err(io::Error::new(io::ErrorKind::InvalidData, "line too long"));
-            }
-            if self.fill()? == 0 {
-                return Err(io::ErrorKind::UnexpectedEof.into());
-            }
-        }
-    }
-
-    /// A chunked body: (the raw bytes including sizes and trailers, the payload).
-    fn read_chunked(&mut self) -> io::Result<(Vec<u8>, Vec<u8>)> {
-        let (mut raw, mut data) = (Vec::new(), Vec::new());
-        loop {
-            let line = self.read_line()?;
-            raw.extend_from_slice(&line);
-            let text = String::from_utf8_lossy(&line);
-            let size_text = text.split(';').next().unwrap_or("").trim();
-            let size = usize::from_str_radix(size_text, 16).map_err(|_| {
-                io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    format!("chunk size {size_text:?}"),
-                )
-            })?;
-            if size == 0 {
-                loop {
-                    let t = self.read_line()?;
-                    raw.extend_from_slice(&t);
-                    if t == b"\r\n" || t == b"\n" {
-                        return Ok((raw, data));
-                    }
-                }
-            }
-            let chunk = self.read_n(size)?;
-            raw.extend_from_slice(&chunk);
-            data.extend_from_slice(&chunk);
-            let end = self.read_line()?;
-            raw.extend_from_slice(&end);
-        }
-    }
-
-    fn read_to_close(&mut self) -> io::Result<Vec<u8>> {
-        while self.fill()? > 0 {}
-        Ok(std::mem::take(&mut self.buf))
-    }
-
-    fn write(&mut self, b: &[u8]) -> io::Result<()> {
-        self.s.write_all(b)?;
-        self.s.flush()
-    }
-
-    fn close(&self) {
-        let _ = self.s.shutdown(Shutdown::Both);
-    }
+    Value::Object(m)
 }
 
-fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).position(|w| w == needle)
-}
-
-struct Head {
-    raw: Vec<u8>,
-    /// Request: method, target, version. Response: version, status, reason.
-    first: Vec<String>,
-    headers: Vec<(String, String)>,
-}
-
-impl Head {
-    fn parse(raw: Vec<u8>) -> io::Result<Head> {
-        let text = String::from_utf8_lossy(&raw).into_owned();
-        let mut lines = text.split("\r\n");
-        let first: Vec<String> = lines
-            .next()
-            .unwrap_or("")
-            .splitn(3, ' ')
-            .map(str::to_string)
-            .collect();
-        if first.len() < 2 {
-            return Err(io::Error::new(io::ErrorKind::InvalidData, "bad start line"));
-        }
-        let headers = lines
-            .filter(|l| !l.is_empty())
-            .filter_map(|l| {
-                let (k, v) = l.split_once(':')?;
-                Some((k.trim().to_ascii_lowercase(), v.trim().to_string()))
-            })
-            .collect();
-        Ok(Head {
-            raw,
-            first,
-            headers,
-        })
-    }
-
-    fn get(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.as_str())
-    }
-
-    fn has_token(&self, name: &str, token: &str) -> bool {
-        self.headers
-            .iter()
-            .any(|(k, v)| k == name && v.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
-    }
-
-    fn chunked(&self) -> bool {
-        self.has_token("transfer-encoding", "chunked")
-    }
-
-    fn content_length(&self) -> io::Result<Option<usize>> {
-        match self.get("content-length") {
-            None => Ok(None),
-            Some(v) => v
-                .parse()
-                .map(Some)
-                .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "content-length")),
-        }
-    }
-
-    fn headers_json(&self) -> Value {
-        let mut m = Map::new();
-        for (k, v) in &self.headers {
-            match m.get_mut(k) {
-                Some(Value::String(old)) => {
-                    old.push_str(", ");
-                    old.push_str(v);
-                }
-                _ => {
-                    m.insert(k.clone(), json!(v));
-                }
-            }
-        }
-        Value::Object(m)
-    }
-}
-
-/// A request body: (raw bytes as received, payload).
-fn read_request_body(c: &mut Conn, h: &Head) -> io::Result<(Vec<u8>, Vec<u8>)> {
-    if h.chunked() {
-        c.read_chunked()
-    } else {
-        let n = h.content_length()?.unwrap_or(0);
-        let b = c.read_n(n)?;
-        Ok((b.clone(), b))
-    }
-}
-
-fn reason(code: u16) -> &'static str {
-    match code {
-        100 => "Continue",
-        200 => "OK",
-        201 => "Created",
-        204 => "No Content",
-        400 => "Bad Request",
-        401 => "Unauthorized",
-        403 => "Forbidden",
-        404 => "Not Found",
-        405 => "Method Not Allowed",
-        408 => "Request Timeout",
-        409 => "Conflict",
-        413 => "Content Too Large",
-        415 => "Unsupported Media Type",
-        422 => "Unprocessable Entity",
-        429 => "Too Many Requests",
-        500 => "Internal Server Error",
-        502 => "Bad Gateway",
-        503 => "Service Unavailable",
-        504 => "Gateway Timeout",
-        _ => "Status",
-    }
-}
-
-fn response(code: u16, ctype: &str, body: &[u8], close: bool, extra: &str) -> Vec<u8> {
-    let mut r = format!(
-        "HTTP/1.1 {code} {}\r\ndate: {}\r\nserver: mock-sentinel\r\ncontent-type: {ctype}\r\ncontent-length: {}\r\n{extra}{}\r\n",
-        reason(code),
-        iso8601(now(), "z"),
-        body.len(),
-        if close { "connection: close\r\n" } else { "" }
-    )
-    .into_bytes();
-    r.extend_from_slice(body);
-    r
+fn response(code: u16, ctype: &str, body: &[u8], close: bool, extra: &[(&str, &str)]) -> Vec<u8> {
+    let date = OffsetDateTime::now_utc()
+        .format(format_description!(
+            "[weekday repr:short], [day] [month repr:short] [year] [hour]:[minute]:[second] GMT"
+        ))
+        .unwrap_or_default();
+    let mut headers = vec![
+        ("date", date.as_str()),
+        ("server", "mock-sentinel"),
+        ("content-type", ctype),
+    ];
+    headers.extend_from_slice(extra);
+    http::response(code, &headers, body, close)
 }
 
 // ---------------------------------------------------------------- the API
@@ -594,7 +340,7 @@ struct Reply {
     body: Value,
     /// Replaces the JSON body verbatim (the `malformed` fault).
     raw: Option<Vec<u8>>,
-    extra_headers: String,
+    extra_headers: &'static [(&'static str, &'static str)],
 }
 
 impl Reply {
@@ -603,7 +349,7 @@ impl Reply {
             status,
             body,
             raw: None,
-            extra_headers: String::new(),
+            extra_headers: &[],
         }
     }
     fn detail(status: u16, msg: &str) -> Reply {
@@ -627,7 +373,7 @@ fn json_object(h: &Head, body: &[u8], required: bool) -> Result<Map<String, Valu
     if body.is_empty() && !required {
         return Ok(Map::new());
     }
-    let enc = h.get("content-encoding").unwrap_or("identity");
+    let enc = h.header("content-encoding").unwrap_or("identity");
     if !enc.eq_ignore_ascii_case("identity") {
         // Starlette does not decode request bodies: gzip bytes are not JSON.
         return Err(unprocessable(vec![verr(
@@ -637,7 +383,7 @@ fn json_object(h: &Head, body: &[u8], required: bool) -> Result<Map<String, Valu
             json!({}),
         )]));
     }
-    let ctype = h.get("content-type").unwrap_or("");
+    let ctype = h.header("content-type").unwrap_or("");
     let mime = ctype.split(';').next().unwrap_or("").trim();
     let json_ct = mime.eq_ignore_ascii_case("application/json")
         || (mime.starts_with("application/") && mime.ends_with("+json"));
@@ -945,27 +691,24 @@ fn handle_api_conn(mock: Arc<Mock>, s: TcpStream) {
         + 1;
     let mut seq = 0u64;
     let mut c = Conn::new(s);
-    while let Ok(Some(raw)) = c.read_head() {
-        seq += 1;
-        let Ok(h) = Head::parse(raw) else {
-            let _ = c.write(&response(
-                400,
-                "application/json",
-                br#"{"detail":"Bad Request"}"#,
-                true,
-                "",
-            ));
-            break;
+    loop {
+        let h = match c.read_request() {
+            Ok(Some(h)) => h,
+            Err(e) if e.kind() == io::ErrorKind::InvalidData => {
+                let body = br#"{"detail":"Bad Request"}"#;
+                let _ = c.write(&response(400, "application/json", body, true, &[]));
+                break;
+            }
+            _ => break,
         };
+        seq += 1;
         let arrived = now();
-        let body = match read_request_body(&mut c, &h) {
+        let body = match c.read_body(&h) {
             Ok((_, b)) => b,
             Err(_) => break,
         };
-        let method = h.first[0].clone();
-        let path = h.first[1].clone();
-        let close_after = h.has_token("connection", "close")
-            || h.first.get(2).is_some_and(|v| v.trim() == "HTTP/1.0");
+        let (method, path) = (h.method.clone(), h.target.clone());
+        let close_after = h.closes();
         let (rt, known) = route(&method, &path);
         let kind = match rt {
             Route::Register => "register",
@@ -984,7 +727,7 @@ fn handle_api_conn(mock: Arc<Mock>, s: TcpStream) {
         rec.insert("seq".into(), json!(seq));
         rec.insert("method".into(), json!(method));
         rec.insert("path".into(), json!(path));
-        rec.insert("headers".into(), h.headers_json());
+        rec.insert("headers".into(), headers_json(&h));
         let parsed: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
         rec.insert("body".into(), parsed);
         if !body.is_empty() && serde_json::from_slice::<Value>(&body).is_err() {
@@ -1011,7 +754,7 @@ fn handle_api_conn(mock: Arc<Mock>, s: TcpStream) {
             let (code, detail) = st.split_once(':').unwrap_or((st, ""));
             let code: u16 = code.parse().unwrap_or(500);
             let detail = if detail.is_empty() {
-                format!("injected fault: {} {}", code, reason(code))
+                format!("injected fault: {} {}", code, http::reason(code))
             } else {
                 detail.to_string()
             };
@@ -1044,7 +787,7 @@ fn handle_api_conn(mock: Arc<Mock>, s: TcpStream) {
             "application/json",
             &body_bytes,
             close_after,
-            &reply.extra_headers,
+            reply.extra_headers,
         );
         if c.write(&out).is_err() || close_after {
             break;
@@ -1055,12 +798,12 @@ fn handle_api_conn(mock: Arc<Mock>, s: TcpStream) {
 
 fn api_reply(mock: &Mock, rt: &Route, h: &Head, body: &[u8], action: &str) -> Reply {
     let want = format!("Bearer {}", mock.cfg.token);
-    match h.get("authorization") {
+    match h.header("authorization") {
         Some(a) if a == want => {}
         Some(_) => return Reply::detail(401, "Invalid token"),
         None => {
             let mut r = Reply::detail(401, "Not authenticated");
-            r.extra_headers = "www-authenticate: Bearer\r\n".into();
+            r.extra_headers = &[("www-authenticate", "Bearer")];
             return r;
         }
     }
@@ -1213,11 +956,9 @@ fn handle_s3_conn(mock: Arc<Mock>, s: TcpStream) {
         + 1;
     let mut seq = 0u64;
     let mut c = Conn::new(s);
-    while let Ok(Some(raw)) = c.read_head() {
+    while let Ok(Some(h)) = c.read_request() {
         seq += 1;
-        let Ok(h) = Head::parse(raw) else { break };
-        let method = h.first[0].clone();
-        let path = h.first[1].clone();
+        let (method, path) = (h.method.clone(), h.target.clone());
         let kind = if method == "PUT" {
             "s3_put"
         } else {
@@ -1235,7 +976,7 @@ fn handle_s3_conn(mock: Arc<Mock>, s: TcpStream) {
         rec.insert("seq".into(), json!(seq));
         rec.insert("method".into(), json!(method));
         rec.insert("path".into(), json!(path));
-        rec.insert("headers".into(), h.headers_json());
+        rec.insert("headers".into(), headers_json(&h));
         rec.insert("body".into(), Value::Null);
         rec.insert("action".into(), json!(action));
         rec.insert("t".into(), json!(now()));
@@ -1245,7 +986,7 @@ fn handle_s3_conn(mock: Arc<Mock>, s: TcpStream) {
         }
         if action == "close" {
             if !expect {
-                if let Ok((b, _)) = read_request_body(&mut c, &h) {
+                if let Ok((b, _)) = c.read_body(&h) {
                     rec.insert("raw_len".into(), json!(b.len()));
                 }
             }
@@ -1259,9 +1000,9 @@ fn handle_s3_conn(mock: Arc<Mock>, s: TcpStream) {
             let (code, code_name) = st.split_once(':').unwrap_or((st, ""));
             let code: u16 = code.parse().unwrap_or(503);
             // Without the 100 the client sends no body: answer and close.
-            let mut close = expect || h.has_token("connection", "close");
+            let mut close = expect || h.closes();
             if !expect {
-                match read_request_body(&mut c, &h) {
+                match c.read_body(&h) {
                     Ok((b, _)) => {
                         rec.insert("raw_len".into(), json!(b.len()));
                     }
@@ -1277,7 +1018,7 @@ fn handle_s3_conn(mock: Arc<Mock>, s: TcpStream) {
                 "application/xml",
                 &body,
                 close,
-                "x-amz-request-id: MOCKFAULT\r\n",
+                &[("x-amz-request-id", "MOCKFAULT")],
             );
             if c.write(&out).is_err() || close {
                 break;
@@ -1287,7 +1028,7 @@ fn handle_s3_conn(mock: Arc<Mock>, s: TcpStream) {
         if expect && c.write(b"HTTP/1.1 100 Continue\r\n\r\n").is_err() {
             break;
         }
-        let body = match read_request_body(&mut c, &h) {
+        let body = match c.read_body(&h) {
             Ok((b, _)) => b,
             Err(_) => break,
         };
@@ -1298,7 +1039,7 @@ fn handle_s3_conn(mock: Arc<Mock>, s: TcpStream) {
                 rec.insert("status".into(), json!(502));
                 rec.insert("response".into(), json!(format!("upstream: {e}")));
                 mock.record(rec);
-                let out = response(502, "application/xml", &s3_error(502, ""), true, "");
+                let out = response(502, "application/xml", &s3_error(502, ""), true, &[]);
                 let _ = c.write(&out);
                 break;
             }
@@ -1309,7 +1050,7 @@ fn handle_s3_conn(mock: Arc<Mock>, s: TcpStream) {
             rec.insert("response".into(), json!(String::from_utf8_lossy(tail)));
         }
         mock.record(rec);
-        let close = upstream_close || h.has_token("connection", "close");
+        let close = upstream_close || h.closes();
         if c.write(&resp).is_err() || close {
             break;
         }
@@ -1327,12 +1068,8 @@ fn forward(upstream: &str, h: &Head, body: &[u8]) -> io::Result<(u16, Vec<u8>, b
     req.extend_from_slice(body);
     up.write(&req)?;
     loop {
-        let raw = up.read_head()?.ok_or(io::ErrorKind::UnexpectedEof)?;
-        let rh = Head::parse(raw)?;
-        let status: u16 = rh.first[1]
-            .parse()
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "status"))?;
-        if (100..200).contains(&status) {
+        let rh = up.read_response()?;
+        if (100..200).contains(&rh.status) {
             // The client already got our own 100 Continue.
             continue;
         }
@@ -1340,40 +1077,26 @@ fn forward(upstream: &str, h: &Head, body: &[u8]) -> io::Result<(u16, Vec<u8>, b
         // connections open. The relay has its own upstream connection per request, so
         // it drops that header and keeps the client's connection alive (response
         // headers are not signed) unless the body is delimited by the close.
-        let mut out = strip_connection_close(&rh.raw);
+        let mut out = format!("HTTP/1.{} {} {}\r\n", rh.minor, rh.status, rh.reason);
+        for (k, v) in &rh.headers {
+            if !(k.eq_ignore_ascii_case("connection") && v.eq_ignore_ascii_case("close")) {
+                out.push_str(&format!("{k}: {v}\r\n"));
+            }
+        }
+        out.push_str("\r\n");
+        let mut out = out.into_bytes();
         let mut close = false;
-        if h.first[0] == "HEAD" || status == 204 || status == 304 {
-        } else if rh.chunked() {
-            out.extend_from_slice(&up.read_chunked()?.0);
-        } else if let Some(n) = rh.content_length()? {
-            out.extend_from_slice(&up.read_n(n)?);
+        if h.method == "HEAD" || rh.status == 204 || rh.status == 304 {
+        } else if rh.has_token("transfer-encoding", "chunked") || rh.content_length()?.is_some() {
+            out.extend_from_slice(&up.read_body(&rh)?.0);
         } else {
             out = rh.raw.clone();
             out.extend_from_slice(&up.read_to_close()?);
             close = true;
         }
         up.close();
-        return Ok((status, out, close));
+        return Ok((rh.status, out, close));
     }
-}
-
-/// A response head without its `Connection: close` line(s), other bytes unchanged.
-fn strip_connection_close(head: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(head.len());
-    let mut rest = head;
-    while !rest.is_empty() {
-        let n = find(rest, b"\r\n").map_or(rest.len(), |i| i + 2);
-        let line = &rest[..n];
-        let text = String::from_utf8_lossy(line);
-        let drop = text.split_once(':').is_some_and(|(k, v)| {
-            k.trim().eq_ignore_ascii_case("connection") && v.trim().eq_ignore_ascii_case("close")
-        });
-        if !drop {
-            out.extend_from_slice(line);
-        }
-        rest = &rest[n..];
-    }
-    out
 }
 
 // ---------------------------------------------------------------- main
