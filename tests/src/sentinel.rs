@@ -875,93 +875,37 @@ pub fn http_request(
 }
 
 fn parse_response(raw: &[u8]) -> HttpResponse {
-    let Some(end) = raw.windows(4).position(|w| w == b"\r\n\r\n") else {
+    let mut hs = [httparse::EMPTY_HEADER; 64];
+    let mut r = httparse::Response::new(&mut hs);
+    let Ok(httparse::Status::Complete(end)) = r.parse(raw) else {
         return HttpResponse {
             status: 0,
             headers: Vec::new(),
             body: raw.to_vec(),
         };
     };
-    let head = String::from_utf8_lossy(&raw[..end]);
-    let mut lines = head.split("\r\n");
-    let status = lines
-        .next()
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            Some((k.trim().to_ascii_lowercase(), v.trim().to_string()))
+    let headers: Vec<(String, String)> = r
+        .headers
+        .iter()
+        .map(|h| {
+            let v = String::from_utf8_lossy(h.value).trim().to_string();
+            (h.name.to_ascii_lowercase(), v)
         })
         .collect();
-    let mut body = raw[end + 4..].to_vec();
-    if let Some(n) = headers
-        .iter()
-        .find(|(k, _)| k == "content-length")
-        .and_then(|(_, v)| v.parse::<usize>().ok())
-    {
-        body.truncate(n);
-    }
-    HttpResponse {
-        status,
+    let mut resp = HttpResponse {
+        status: r.code.unwrap_or(0),
         headers,
-        body,
+        body: raw[end..].to_vec(),
+    };
+    if let Some(n) = resp.header("content-length").and_then(|v| v.parse().ok()) {
+        resp.body.truncate(n);
     }
+    resp
 }
 
 /// Unix seconds of an ISO-8601 date-time with a zone (`Z`, `+00:00`, `-05:30`,
 /// fractional seconds allowed); None when it is not one.
 pub fn parse_iso8601(s: &str) -> Option<f64> {
-    let b = s.as_bytes();
-    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || !(b[10] == b'T' || b[10] == b't') {
-        return None;
-    }
-    if b[13] != b':' || b[16] != b':' {
-        return None;
-    }
-    let num = |r: std::ops::Range<usize>| -> Option<i64> {
-        let t = s.get(r)?;
-        t.bytes()
-            .all(|c| c.is_ascii_digit())
-            .then(|| t.parse().ok())?
-    };
-    let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
-    let (h, mi, sec) = (num(11..13)?, num(14..16)?, num(17..19)?);
-    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || sec > 60 {
-        return None;
-    }
-    let mut rest = &s[19..];
-    let mut frac = 0.0;
-    if let Some(r) = rest.strip_prefix('.') {
-        let n = r.bytes().take_while(u8::is_ascii_digit).count();
-        if n == 0 {
-            return None;
-        }
-        frac = format!("0.{}", &r[..n]).parse().ok()?;
-        rest = &r[n..];
-    }
-    let offset = match rest {
-        "Z" | "z" => 0,
-        _ if rest.len() == 6 && rest.as_bytes()[3] == b':' => {
-            let sign = match rest.as_bytes()[0] {
-                b'+' => 1,
-                b'-' => -1,
-                _ => return None,
-            };
-            let oh: i64 = rest[1..3].parse().ok()?;
-            let om: i64 = rest[4..6].parse().ok()?;
-            sign * (oh * 3600 + om * 60)
-        }
-        _ => return None,
-    };
-    // Days from civil (H. Hinnant).
-    let y2 = if mo <= 2 { y - 1 } else { y };
-    let era = y2.div_euclid(400);
-    let yoe = y2 - era * 400;
-    let mp = (mo + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    Some((days * 86400 + h * 3600 + mi * 60 + sec - offset) as f64 + frac)
+    let t = time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339).ok()?;
+    Some(t.unix_timestamp() as f64 + f64::from(t.nanosecond()) / 1e9)
 }
