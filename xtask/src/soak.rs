@@ -73,6 +73,8 @@ pub fn run(dir: &Path, args: &[String]) -> anyhow::Result<()> {
                 "-q",
                 "-i",
                 "0.1",
+                "--summary",
+                "target/soak-summary.json",
                 "--",
                 "sh",
                 "-c",
@@ -83,6 +85,7 @@ pub fn run(dir: &Path, args: &[String]) -> anyhow::Result<()> {
     let mut soaked = Vec::new();
     for (name, a) in plans {
         let child = Command::new(&bin)
+            .current_dir(crate::root())
             .args(&a)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -154,6 +157,18 @@ pub fn run(dir: &Path, args: &[String]) -> anyhow::Result<()> {
             s.name,
             s.args.join(" "),
             if ok { "ok" } else { "over the limit" }
+        );
+    }
+    // How hard the fork loop worked: the tracked tree's process count.
+    let spawned = std::fs::read_to_string(crate::root().join("target/soak-summary.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .and_then(|v| v["processes_spawned"].as_f64());
+    if let Some(n) = spawned {
+        let _ = writeln!(
+            doc,
+            "\nThe fork loop's tree: {n:.0} processes, {:.0} a second.",
+            n / end
         );
     }
     print!("{doc}");
