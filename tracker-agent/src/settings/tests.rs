@@ -106,7 +106,8 @@ fn precedence_for_every_field() {
             .map(str::to_string)
     };
     let fields = meta_fields();
-    assert_eq!(fields.len(), 11, "{fields:?}");
+    // The usage guide's eleven at least; the list comes from the struct.
+    assert!(fields.len() >= 11, "{fields:?}");
     for (field, _var, flag) in &fields {
         // default only
         let s = resolve(opts(&["-c", "/dev/null"]), &no_env).unwrap();
