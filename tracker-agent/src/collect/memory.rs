@@ -1,4 +1,8 @@
 //! Host memory from /proc/meminfo, in MiB.
+//!
+//! Parsed here rather than with procfs-core's `Meminfo`: 5.7–6.0× the parse
+//! (3.2–3.5× read and parse; 113 allocations against none), and one missing key
+//! fails its whole parse where only that field should be null (docs/layout.md).
 
 use super::{CachedFile, Roots};
 use crate::{model::sample::MemorySample, warn::warn_once};

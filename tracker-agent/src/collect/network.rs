@@ -1,5 +1,9 @@
 //! Per-interface traffic from /proc/net/dev plus link facts from
 //! /sys/class/net/IF/. Loopback is left out.
+//!
+//! /proc/net/dev is parsed here rather than with procfs-core's
+//! `InterfaceDeviceStatus`: 2.6–2.9× the parse, 1.35–1.42× read and parse, 20
+//! allocations against none (docs/layout.md, "Parsers").
 
 use std::{collections::BTreeMap, path::PathBuf, time::Instant};
 

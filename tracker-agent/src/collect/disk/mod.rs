@@ -227,7 +227,9 @@ impl DiskCollector {
     }
 }
 
-/// Name, sectors read, sectors written of one diskstats line.
+/// Name, sectors read, sectors written of one diskstats line. Not procfs-core's
+/// `DiskStats`: 2.05–2.2× the parse, 1.32–1.35× read and parse, 23 allocations
+/// against none (docs/layout.md, "Parsers").
 fn parse_diskstats(line: &[u8]) -> Option<(&str, u64, u64)> {
     let mut it = std::str::from_utf8(line).ok()?.split_ascii_whitespace();
     let name = it.nth(2)?;

@@ -1,4 +1,9 @@
 //! /proc/self/mountinfo lines and the space of a mounted filesystem (statvfs).
+//!
+//! Parsed here rather than with procfs-core's `MountInfos`: 5.7–6.3× the parse
+//! (2.0–2.1× read and parse; 330 allocations against 63 for 21 mounts), mount
+//! points left escaped, and one non-UTF-8 path fails the whole table where this
+//! keeps every mount (docs/layout.md, "Parsers").
 
 use std::{
     ffi::{CStr, OsStr},
