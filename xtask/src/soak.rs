@@ -121,6 +121,17 @@ pub fn run(dir: &Path, args: &[String]) -> anyhow::Result<()> {
         unsafe { libc::kill(s.child.id() as i32, libc::SIGTERM) };
         s.child.wait().context("waiting for the tracker")?;
     }
+    let (doc, failed) = report(&soaked, minutes, end);
+    print!("{doc}");
+    std::fs::write(crate::root().join("docs/soak.md"), &doc).context("docs/soak.md")?;
+    if !failed.is_empty() {
+        bail!("soak over its limits: {}", failed.join(", "));
+    }
+    Ok(())
+}
+
+/// docs/soak.md's text, and the soaks over their limits.
+fn report(soaked: &[Soaked], minutes: f64, end: f64) -> (String, Vec<&'static str>) {
     let mut doc = String::new();
     let _ = writeln!(
         doc,
@@ -136,7 +147,7 @@ pub fn run(dir: &Path, args: &[String]) -> anyhow::Result<()> {
             .trim()
     );
     let mut failed = Vec::new();
-    for s in &soaked {
+    for s in soaked {
         let r = &s.readings;
         let settled = median(
             r.iter()
@@ -171,10 +182,5 @@ pub fn run(dir: &Path, args: &[String]) -> anyhow::Result<()> {
             n / end
         );
     }
-    print!("{doc}");
-    std::fs::write(crate::root().join("docs/soak.md"), &doc).context("docs/soak.md")?;
-    if !failed.is_empty() {
-        bail!("soak over its limits: {}", failed.join(", "));
-    }
-    Ok(())
+    (doc, failed)
 }

@@ -96,9 +96,6 @@ pub fn run(st: Settings) -> anyhow::Result<i32> {
         Start::Host => (None, None),
         _ => load_engine(&st),
     };
-    if engine.is_none() && !matches!(start, Start::Host) && st.events.is_some() {
-        say("--events: process events come from the eBPF engine; the file stays empty");
-    }
     if engine.is_none() && matches!(start, Start::Command(..)) {
         // Orphans of the tree come back to us, and wait4 gives their exact usage.
         // SAFETY: prctl with integer arguments.
@@ -263,6 +260,9 @@ fn load_engine(st: &Settings) -> (Option<Engine>, Option<String>) {
             say(format_args!(
                 "eBPF unavailable: {e}; falling back to /proc polling (backend procfs)"
             ));
+            if st.events.is_some() {
+                say("--events: process events come from the eBPF engine; the file stays empty");
+            }
             (None, Some(e.to_string()))
         }
     }
