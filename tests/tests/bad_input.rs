@@ -296,3 +296,32 @@ fn missing_proc_files_degrade_with_one_warning_each() {
     assert!(mem <= 11, "{mem} meminfo warnings: {long_err}");
     assert_eq!(b.len(), mem + disk, "nothing else warned: {long_err}");
 }
+
+/// Root whose capabilities were dropped (a container, a bounding set): eBPF is
+/// refused in one line that says why and what is needed, and the run goes on with
+/// procfs.
+#[test]
+fn root_without_bpf_capabilities_is_told_why() {
+    if !e2e::require(
+        e2e::is_root() && e2e::have("setpriv"),
+        "root and setpriv are needed to drop capabilities",
+    ) {
+        return;
+    }
+    let s = Scratch::new("nocaps");
+    let mut cmd = Command::new("setpriv");
+    cmd.current_dir(&s.0)
+        .args(["--bounding-set=-bpf,-perfmon,-sys_admin", "--"])
+        .arg(tracker())
+        .args(["run", "-q", "--summary", "s.json", "--", "true"]);
+    e2e::clean_env(&mut cmd);
+    let o = run(&mut cmd);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("capabilities were dropped") && err.contains("CAP_BPF"),
+        "{err}"
+    );
+    assert_eq!(read_json(&s.path("s.json"))["backend"], "procfs");
+}

@@ -3,6 +3,22 @@
 
 use std::{collections::HashSet, io::Write, sync::Mutex};
 
+/// An error with its causes on one line ("error sending request: connection
+/// refused"), each cause said once.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(c) = src {
+        let t = c.to_string();
+        if !s.contains(&t) {
+            s.push_str(": ");
+            s.push_str(&t);
+        }
+        src = c.source();
+    }
+    s
+}
+
 /// One line to the user on stderr. A closed or full stderr loses the line but
 /// never ends the run (`eprintln!` would panic).
 pub fn say(msg: impl std::fmt::Display) {

@@ -103,8 +103,8 @@ fn has_cap_bpf() -> Result<(), String> {
     }
     // SAFETY: geteuid has no preconditions.
     Err(match unsafe { libc::geteuid() } {
-        0 => "root, but without CAP_BPF+CAP_PERFMON or CAP_SYS_ADMIN".into(),
-        _ => "not root, and lacking CAP_BPF+CAP_PERFMON".into(),
+        0 => "root, but its capabilities were dropped".into(),
+        _ => "not root".into(),
     })
 }
 
@@ -220,20 +220,11 @@ impl EbpfEngine {
 /// The error with its causes, as a privilege problem when the kernel said EPERM
 /// (decided on the error's kind, not on its text).
 fn classify(what: String, e: &(dyn std::error::Error + 'static)) -> EbpfUnavailable {
-    let mut msg = format!("{what}{e}");
-    let mut eperm = false;
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        let t = c.to_string();
-        if !msg.contains(&t) {
-            msg.push_str(": ");
-            msg.push_str(&t);
-        }
-        eperm |= c
-            .downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == std::io::ErrorKind::PermissionDenied);
-        cause = c.source();
-    }
+    let msg = format!("{what}{}", crate::warn::error_chain(e));
+    let eperm = std::iter::successors(e.source(), |c| c.source()).any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::PermissionDenied)
+    });
     if eperm {
         EbpfUnavailable::NoPrivilege(msg)
     } else {

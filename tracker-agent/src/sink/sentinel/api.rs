@@ -237,7 +237,7 @@ impl Api {
             None => req.header(reqwest::header::CONTENT_TYPE, "application/json"),
         };
         let resp = req.send().await.map_err(|e| {
-            let msg = self.redact(&format!("POST {url}: {}", error_chain(&e)));
+            let msg = self.redact(&format!("POST {url}: {}", crate::warn::error_chain(&e)));
             match e.is_timeout() {
                 true => ApiError::TimedOut(msg),
                 false => ApiError::Transport(msg),
@@ -288,21 +288,6 @@ impl Api {
         self.post(&format!("/runs/{run_id}/finish"), Some(body))
             .await
     }
-}
-
-/// reqwest's error with its causes ("error sending request: connection refused").
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut src = e.source();
-    while let Some(c) = src {
-        let t = c.to_string();
-        if !s.contains(&t) {
-            s.push_str(": ");
-            s.push_str(&t);
-        }
-        src = c.source();
-    }
-    s
 }
 
 pub fn redact(s: &str, token: &str) -> String {
