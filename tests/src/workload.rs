@@ -442,6 +442,25 @@ fn sleepers(n: u64, secs: f64) {
     report(format!("\"mode\":\"sleepers\",\"processes_forked\":{n}"));
 }
 
+/// `n` children at once, each with `mib` MiB of its own memory written (every
+/// page), held `ms` milliseconds: the group's peak is n × mib.
+fn memory(mib: usize, n: u64, ms: u64) {
+    for _ in 0..n {
+        if fork() == 0 {
+            // This mode starts no thread, so the child may allocate after fork.
+            let mut v = vec![0u8; mib << 20];
+            for page in v.chunks_mut(4096) {
+                page[0] = 1;
+            }
+            std::thread::sleep(Duration::from_millis(ms));
+            std::hint::black_box(&v);
+            unsafe { libc::_exit(0) };
+        }
+    }
+    while wait_one().is_some() {}
+    report(format!("\"mode\":\"memory\",\"processes_forked\":{n}"));
+}
+
 fn main() {
     let _ = START.set(Instant::now());
     let args: Vec<String> = std::env::args().collect();
@@ -486,6 +505,7 @@ fn main() {
         Some("leaderexit") => leaderexit(arg(&args, 2, "threads"), arg(&args, 3, "ms")),
         Some("forkstorm") => forkstorm(arg(&args, 2, "count")),
         Some("sleepers") => sleepers(arg(&args, 2, "count"), arg(&args, 3, "seconds")),
-        _ => die("usage: workload spin|swarm|burner|orphans|tree|incgroup|pingpong|forkstorm|sleepers|lazyreaper|daemon|threadexec|vfork|cloneparent|leaderexit ..."),
+        Some("memory") => memory(arg(&args, 2, "mib"), arg(&args, 3, "processes"), arg(&args, 4, "ms")),
+        _ => die("usage: workload spin|swarm|burner|orphans|tree|incgroup|pingpong|forkstorm|sleepers|memory|lazyreaper|daemon|threadexec|vfork|cloneparent|leaderexit ..."),
     }
 }

@@ -2,7 +2,8 @@
 //! the workload, on the shapes where trackers go wrong: I/O through nested shells,
 //! orphans reaped late (by a lazy subreaper and by the real init), daemons that
 //! outlive the root, exec from a non-leader thread, vfork, CLONE_PARENT, a leader
-//! that leaves before its threads, pid reuse, and a ring too small for the burst.
+//! that leaves before its threads, pid reuse, a ring too small for the burst, and
+//! the peak memory of one process and of several at once.
 //! Each shape runs several times; the worst run is the one that counts.
 
 use std::process::Command;
@@ -19,6 +20,8 @@ use tracker_tests::{
 const CPU_TOLERANCE: f64 = 0.005;
 /// Storage bytes within this fraction of the cgroup's.
 const IO_TOLERANCE: f64 = 0.01;
+/// Peak memory within this fraction of the cgroup's.
+const MEM_TOLERANCE: f64 = 0.02;
 
 /// Runs `one` `n` times and checks every run; returns the worst CPU error seen.
 fn worst_of(n: usize, what: &str, mut one: impl FnMut(usize) -> Tracked) -> f64 {
@@ -72,6 +75,37 @@ fn sh(tag: &str, script: &str) -> Tracked {
 /// the tracker itself waits its turn mid-reading (83–148 ms measured with 400
 /// spinning orphans on 2 CPUs) and figures shift between neighbouring intervals,
 /// while totals stay exact.
+/// Peak memory against the cgroup's own peak (v1 `memory.max_usage_in_bytes`, v2
+/// `memory.peak`): one process writing 256 MiB, and four at once writing 64 MiB
+/// each, held 800 ms; the worst of three runs of each.
+#[test]
+fn peak_memory_follows_the_cgroup() {
+    for (mib, n) in [("256", "1"), ("64", "4")] {
+        let mut worst: f64 = 0.0;
+        for i in 0..3 {
+            let t = track_with(&Opts {
+                tag: "mem",
+                cmd: &["memory", mib, n, "800"],
+                interval: "0.1",
+                ..Opts::default()
+            });
+            assert_eq!(t.code, 0, "{}", t.stderr);
+            let truth = t.truth_peak.expect("the cgroup keeps a peak") as f64 / 1048576.0;
+            let ours = f(&t.summary, "peak_memory_mib");
+            eprintln!(
+                "memory {n} x {mib} MiB run {i}: ours {ours:.1} MiB, cgroup {truth:.1} MiB ({:.2} %)",
+                100.0 * ours / truth
+            );
+            worst = worst.max((ours / truth - 1.0).abs());
+        }
+        assert!(
+            worst <= MEM_TOLERANCE,
+            "{n} x {mib} MiB: peak memory off by {:.2} %",
+            100.0 * worst
+        );
+    }
+}
+
 #[test]
 fn per_interval_cpu_follows_the_cgroup() {
     if !ebpf_available() {
