@@ -271,6 +271,20 @@ fn cases() -> Vec<Case> {
     v.push(flag(
         &[
             "run",
+            "-o",
+            "{dir}/./same",
+            "--summary",
+            "{dir}/same",
+            "--",
+            "touch",
+            "{dir}/started",
+        ],
+        2,
+        &["-o", "--summary", "same file"],
+    ));
+    v.push(flag(
+        &[
+            "run",
             "--no-ebpf",
             "--events",
             "{dir}/ev",

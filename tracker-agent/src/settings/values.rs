@@ -182,7 +182,9 @@ pub fn distinct_files(named: &[(&str, Option<&Path>)]) -> Result<(), String> {
                 Ok(m) => Some((m.dev(), m.ino())),
                 Err(_) => None,
             };
-            Some((*flag, (cwd.join(p), id)))
+            // `components` drops `.` parts: `./x` and `x` are one name.
+            let name: PathBuf = cwd.join(p).components().collect();
+            Some((*flag, (name, id)))
         })
         .collect();
     for (i, (a, ka)) in given.iter().enumerate() {

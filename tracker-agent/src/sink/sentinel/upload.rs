@@ -255,7 +255,13 @@ impl Uploader {
             self.register().await;
         }
         let Some(run_id) = self.reg.as_ref().map(|r| r.run_id.clone()) else {
-            log::warn!("Sentinel: the run was never registered; nothing was sent");
+            match self.report.registrations_timed_out {
+                0 => log::warn!("Sentinel: the run was never registered; nothing was sent"),
+                n => log::warn!(
+                    "Sentinel: the run was never registered ({n} tries timed out; the server may hold runs with external_run_id {}); nothing was sent",
+                    self.body["external_run_id"]
+                ),
+            }
             self.keep();
             return;
         };
