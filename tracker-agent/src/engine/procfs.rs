@@ -199,8 +199,11 @@ impl ProcfsEngine {
         let root_start = self.root_start;
         let same_root = |st: &procread::Stat| Some(st.starttime) == root_start;
         if self.children_files {
+            // Once a member, the root is checked with the members below.
             let mut roots = Vec::new();
-            if procread::stat(self.root, &mut self.buf).is_some_and(|st| same_root(&st)) {
+            if !self.members.contains_key(&self.root)
+                && procread::stat(self.root, &mut self.buf).is_some_and(|st| same_root(&st))
+            {
                 roots.push(self.root);
             }
             for (&pid, m) in &self.members {

@@ -18,7 +18,6 @@ pub struct Sampler {
     tree: Option<(u32, Backend)>,
     job_name: Option<String>,
     prev: TreeTotals,
-    /// CPU already used when tracking began (attach); zero for a started command.
     prev_at: Instant,
     prev_self_cpu: f64,
     prev_bpf: Option<(u64, u64)>,

@@ -2,7 +2,7 @@
 //! with, and what the summary says.
 
 use crate::{
-    engine::{Backend, Engine},
+    engine::{procread, Backend, Engine},
     model::{BpfProgram, Discovered, HostInfo, JobMeta, RunStats, Summary, TopCommand},
 };
 
@@ -32,11 +32,7 @@ pub fn on_signal(command_root: Option<u32>, from_tty: bool) -> OnSignal {
 pub fn forward(root: u32, sig: i32) {
     // SAFETY: signalling the tracker's own child.
     unsafe { libc::kill(root as i32, sig) };
-    let stat = std::fs::read_to_string(format!("/proc/{root}/stat")).unwrap_or_default();
-    // The state follows the command name's closing parenthesis.
-    let stopped = stat
-        .rsplit_once(')')
-        .is_some_and(|(_, rest)| rest.trim_start().starts_with('T'));
+    let stopped = procread::stat(root, &mut String::new()).is_some_and(|st| st.state == b'T');
     if stopped {
         // SAFETY: as above.
         unsafe { libc::kill(root as i32, libc::SIGCONT) };
