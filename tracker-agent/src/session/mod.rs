@@ -175,7 +175,9 @@ fn stay_with(command_root: Option<u32>, e: anyhow::Error) -> i32 {
             r if r == pid as i32 => return end::exit_code_of(status),
             _ => return 1,
         }
-        if let Some((sig, from_tty)) = signals::wait_signal(std::time::Duration::from_millis(100)) {
+        if let Some((sig, from_tty)) =
+            signals::wait_signal(Some(std::time::Duration::from_millis(100)))
+        {
             if let end::OnSignal::Forward(root) = end::on_signal(Some(pid), from_tty) {
                 end::forward(root, sig);
             }

@@ -33,33 +33,33 @@ pub fn block_signals() {
     unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
 }
 
-/// A forwarded signal taken within `timeout`, and whether the terminal sent it.
-pub fn wait_signal(timeout: std::time::Duration) -> Option<(i32, bool)> {
+/// A forwarded signal taken within `timeout` (None: waits for one), and whether
+/// the terminal sent it.
+pub fn wait_signal(timeout: Option<std::time::Duration>) -> Option<(i32, bool)> {
     let set = forwarded_set();
-    let ts = libc::timespec {
-        tv_sec: timeout.as_secs() as libc::time_t,
-        tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
-    };
-    // SAFETY: siginfo_t is plain data filled by the kernel; set and ts are valid.
+    // SAFETY: siginfo_t is plain data filled by the kernel.
     let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-    let sig = unsafe { libc::sigtimedwait(&set, &mut info, &ts) };
+    let sig = match timeout {
+        // SAFETY: valid set and out pointer.
+        None => unsafe { libc::sigwaitinfo(&set, &mut info) },
+        Some(t) => {
+            let ts = libc::timespec {
+                tv_sec: t.as_secs() as libc::time_t,
+                tv_nsec: libc::c_long::from(t.subsec_nanos() as i32),
+            };
+            // SAFETY: valid set, out pointer and timespec.
+            unsafe { libc::sigtimedwait(&set, &mut info, &ts) }
+        }
+    };
+    // SI_KERNEL: sent by the terminal to the whole foreground group, so the
+    // child has it already; anything sent with kill(2) must be forwarded.
     (sig > 0).then_some((sig, info.si_code == libc::SI_KERNEL))
 }
 
 pub fn spawn_signal_thread(tx: mpsc::UnboundedSender<(i32, bool)>) {
-    std::thread::spawn(move || {
-        let set = forwarded_set();
-        loop {
-            // SAFETY: siginfo_t is plain data filled by the kernel.
-            let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-            let sig = unsafe { libc::sigwaitinfo(&set, &mut info) };
-            if sig < 0 {
-                continue;
-            }
-            // SI_KERNEL: sent by the terminal to the whole foreground group, so the
-            // child has it already; anything sent with kill(2) must be forwarded.
-            let from_tty = info.si_code == libc::SI_KERNEL;
-            if tx.send((sig, from_tty)).is_err() {
+    std::thread::spawn(move || loop {
+        if let Some(taken) = wait_signal(None) {
+            if tx.send(taken).is_err() {
                 return;
             }
         }

@@ -237,19 +237,17 @@ impl Api {
             None => req.header(reqwest::header::CONTENT_TYPE, "application/json"),
         };
         let resp = req.send().await.map_err(|e| {
-            let msg = self.redact(&format!("POST {url}: {}", crate::warn::error_chain(&e)));
-            match e.is_timeout() {
-                true => ApiError::TimedOut(msg),
-                false => ApiError::Transport(msg),
-            }
+            no_answer(
+                &e,
+                self.redact(&format!("POST {url}: {}", crate::warn::error_chain(&e))),
+            )
         })?;
         let status = resp.status();
         let text = resp.text().await.map_err(|e| {
-            let msg = self.redact(&format!("POST {url}: reading the answer: {e}"));
-            match e.is_timeout() {
-                true => ApiError::TimedOut(msg),
-                false => ApiError::Transport(msg),
-            }
+            no_answer(
+                &e,
+                self.redact(&format!("POST {url}: reading the answer: {e}")),
+            )
         })?;
         if !status.is_success() {
             return Err(ApiError::Status {
@@ -287,6 +285,15 @@ impl Api {
     pub async fn finish(&self, run_id: &str, body: &Value) -> Result<Value, ApiError> {
         self.post(&format!("/runs/{run_id}/finish"), Some(body))
             .await
+    }
+}
+
+/// A request that got no (whole) answer; a time-out kept apart, since the server
+/// may still have acted on it.
+fn no_answer(e: &reqwest::Error, msg: String) -> ApiError {
+    match e.is_timeout() {
+        true => ApiError::TimedOut(msg),
+        false => ApiError::Transport(msg),
     }
 }
 
