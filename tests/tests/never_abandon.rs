@@ -147,8 +147,7 @@ fn a_full_disk_keeps_the_command_and_what_it_can() {
             let dm = std::fs::metadata(p.parent().expect("dir")).expect("kept dir");
             assert_eq!(dm.mode() & 0o777, 0o700, "{}", p.display());
         }
-        let sum: Value = serde_json::from_slice(&std::fs::read(&summary).expect("kept summary"))
-            .expect("a whole summary");
+        let sum = read_json(&summary);
         assert_eq!(sum["exit_code"], 7);
         assert!(e2e::num(&sum, "/processes_spawned") >= 300.0, "{sum}");
         let kept = std::fs::read_to_string(&samples).expect("kept samples");
@@ -194,9 +193,7 @@ fn a_closed_stderr_is_not_the_end() {
         std::fs::read_to_string(&marker).ok().as_deref(),
         Some("done\n")
     );
-    let sum: Value =
-        serde_json::from_slice(&std::fs::read(s.path("summary.json")).expect("summary"))
-            .expect("summary JSON");
+    let sum = read_json(&s.path("summary.json"));
     assert_eq!(sum["exit_code"], 7);
 }
 

@@ -10,7 +10,6 @@ use std::{
     process::{Command, Output, Stdio},
 };
 
-use serde_json::Value;
 use tracker_tests::*;
 
 const NOBODY: u32 = 65534;
@@ -133,8 +132,7 @@ fn planted_scratch_names_are_never_followed() {
     assert_eq!(o.status.code(), Some(0), "{err}");
     assert_intact(&v);
     assert_eq!(std::fs::read_dir(&vdir).expect("root dir").count(), 0);
-    let sum: Value =
-        serde_json::from_slice(&std::fs::read(&summary).expect("summary")).expect("summary JSON");
+    let sum = read_json(&summary);
     let st = &sum["streaming"];
     assert!(st["spooled_batches"].as_u64().unwrap_or(0) > 0, "{st}");
     let kept = PathBuf::from(st["kept_dir"].as_str().expect("kept_dir"));
