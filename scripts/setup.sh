@@ -98,4 +98,14 @@ else
   "$moto_venv/bin/python" -c 'import moto.server, boto3, flask, flask_cors'
   echo "$want_moto" > "$moto_venv/.installed"
 fi
+# --- the Rust sibling 0.1.18 (the drop-in test runs it beside ours; the peers
+# benchmark uses the same copy) ---
+rs_root="$repo/target/peers/rs"
+want_rs="resource-tracker 0.1.18"
+if [ -x "$rs_root/bin/resource-tracker" ] && [ "$("$rs_root/bin/resource-tracker" --version 2>/dev/null)" = "$want_rs" ]; then
+  :
+else
+  log "installing $want_rs into $rs_root (2-3 min)"
+  cargo install --locked resource-tracker --version 0.1.18 --root "$rs_root" --quiet
+fi
 log "ok"

@@ -147,6 +147,34 @@ fn cases() -> Vec<Case> {
     for bad in ["xml", "JSONL", ""] {
         v.push(run_flag("--format", bad, &["--format"]));
     }
+    for bad in ["20", "-21", "low", "1.5"] {
+        v.push(run_flag("--renice", bad, &["--renice"]));
+        v.push(env("TRACKER_RENICE", bad, 2, &["TRACKER_RENICE"]));
+        v.push(config(
+            &format!("[tracker]\nrenice = {}\n", toml_num(bad)),
+            &["renice"],
+        ));
+    }
+    for bad in ["maybe", "1", ""] {
+        v.push(run_flag(
+            "--aggregate-cpu-steal",
+            bad,
+            &["--aggregate-cpu-steal"],
+        ));
+    }
+    for bad in ["maybe", "2"] {
+        v.push(env(
+            "TRACKER_AGGREGATE_CPU_STEAL",
+            bad,
+            2,
+            &["TRACKER_AGGREGATE_CPU_STEAL"],
+        ));
+        v.push(env("TRACKER_QUIET", bad, 2, &["TRACKER_QUIET"]));
+    }
+    v.push(config(
+        "[tracker]\naggregate_cpu_steal = \"no\"\n",
+        &["aggregate_cpu_steal"],
+    ));
     v.push(config(
         "[tracker]\nformat = \"xml\"\n",
         &["format", "'xml'"],
@@ -304,8 +332,8 @@ fn cases() -> Vec<Case> {
     v.push(flag(&["stopp"], 127, &["stopp: command not found"]));
     v.push(flag(&["-i"], 2, &["--interval"]));
     v.push(flag(&["-c"], 2, &["--config"]));
-    // The config file itself.
-    v.push(flag(&["-c", "{dir}/none.toml"], 2, &["none.toml"]));
+    // The config file itself (one that does not exist is only a warning, as the
+    // usage guide has it: tests/tests/bad_input.rs).
     v.push(flag(&["-c", "{dir}"], 2, &["{dir}"]));
     v.push(config("[job\nname = 1\n", &["line 1"]));
     v.push(config(

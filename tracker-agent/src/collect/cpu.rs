@@ -69,6 +69,14 @@ impl Times {
         self.busy() + self.idle + self.iowait + self.steal
     }
 
+    /// Stolen share of all time, 0–100; 0 when no tick passed.
+    fn steal_pct(&self) -> f64 {
+        match self.total() {
+            0 => 0.0,
+            t => self.steal as f64 / t as f64 * 100.0,
+        }
+    }
+
     /// Busy fraction (0..1); 0 when no tick passed.
     fn busy_fraction(&self) -> f64 {
         match self.total() {
@@ -182,10 +190,13 @@ impl CpuCollector {
                 let d = a.since(b);
                 out.utime_secs = Some((d.user + d.nice) as f64 / self.tck);
                 out.stime_secs = Some(d.system as f64 / self.tck);
+                out.steal_time_secs = Some(d.steal as f64 / self.tck);
+                out.steal_time_pct = Some(d.steal_pct());
             }
             if !self.cur.cores.is_empty() && !self.prev.cores.is_empty() {
-                let (per_core, sum) = per_core(&self.prev.cores, &self.cur.cores);
+                let (per_core, steal, sum) = per_core(&self.prev.cores, &self.cur.cores);
                 out.per_core_pct = Some(per_core);
+                out.per_core_steal_time_pct = Some(steal);
                 out.utilization_pct = Some(sum);
             }
         }
@@ -195,21 +206,24 @@ impl CpuCollector {
     }
 }
 
-/// Busy percentage of each core present in both readings (hotplugged ones are
-/// left out of this interval) and the sum of busy fractions (cores in use).
-fn per_core(prev: &[(u32, Times)], cur: &[(u32, Times)]) -> (Vec<f64>, f64) {
+/// Busy and stolen percentage of each core present in both readings (hotplugged
+/// ones are left out of this interval) and the sum of busy fractions (cores in use).
+fn per_core(prev: &[(u32, Times)], cur: &[(u32, Times)]) -> (Vec<f64>, Vec<f64>, f64) {
     let mut pct = Vec::with_capacity(cur.len());
+    let mut steal = Vec::with_capacity(cur.len());
     let mut sum = 0.0;
     let mut p = prev.iter().peekable();
     for (n, t) in cur {
         while p.next_if(|(m, _)| m < n).is_some() {}
         if let Some((_, old)) = p.next_if(|(m, _)| m == n) {
-            let f = t.since(old).busy_fraction();
+            let d = t.since(old);
+            let f = d.busy_fraction();
             pct.push(f * 100.0);
+            steal.push(d.steal_pct());
             sum += f;
         }
     }
-    (pct, sum)
+    (pct, steal, sum)
 }
 
 #[cfg(test)]
@@ -266,6 +280,10 @@ procs_blocked 0
         let tck = clk_tck() as f64;
         assert!((s.utime_secs.unwrap() - 90.0 / tck).abs() < 1e-9);
         assert!((s.stime_secs.unwrap() - 20.0 / tck).abs() < 1e-9);
+        // Steal: +5 ticks of 200 on all cores (cpu0's 5 of 100).
+        assert!((s.steal_time_secs.unwrap() - 5.0 / tck).abs() < 1e-9);
+        assert!((s.steal_time_pct.unwrap() - 2.5).abs() < 1e-9);
+        assert_eq!(s.per_core_steal_time_pct, Some(vec![5.0, 0.0]));
         assert!(s.process_cores_used.is_none() && s.process_child_count.is_none());
     }
 

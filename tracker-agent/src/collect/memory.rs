@@ -74,6 +74,7 @@ fn compute(v: &Values) -> MemorySample {
         swap_total_mib: swap_total,
         swap_used_mib: swap_used,
         swap_used_pct,
+        unavailable_mib: total.zip(avail).map(|(t, a)| (t - a).max(0.0)),
     }
 }
 
@@ -164,6 +165,7 @@ DirectMap1G:    25165824 kB
         let used = (24684092.0 - 24376580.0 - 860.0 - 25884.0 - 146728.0) / 1024.0;
         assert!(close(m.used_mib, used));
         assert!(close(m.used_pct, used / (24684092.0 / 1024.0) * 100.0));
+        assert!(close(m.unavailable_mib, (24684092.0 - 24249824.0) / 1024.0));
         assert!(close(m.swap_total_mib, 2097148.0 / 1024.0));
         assert!(close(m.swap_used_mib, 1048574.0 / 1024.0));
         assert!(close(m.swap_used_pct, 1048574.0 / 2097148.0 * 100.0));

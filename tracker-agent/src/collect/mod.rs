@@ -3,6 +3,7 @@
 //! A source that cannot be read makes its fields null with one warning per field
 //! for the whole run (see `crate::warn`), never an error.
 
+pub mod cgroup;
 pub mod cpu;
 pub mod disk;
 pub mod gpu;
@@ -40,6 +41,7 @@ impl Default for Roots {
 /// scan, no directory listing unless the set of devices or mounts changed).
 pub struct SystemCollector {
     cpu: cpu::CpuCollector,
+    cgroup: cgroup::CgroupCpu,
     memory: memory::MemoryCollector,
     network: network::NetworkCollector,
     disk: disk::DiskCollector,
@@ -52,6 +54,7 @@ impl SystemCollector {
     pub fn new(roots: Roots) -> SystemCollector {
         let mut c = SystemCollector {
             cpu: cpu::CpuCollector::new(&roots),
+            cgroup: cgroup::CgroupCpu::new(&roots),
             memory: memory::MemoryCollector::new(&roots),
             network: network::NetworkCollector::new(&roots),
             disk: disk::DiskCollector::new(&roots),
@@ -64,8 +67,12 @@ impl SystemCollector {
 
     /// Reads all sources; rates cover the time since the previous call.
     pub fn sample(&mut self) -> HostReading {
+        let mut cpu = self.cpu.sample();
+        let cg = self.cgroup.sample();
+        cpu.cgroup_usage_secs = cg.usage_secs;
+        cpu.cgroup_utilization_pct = cg.cores_used;
         HostReading {
-            cpu: self.cpu.sample(),
+            cpu,
             memory: self.memory.sample(),
             disk: self.disk.sample(),
             network: self.network.sample(),
@@ -179,6 +186,28 @@ fn pread_all(f: &File, buf: &mut Vec<u8>, records: bool) -> io::Result<()> {
     }
     buf.truncate(len);
     Ok(())
+}
+
+/// Undoes mountinfo's octal escapes (`\040` space, `\011` tab, `\012`, `\134`).
+pub(crate) fn unescape(s: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(s.len());
+    let mut i = 0;
+    while i < s.len() {
+        if s[i] == b'\\'
+            && i + 3 < s.len()
+            && s[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            let v = s[i + 1..i + 4]
+                .iter()
+                .fold(0u32, |a, &c| a * 8 + u32::from(c - b'0'));
+            out.push(v as u8);
+            i += 4;
+        } else {
+            out.push(s[i]);
+            i += 1;
+        }
+    }
+    out
 }
 
 /// A small attribute read once (static device facts): trimmed, empty → None.

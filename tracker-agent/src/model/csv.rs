@@ -1,5 +1,6 @@
 //! CSV rows from the sample model: the Python package's 32 "combined" columns first,
-//! in its order and units (the Sentinel backend reads them), then ours.
+//! in its order and units (the Sentinel backend reads them), then the Rust
+//! sibling's 33rd (`system_steal_time`), then ours.
 //! Empty cells stand for null (no tree, no GPU, a source that could not be read).
 
 use super::sample::Sample;
@@ -39,14 +40,19 @@ pub const PYTHON_COLUMNS: [&str; 32] = [
     "process_gpu_utilized",
 ];
 
-/// Our columns after the Python ones (documented in docs/schema.md).
-pub const EXTRA_COLUMNS: [&str; 18] = [
+/// The Rust sibling 0.1.18's column after the Python ones.
+pub const SIBLING_COLUMNS: [&str; 1] = ["system_steal_time"];
+
+/// Our columns after those (documented in docs/schema.md).
+pub const EXTRA_COLUMNS: [&str; 20] = [
     "interval_secs",
     "job_name",
     "system_memory_total_mib",
     "system_memory_available_mib",
     "system_swap_total_mib",
     "system_swap_used_mib",
+    "system_memory_unavailable_mib",
+    "system_cgroup_cpu_usage",
     "process_backend",
     "process_cpu_secs_total",
     "process_live_processes",
@@ -63,7 +69,7 @@ pub const EXTRA_COLUMNS: [&str; 18] = [
 
 pub fn header() -> String {
     let mut h = PYTHON_COLUMNS.join(",");
-    for c in EXTRA_COLUMNS {
+    for c in SIBLING_COLUMNS.iter().chain(&EXTRA_COLUMNS) {
         h.push(',');
         h.push_str(c);
     }
@@ -117,7 +123,8 @@ fn interval_bytes(v: impl Iterator<Item = Option<u64>>) -> String {
 }
 
 pub fn row(s: &Sample) -> String {
-    let mut cells: Vec<String> = Vec::with_capacity(PYTHON_COLUMNS.len() + EXTRA_COLUMNS.len());
+    let mut cells: Vec<String> =
+        Vec::with_capacity(PYTHON_COLUMNS.len() + SIBLING_COLUMNS.len() + EXTRA_COLUMNS.len());
     let m = &s.memory;
     cells.push(num(s.timestamp_secs, 6));
     cells.push(opt_int(s.cpu.process_count));
@@ -180,6 +187,8 @@ pub fn row(s: &Sample) -> String {
         }
         None => cells.extend(std::iter::repeat_n(String::new(), 11)),
     }
+    // The Rust sibling's.
+    cells.push(opt_num(s.cpu.steal_time_secs, 6));
     // Ours.
     cells.push(num(s.interval_secs, 6));
     cells.push(s.job_name.as_deref().map(text).unwrap_or_default());
@@ -187,6 +196,8 @@ pub fn row(s: &Sample) -> String {
     cells.push(opt_num(m.available_mib, 4));
     cells.push(opt_num(m.swap_total_mib, 4));
     cells.push(opt_num(m.swap_used_mib, 4));
+    cells.push(opt_num(m.unavailable_mib, 4));
+    cells.push(opt_num(s.cpu.cgroup_utilization_pct, 4));
     match &s.process {
         Some(p) => {
             cells.push(p.backend.to_string());
@@ -239,7 +250,11 @@ mod tests {
     fn row_has_one_cell_per_column() {
         let s = Sample::default();
         let cells = row(&s).split(',').count();
-        assert_eq!(cells, PYTHON_COLUMNS.len() + EXTRA_COLUMNS.len());
+        assert_eq!(
+            cells,
+            PYTHON_COLUMNS.len() + SIBLING_COLUMNS.len() + EXTRA_COLUMNS.len()
+        );
+        assert_eq!(header().split(',').nth(32), Some("system_steal_time"));
         assert_eq!(header().split(',').count(), cells);
     }
 }

@@ -13,7 +13,7 @@ use serde_json::{Map, Value};
 #[serde(default)]
 pub struct JobMeta {
     /// Label written into every sample as job_name.
-    #[arg(long, env = "TRACKER_JOB_NAME", value_name = "NAME", value_parser = meta_text, hide_env_values = true)]
+    #[arg(short = 'n', long, env = "TRACKER_JOB_NAME", value_name = "NAME", value_parser = meta_text, hide_env_values = true)]
     #[serde(alias = "name")]
     pub job_name: Option<String>,
     /// Project of the job.

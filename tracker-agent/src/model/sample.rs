@@ -19,6 +19,13 @@ pub struct Sample {
     /// The tracked process tree; null without `--pid` or a command.
     pub process: Option<ProcessSample>,
     pub tracker: TrackerSample,
+    /// `interval_secs` in whole milliseconds (the Rust sibling's name).
+    pub actual_interval_ms: u64,
+    /// Root pid of the tracked tree; null without one.
+    pub tracked_pid: Option<u32>,
+    /// This tracker's version.
+    #[serde(rename = "resource-tracker-version")]
+    pub version: &'static str,
 }
 
 /// Host CPU from /proc/stat plus the tree's share. Host fields are null when
@@ -39,6 +46,52 @@ pub struct CpuSample {
     pub process_cores_used: Option<f64>,
     /// Live descendants of the root, the root excluded (null without a tree).
     pub process_child_count: Option<u64>,
+    /// Host CPU seconds stolen by the hypervisor in the interval (all cores).
+    pub steal_time_secs: Option<f64>,
+    /// Stolen share of all CPU time in the interval, 0–100.
+    pub steal_time_pct: Option<f64>,
+    /// Stolen share per core, 0–100; empty while steal is aggregated (the default).
+    pub per_core_steal_time_pct: Option<Vec<f64>>,
+    /// CPU seconds used by the tracker's own cgroup in the interval.
+    pub cgroup_usage_secs: Option<f64>,
+    /// Cores used by the tracker's own cgroup over the interval, at most its quota
+    /// (or the cores online).
+    pub cgroup_utilization_pct: Option<f64>,
+    #[serde(flatten)]
+    pub tree: TreeCompat,
+}
+
+/// The tracked tree's figures under `cpu`, with the Rust sibling's names and
+/// integer types, copied from `process` (null without a tree).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct TreeCompat {
+    pub process_utime_secs: Option<f64>,
+    pub process_stime_secs: Option<f64>,
+    /// Whole MiB, rounded down.
+    pub process_rss_mib: Option<u64>,
+    /// Whole MiB, rounded down; null without `--pss`.
+    pub process_pss_mib: Option<u64>,
+    pub process_disk_read_bytes: Option<u64>,
+    pub process_disk_write_bytes: Option<u64>,
+    pub process_gpu_usage: Option<f64>,
+    pub process_gpu_vram_mib: Option<f64>,
+    pub process_gpu_utilized: Option<u64>,
+}
+
+impl TreeCompat {
+    pub fn of(p: &ProcessSample) -> TreeCompat {
+        TreeCompat {
+            process_utime_secs: Some(p.utime_secs),
+            process_stime_secs: Some(p.stime_secs),
+            process_rss_mib: Some(p.memory_rss_mib as u64),
+            process_pss_mib: p.memory_pss_mib.map(|m| m as u64),
+            process_disk_read_bytes: Some(p.read_bytes),
+            process_disk_write_bytes: Some(p.write_bytes),
+            process_gpu_usage: p.gpu_usage,
+            process_gpu_vram_mib: p.gpu_vram_mib,
+            process_gpu_utilized: p.gpu_utilized,
+        }
+    }
 }
 
 /// /proc/meminfo in MiB; each field null when its line is missing.
@@ -58,6 +111,9 @@ pub struct MemorySample {
     pub swap_total_mib: Option<f64>,
     pub swap_used_mib: Option<f64>,
     pub swap_used_pct: Option<f64>,
+    /// total − MemAvailable: what the Rust sibling 0.1.18 and procps-ng's `free`
+    /// call used.
+    pub unavailable_mib: Option<f64>,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]

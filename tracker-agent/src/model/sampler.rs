@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use super::{
     reading::Reading,
-    sample::{ProcessSample, Sample, TrackerSample},
+    sample::{ProcessSample, Sample, TrackerSample, TreeCompat},
     summary::RunStats,
 };
 use crate::engine::{Backend, TreeTotals};
@@ -24,6 +24,9 @@ pub struct Sampler {
     /// Cumulative user/system split of cpu_ns, in ns.
     cum_user_ns: u64,
     cum_sys_ns: u64,
+    /// Host steal only: `per_core_steal_time_pct` left empty (the Rust sibling's
+    /// default).
+    aggregate_steal: bool,
     pub stats: RunStats,
 }
 
@@ -44,8 +47,15 @@ impl Sampler {
             prev_bpf: None,
             cum_user_ns: 0,
             cum_sys_ns: 0,
+            aggregate_steal: true,
             stats: RunStats::default(),
         }
+    }
+
+    /// Whether steal is given per core too (`false`) or for the host only.
+    pub fn aggregate_steal(mut self, on: bool) -> Self {
+        self.aggregate_steal = on;
+        self
     }
 
     /// Sets the baseline without emitting. A tree the tracker started begins at zero
@@ -135,9 +145,15 @@ impl Sampler {
         };
         let children = now.live_procs.saturating_sub(u64::from(now.root_alive));
         let mut cpu = host.cpu;
-        if process.is_some() {
+        if let Some(p) = &process {
             cpu.process_cores_used = Some(cores);
             cpu.process_child_count = Some(children);
+            cpu.tree = TreeCompat::of(p);
+        }
+        if self.aggregate_steal {
+            if let Some(v) = &mut cpu.per_core_steal_time_pct {
+                v.clear();
+            }
         }
         let sample = Sample {
             // Microsecond precision, like the other timestamps.
@@ -149,8 +165,11 @@ impl Sampler {
             network: host.network,
             disk: host.disk,
             gpu: host.gpu,
+            tracked_pid: process.as_ref().map(|p| p.pid),
             process,
             tracker,
+            actual_interval_ms: (elapsed * 1e3).round() as u64,
+            version: env!("CARGO_PKG_VERSION"),
         };
         self.stats
             .add(&sample, &now, self.cum_user_ns, self.cum_sys_ns, d_self);

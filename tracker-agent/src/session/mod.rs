@@ -126,6 +126,9 @@ pub fn run(st: Settings) -> anyhow::Result<i32> {
         Ok(b) => b,
         Err(code) => return Ok(code),
     };
+    if let Some(v) = st.renice {
+        renice_self(v);
+    }
     let backend = engine.as_ref().map(Engine::backend);
     let tracked = track::Tracked {
         engine,
@@ -155,6 +158,38 @@ pub fn run(st: Settings) -> anyhow::Result<i32> {
     let mut summary = end::summary(&ended.sampler.stats, outcome, context);
     sinks.finish(&mut summary);
     Ok(summary.exit_code.unwrap_or(0))
+}
+
+/// Sets the nice value of every thread of the tracker. Done once the command has
+/// started, so that the command keeps the nice value it was given (a process
+/// without privilege could not lower it again); threads started later inherit it.
+fn renice_self(v: i32) {
+    let tids: Vec<libc::id_t> = match std::fs::read_dir("/proc/self/task") {
+        Ok(d) => d
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+            .collect(),
+        Err(e) => {
+            say(format_args!(
+                "--renice {v}: cannot list the tracker's threads: {e}"
+            ));
+            return;
+        }
+    };
+    for tid in tids {
+        // SAFETY: setpriority with integer arguments, on one of our own threads.
+        if unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, v) } != 0 {
+            let e = std::io::Error::last_os_error();
+            let why = if e.kind() == std::io::ErrorKind::PermissionDenied {
+                " (a lower nice value needs root or CAP_SYS_NICE)"
+            } else {
+                ""
+            };
+            say(format_args!(
+                "--renice {v}: {e}{why}; the tracker keeps its priority"
+            ));
+            return;
+        }
+    }
 }
 
 /// Tracking failed after the command started: it is not abandoned. The tracker

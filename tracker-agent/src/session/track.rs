@@ -176,7 +176,8 @@ async fn run_loop(
             st.meta.job_name.clone(),
             started,
             selfcost::cpu_secs(),
-        ),
+        )
+        .aggregate_steal(st.aggregate_cpu_steal),
         engine: t.engine,
         events: t.events,
         host: t.host,

@@ -51,11 +51,21 @@ pub struct Opts {
     #[arg(short = 'f', long, value_enum)]
     pub format: Option<Format>,
     /// Write samples to FILE instead of stderr.
-    #[arg(short = 'o', long, value_name = "FILE")]
+    #[arg(short = 'o', long, value_name = "FILE", env = "TRACKER_OUTPUT")]
     pub output: Option<PathBuf>,
-    /// No samples and no summary on the terminal.
+    /// No samples and no summary on the terminal; env TRACKER_QUIET, [tracker] quiet.
     #[arg(short = 'q', long)]
     pub quiet: bool,
+    /// Nice value of the tracker itself, -20 to 19 (bare: 19); the command keeps its
+    /// own. Env TRACKER_RENICE, [tracker] renice.
+    #[arg(short = 'r', long, value_name = "VALUE", num_args = 0..=1, default_missing_value = "19",
+          allow_negative_numbers = true, value_parser = clap::value_parser!(i32).range(-20..=19))]
+    pub renice: Option<i32>,
+    /// true: cpu.per_core_steal_time_pct is empty and only the host's steal is
+    /// given [default: true]; env TRACKER_AGGREGATE_CPU_STEAL, [tracker]
+    /// aggregate_cpu_steal.
+    #[arg(long, value_name = "BOOL")]
+    pub aggregate_cpu_steal: Option<bool>,
     #[command(flatten)]
     pub meta: JobMeta,
     /// Tag the run; repeatable.
@@ -127,6 +137,8 @@ mod tests {
             ("format", "format"),
             ("output", "samples to FILE"),
             ("quiet", "terminal"),
+            ("renice", "Nice value"),
+            ("aggregate_cpu_steal", "steal"),
             ("tag", "Tag"),
             ("summary", "summary"),
             ("events", "fork/exec/exit"),

@@ -42,6 +42,8 @@ pub struct TrackerSection {
     pub upload_interval_secs: Option<f64>,
     pub discover: Option<bool>,
     pub share_identity: Option<bool>,
+    pub renice: Option<i64>,
+    pub aggregate_cpu_steal: Option<bool>,
 }
 
 /// 1-based line and column of a byte offset.
@@ -70,8 +72,10 @@ fn trusted_as_root(path: &Path) -> bool {
     }
 }
 
-/// Reads and checks the config file. `explicit` is `--config`: missing is then an
-/// error; the default file is silently skipped when absent. Unknown sections and
+/// Reads and checks the config file. The default file is silently skipped when
+/// absent; one named with `--config` that does not exist is skipped with a warning
+/// (the usage guide says it is ignored, and a typo should not cost the run). Any
+/// other failure to read it, and every bad value, is an error. Unknown sections and
 /// keys are warned about and ignored.
 pub fn load(explicit: Option<&Path>) -> Result<Option<(FileConfig, PathBuf)>, String> {
     let path = explicit.unwrap_or(Path::new(DEFAULT_CONFIG));
@@ -89,8 +93,11 @@ pub fn load(explicit: Option<&Path>) -> Result<Option<(FileConfig, PathBuf)>, St
                 e.utf8_error().valid_up_to()
             )
         })?,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound && explicit.is_none() => {
-            return Ok(None)
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if explicit.is_some() {
+                log::warn!("config file {name}: not found; going on without it");
+            }
+            return Ok(None);
         }
         Err(e) => return Err(format!("config file {name}: {e}")),
     };

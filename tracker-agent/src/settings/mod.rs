@@ -68,27 +68,38 @@ pub struct Settings {
     pub metadata: Endpoints,
     /// The config file that was read, if any.
     pub config_file: Option<PathBuf>,
+    /// Nice value for the tracker's own threads, set once the command has started.
+    pub renice: Option<i32>,
+    /// Host steal only (`cpu.per_core_steal_time_pct` empty), as the Rust sibling.
+    pub aggregate_cpu_steal: bool,
 }
 
 fn sentinel_settings(
     get_env: GetEnv,
     upload_interval: f64,
 ) -> Result<Option<sentinel::Config>, String> {
-    // A token that is not UTF-8 must not be echoed back in the error.
-    let token = match get_env("SENTINEL_API_TOKEN") {
+    // SENTINEL_API_KEY is the streaming overview's name for the token; the token
+    // wins when both are set. A token that is not UTF-8 or has spaces must not be
+    // echoed back in the error.
+    let (var, token) = match ["SENTINEL_API_TOKEN", "SENTINEL_API_KEY"]
+        .into_iter()
+        .find_map(|v| get_env(v).filter(|t| !t.is_empty()).map(|t| (v, t)))
+    {
         None => return Ok(None),
-        Some(t) => t
-            .into_string()
-            .map_err(|_| "environment variable SENTINEL_API_TOKEN: not valid UTF-8".to_string())?,
+        Some((var, t)) => (
+            var,
+            t.into_string()
+                .map_err(|_| format!("environment variable {var}: not valid UTF-8"))?,
+        ),
     };
     let token = token.trim().to_string();
     if token.is_empty() {
         return Ok(None);
     }
     if token.chars().any(|c| c.is_control() || c == ' ') {
-        return Err(
-            "environment variable SENTINEL_API_TOKEN: contains spaces or control characters".into(),
-        );
+        return Err(format!(
+            "environment variable {var}: contains spaces or control characters"
+        ));
     }
     let api_url = match env_var(get_env, "SENTINEL_API_URL")? {
         Some(u) if !u.trim().is_empty() => url_setting("SENTINEL_API_URL", &u)?,
@@ -231,6 +242,18 @@ pub fn resolve(cli: Cli, get_env: GetEnv) -> Result<Settings, String> {
     let sentinel = sentinel_settings(get_env, upload_interval)?;
     let metadata = values::endpoints(get_env)?;
     let output = opts.output.clone().or(tr.output.clone());
+    let renice = match (opts.renice, env_var(get_env, "TRACKER_RENICE")?, tr.renice) {
+        (Some(v), _, _) => Some(v),
+        (None, Some(v), _) => Some(values::nice("environment variable TRACKER_RENICE", &v)?),
+        (None, None, Some(v)) => Some(values::nice(&in_file("renice"), &v.to_string())?),
+        (None, None, None) => None,
+    };
+    let aggregate_cpu_steal = match opts.aggregate_cpu_steal {
+        Some(v) => v,
+        None => env_bool(get_env, "TRACKER_AGGREGATE_CPU_STEAL")?
+            .or(tr.aggregate_cpu_steal)
+            .unwrap_or(true),
+    };
     values::distinct_files(&[
         ("-o", output.as_deref()),
         ("--summary", opts.summary.as_deref()),
@@ -246,7 +269,10 @@ pub fn resolve(cli: Cli, get_env: GetEnv) -> Result<Settings, String> {
         interval,
         format,
         output,
-        quiet: opts.quiet || tr.quiet.unwrap_or(false),
+        quiet: opts.quiet
+            || env_bool(get_env, "TRACKER_QUIET")?
+                .or(tr.quiet)
+                .unwrap_or(false),
         summary: opts.summary.clone(),
         events: opts.events.clone(),
         meta,
@@ -263,6 +289,8 @@ pub fn resolve(cli: Cli, get_env: GetEnv) -> Result<Settings, String> {
         sentinel,
         metadata,
         config_file,
+        renice,
+        aggregate_cpu_steal,
     })
 }
 

@@ -20,7 +20,7 @@ fn meta_fields() -> Vec<(String, String, String)> {
             let var = a.get_env()?.to_str()?.to_string();
             Some((a.get_id().to_string(), var, format!("--{}", a.get_long()?)))
         })
-        .filter(|(_, var, _)| var.starts_with("TRACKER_"))
+        .filter(|(id, _, _)| id != "output")
         .collect()
 }
 
@@ -56,10 +56,14 @@ fn wrong_type_is_an_error_with_position() {
     assert!(resolve(opts(&["-c", p.to_str().unwrap()]), &no_env).is_err());
 }
 
+/// The usage guide: a config file that does not exist is ignored (with a warning
+/// here); one that exists but cannot be read is still an error.
 #[test]
-fn explicit_missing_config_is_an_error() {
-    let e = resolve(opts(&["-c", "/nonexistent/rt.toml"]), &no_env).unwrap_err();
-    assert!(e.contains("/nonexistent/rt.toml"), "{e}");
+fn explicit_missing_config_is_skipped() {
+    let s = resolve(opts(&["-c", "/nonexistent/rt.toml"]), &no_env).unwrap();
+    assert_eq!(s.config_file, None);
+    let e = resolve(opts(&["-c", "/proc/self/mem"]), &no_env).unwrap_err();
+    assert!(e.contains("/proc/self/mem"), "{e}");
 }
 
 #[test]
@@ -288,4 +292,96 @@ fn sentinel_settings_from_the_environment() {
             .unwrap()
             .discover
     );
+}
+
+fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<OsString> {
+    let pairs: Vec<(String, String)> = pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    move |k: &str| pairs.iter().find(|(n, _)| n == k).map(|(_, v)| v.into())
+}
+
+/// The Rust sibling's switches: flag > environment > file > default, and bad
+/// values named by where they came from.
+#[test]
+fn renice_steal_and_quiet_layers() {
+    let p = tmp(
+        "sib",
+        "[tracker]\nrenice = 5\naggregate_cpu_steal = false\nquiet = true\n",
+    );
+    let c = p.to_str().unwrap();
+    let s = resolve(opts(&["-c", "/dev/null"]), &no_env).unwrap();
+    assert_eq!(
+        (s.renice, s.aggregate_cpu_steal, s.quiet),
+        (None, true, false)
+    );
+    let s = resolve(opts(&["-c", c]), &no_env).unwrap();
+    assert_eq!(
+        (s.renice, s.aggregate_cpu_steal, s.quiet),
+        (Some(5), false, true)
+    );
+    let env = env_of(&[
+        ("TRACKER_RENICE", "7"),
+        ("TRACKER_AGGREGATE_CPU_STEAL", "true"),
+        ("TRACKER_QUIET", "false"),
+    ]);
+    let s = resolve(opts(&["-c", c]), &env).unwrap();
+    assert_eq!(
+        (s.renice, s.aggregate_cpu_steal, s.quiet),
+        (Some(7), true, false)
+    );
+    let s = resolve(
+        opts(&["-c", c, "-r", "--aggregate-cpu-steal", "false", "-q"]),
+        &env,
+    )
+    .unwrap();
+    assert_eq!(
+        (s.renice, s.aggregate_cpu_steal, s.quiet),
+        (Some(19), false, true)
+    );
+    let s = resolve(opts(&["-r", "-5"]), &no_env).unwrap();
+    assert_eq!(s.renice, Some(-5));
+    // Bad values, each named.
+    assert!(Cli::try_parse_from(["rt", "-r", "20"]).is_err());
+    assert!(Cli::try_parse_from(["rt", "--aggregate-cpu-steal", "maybe"]).is_err());
+    for (pairs, name) in [
+        (&[("TRACKER_RENICE", "-21")][..], "TRACKER_RENICE"),
+        (&[("TRACKER_RENICE", "low")][..], "TRACKER_RENICE"),
+        (
+            &[("TRACKER_AGGREGATE_CPU_STEAL", "maybe")][..],
+            "TRACKER_AGGREGATE_CPU_STEAL",
+        ),
+        (&[("TRACKER_QUIET", "2")][..], "TRACKER_QUIET"),
+    ] {
+        let e = resolve(opts(&[]), &env_of(pairs)).unwrap_err();
+        assert!(e.contains(name), "{e}");
+    }
+    let p = tmp("sib2", "[tracker]\nrenice = 40\n");
+    let e = resolve(opts(&["-c", p.to_str().unwrap()]), &no_env).unwrap_err();
+    assert!(e.contains("[tracker] renice"), "{e}");
+    // -n is --job-name.
+    let s = resolve(opts(&["-n", "short"]), &no_env).unwrap();
+    assert_eq!(s.meta.job_name.as_deref(), Some("short"));
+}
+
+/// SENTINEL_API_KEY (the streaming overview's name) is the token's alias; the
+/// token wins; an empty token falls through to the key.
+#[test]
+fn sentinel_api_key_is_an_alias() {
+    let token = |s: &Settings| s.sentinel.as_ref().map(|c| c.token.0.clone());
+    let s = resolve(opts(&[]), &env_of(&[("SENTINEL_API_KEY", "k")])).unwrap();
+    assert_eq!(token(&s).as_deref(), Some("k"));
+    let both = env_of(&[("SENTINEL_API_KEY", "k"), ("SENTINEL_API_TOKEN", "t")]);
+    assert_eq!(
+        token(&resolve(opts(&[]), &both).unwrap()).as_deref(),
+        Some("t")
+    );
+    let empty = env_of(&[("SENTINEL_API_KEY", "k"), ("SENTINEL_API_TOKEN", "")]);
+    assert_eq!(
+        token(&resolve(opts(&[]), &empty).unwrap()).as_deref(),
+        Some("k")
+    );
+    let e = resolve(opts(&[]), &env_of(&[("SENTINEL_API_KEY", "a b")])).unwrap_err();
+    assert!(e.contains("SENTINEL_API_KEY") && !e.contains("a b"), "{e}");
 }

@@ -38,6 +38,17 @@ pub fn seconds(origin: &str, text: &str, min: f64) -> Result<f64, String> {
     Ok(v)
 }
 
+/// A nice value (-20 to 19) from `origin`.
+pub fn nice(origin: &str, text: &str) -> Result<i32, String> {
+    match text.trim().parse::<i32>() {
+        Ok(v) if (-20..=19).contains(&v) => Ok(v),
+        Ok(_) => Err(format!(
+            "{origin}: '{text}' is not a nice value from -20 to 19"
+        )),
+        Err(_) => Err(format!("{origin}: '{text}' is not a whole number")),
+    }
+}
+
 /// Metadata text from `origin`.
 pub fn text(origin: &str, v: &str) -> Result<String, String> {
     meta_text(v).map_err(|why| format!("{origin}: {why}"))

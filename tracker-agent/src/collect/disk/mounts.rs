@@ -11,6 +11,8 @@ use std::{
     os::unix::{ffi::OsStrExt, fs::FileTypeExt, fs::MetadataExt},
 };
 
+pub(super) use crate::collect::unescape;
+
 use super::Mount;
 use crate::{model::sample::MountSample, warn::warn_once};
 
@@ -50,28 +52,6 @@ pub(super) fn parse_mountinfo(line: &[u8]) -> Option<MountLine> {
         fstype,
         source,
     })
-}
-
-/// Undoes mountinfo's octal escapes (`\040` space, `\011` tab, `\012`, `\134`).
-pub(super) fn unescape(s: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(s.len());
-    let mut i = 0;
-    while i < s.len() {
-        if s[i] == b'\\'
-            && i + 3 < s.len()
-            && s[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
-        {
-            let v = s[i + 1..i + 4]
-                .iter()
-                .fold(0u32, |a, &c| a * 8 + u32::from(c - b'0'));
-            out.push(v as u8);
-            i += 4;
-        } else {
-            out.push(s[i]);
-            i += 1;
-        }
-    }
-    out
 }
 
 /// The block device of a mount: its /dev source's device number (btrfs shows an

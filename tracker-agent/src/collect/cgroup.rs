@@ -1,0 +1,288 @@
+//! CPU of the tracker's own cgroup (`cpu.cgroup_*`): inside a container, the CPU
+//! the container uses and the cores its quota allows, which the host's /proc/stat
+//! cannot tell. The cgroup is the one the tracker is in when it starts.
+//!
+//! cgroup v1's `cpuacct.usage` (ns) is preferred where the cpuacct controller is
+//! mounted (a v1 or hybrid host, where v2 holds no controller), else v2's
+//! `cpu.stat` `usage_usec`. The quota is `cpu.max` (v2) or
+//! `cpu.cfs_quota_us`/`cpu.cfs_period_us` of the cpu controller (v1).
+
+use std::{
+    os::unix::ffi::OsStrExt as _,
+    path::{Path, PathBuf},
+    time::Instant,
+};
+
+use super::{unescape, CachedFile, Roots};
+use crate::warn::warn_once;
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Usage {
+    /// `cpuacct.usage`: nanoseconds.
+    V1,
+    /// `cpu.stat`: `usage_usec` line.
+    V2,
+}
+
+/// A mounted hierarchy from mountinfo: its root within the hierarchy, where it is
+/// mounted, and its super options (the v1 controllers).
+struct Mount {
+    root: String,
+    point: PathBuf,
+    fstype: String,
+    options: String,
+}
+
+fn mounts(text: &str) -> Vec<Mount> {
+    text.lines()
+        .filter_map(|l| {
+            let (pre, post) = l.split_once(" - ")?;
+            let f: Vec<&str> = pre.split(' ').collect();
+            let p: Vec<&str> = post.split(' ').collect();
+            Some(Mount {
+                root: String::from_utf8_lossy(&unescape(f.get(3)?.as_bytes())).into_owned(),
+                point: PathBuf::from(std::ffi::OsStr::from_bytes(&unescape(f.get(4)?.as_bytes()))),
+                fstype: p.first()?.to_string(),
+                options: p.get(2).unwrap_or(&"").to_string(),
+            })
+        })
+        .collect()
+}
+
+/// The directory of cgroup `path` in `m`, when `m` holds it.
+fn dir_in(m: &Mount, path: &str) -> Option<PathBuf> {
+    let rel = if m.root == "/" {
+        path
+    } else {
+        path.strip_prefix(m.root.as_str())
+            .filter(|r| r.is_empty() || r.starts_with('/'))?
+    };
+    Some(m.point.join(rel.trim_start_matches('/')))
+}
+
+/// Where the tracker's cgroup keeps `controller` (v1) or, with `None`, its v2 dir.
+fn find(cgroups: &str, mounts: &[Mount], controller: Option<&str>) -> Option<PathBuf> {
+    for line in cgroups.lines() {
+        let mut it = line.splitn(3, ':');
+        let (_, ctrls, path) = (it.next()?, it.next()?, it.next()?);
+        let wanted = match controller {
+            Some(c) => ctrls.split(',').any(|x| x == c),
+            None => ctrls.is_empty(),
+        };
+        if !wanted {
+            continue;
+        }
+        let m = mounts.iter().find(|m| match controller {
+            Some(c) => m.fstype == "cgroup" && m.options.split(',').any(|o| o == c),
+            None => m.fstype == "cgroup2",
+        })?;
+        return dir_in(m, path);
+    }
+    None
+}
+
+pub struct CgroupCpu {
+    usage: Option<(CachedFile, Usage)>,
+    buf: Vec<u8>,
+    prev: Option<(u64, Instant)>,
+    /// Cores online, capped by the quota.
+    cores: f64,
+}
+
+/// The cgroup's CPU in one interval.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct CgroupReading {
+    pub usage_secs: Option<f64>,
+    /// Cores used over the interval, at most `cores`.
+    pub cores_used: Option<f64>,
+}
+
+impl CgroupCpu {
+    pub fn new(roots: &Roots) -> CgroupCpu {
+        let read = |p: &str| std::fs::read_to_string(roots.proc.join(p)).unwrap_or_default();
+        let (cgroups, mountinfo) = (read("self/cgroup"), read("self/mountinfo"));
+        let mounts = mounts(&mountinfo);
+        let v1 = find(&cgroups, &mounts, Some("cpuacct"))
+            .map(|d| (d.join("cpuacct.usage"), Usage::V1))
+            .filter(|(f, _)| f.exists());
+        let v2 = find(&cgroups, &mounts, None);
+        let usage = v1.or_else(|| v2.as_ref().map(|d| (d.join("cpu.stat"), Usage::V2)));
+        // SAFETY: sysconf has no preconditions.
+        let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as f64;
+        let quota = match &v2 {
+            Some(d) if usage.as_ref().is_some_and(|u| u.1 == Usage::V2) => v2_quota(d),
+            _ => find(&cgroups, &mounts, Some("cpu")).and_then(|d| v1_quota(&d)),
+        };
+        if usage.is_none() {
+            warn_once(
+                "collect.cgroup",
+                "the tracker's cgroup CPU accounting was not found (/proc/self/cgroup, /proc/self/mountinfo); cpu.cgroup_* are null",
+            );
+        }
+        CgroupCpu {
+            usage: usage.map(|(p, k)| (CachedFile::whole(p), k)),
+            buf: Vec::new(),
+            prev: None,
+            cores: quota.map_or(online, |q| q.min(online)),
+        }
+    }
+
+    fn read_ns(&mut self) -> Option<u64> {
+        let (file, kind) = self.usage.as_mut()?;
+        if !file.read_or_warn(
+            &mut self.buf,
+            "collect.cgroup.usage",
+            "cpu.cgroup_* are null",
+        ) {
+            return None;
+        }
+        let text = String::from_utf8_lossy(&self.buf);
+        match kind {
+            Usage::V1 => text.trim().parse().ok(),
+            Usage::V2 => text
+                .lines()
+                .find_map(|l| l.strip_prefix("usage_usec "))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .map(|us| us * 1000),
+        }
+    }
+
+    /// The interval since the previous call (nothing on the first).
+    pub fn sample(&mut self) -> CgroupReading {
+        let now = Instant::now();
+        let Some(ns) = self.read_ns() else {
+            self.prev = None;
+            return CgroupReading::default();
+        };
+        let out = match self.prev {
+            Some((p, at)) => {
+                let secs = ns.saturating_sub(p) as f64 / 1e9;
+                let elapsed = now.duration_since(at).as_secs_f64().max(1e-9);
+                CgroupReading {
+                    usage_secs: Some(secs),
+                    cores_used: Some((secs / elapsed).min(self.cores)),
+                }
+            }
+            None => CgroupReading::default(),
+        };
+        self.prev = Some((ns, now));
+        out
+    }
+}
+
+/// `cpu.max`: `QUOTA PERIOD` or `max PERIOD`.
+fn v2_quota(dir: &Path) -> Option<f64> {
+    let s = std::fs::read_to_string(dir.join("cpu.max")).ok()?;
+    let mut it = s.split_whitespace();
+    let (q, p) = (
+        it.next()?.parse::<f64>().ok()?,
+        it.next()?.parse::<f64>().ok()?,
+    );
+    (q > 0.0 && p > 0.0).then(|| q / p)
+}
+
+/// `cpu.cfs_quota_us` (-1: none) over `cpu.cfs_period_us`.
+fn v1_quota(dir: &Path) -> Option<f64> {
+    let read = |f: &str| -> Option<f64> {
+        std::fs::read_to_string(dir.join(f))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    };
+    let (q, p) = (read("cpu.cfs_quota_us")?, read("cpu.cfs_period_us")?);
+    (q > 0.0 && p > 0.0).then(|| q / p)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::collect::testroot::TestRoot;
+
+    /// mountinfo with both hierarchies mounted under the test's tree; the v1 cpuacct
+    /// mount is a container's view (its root is the container's cgroup).
+    fn layout(t: &TestRoot, v1: bool) {
+        let base = t.path("sys/fs/cgroup");
+        // mountinfo escapes a space in the mount point; /proc/self/cgroup does not.
+        let mut mi = format!(
+            "30 25 0:26 / {}/uni\\040fied rw - cgroup2 cgroup2 rw\n",
+            base.display()
+        );
+        let mut cg = "0::/job.slice/run x\n".to_string();
+        if v1 {
+            mi += &format!(
+                "31 25 0:27 /docker/abc {} rw - cgroup cgroup rw,cpuacct\n\
+                 32 25 0:28 / {} rw - cgroup cgroup rw,cpu\n",
+                base.join("cpuacct").display(),
+                base.join("cpu").display()
+            );
+            cg = format!("3:cpuacct:/docker/abc/inner\n2:cpu:/docker/abc\n{cg}");
+            t.write("sys/fs/cgroup/cpuacct/inner/cpuacct.usage", "1000000000\n");
+            t.write("sys/fs/cgroup/cpu/docker/abc/cpu.cfs_quota_us", "50000\n");
+            t.write("sys/fs/cgroup/cpu/docker/abc/cpu.cfs_period_us", "100000\n");
+        }
+        t.write("proc/self/mountinfo", &mi);
+        t.write("proc/self/cgroup", &cg);
+        t.write(
+            "sys/fs/cgroup/uni fied/job.slice/run x/cpu.stat",
+            "usage_usec 2000000\nuser_usec 1\n",
+        );
+        t.write(
+            "sys/fs/cgroup/uni fied/job.slice/run x/cpu.max",
+            "max 100000\n",
+        );
+    }
+
+    #[test]
+    fn v1_is_preferred_and_its_quota_caps_the_cores() {
+        let t = TestRoot::new("cgv1");
+        layout(&t, true);
+        let mut c = CgroupCpu::new(&t.roots());
+        assert_eq!(c.cores, 0.5);
+        assert_eq!(c.sample(), CgroupReading::default());
+        t.write("sys/fs/cgroup/cpuacct/inner/cpuacct.usage", "1250000000\n");
+        let r = c.sample();
+        assert_eq!(r.usage_secs, Some(0.25));
+        // However short the interval, never more cores than the quota.
+        assert_eq!(r.cores_used, Some(0.5));
+    }
+
+    #[test]
+    fn v2_with_an_escaped_path() {
+        let t = TestRoot::new("cgv2");
+        layout(&t, false);
+        let mut c = CgroupCpu::new(&t.roots());
+        assert!(c.cores >= 1.0);
+        c.sample();
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        t.write(
+            "sys/fs/cgroup/uni fied/job.slice/run x/cpu.stat",
+            "usage_usec 2010000\n",
+        );
+        let r = c.sample();
+        assert_eq!(r.usage_secs, Some(0.01));
+        let cores = r.cores_used.unwrap();
+        assert!(cores > 0.0 && cores <= 0.1, "{cores}");
+    }
+
+    #[test]
+    fn nothing_found_is_null() {
+        let t = TestRoot::new("cgnone");
+        let mut c = CgroupCpu::new(&t.roots());
+        assert_eq!(c.sample(), CgroupReading::default());
+        assert_eq!(c.sample(), CgroupReading::default());
+    }
+
+    #[test]
+    fn this_machine_agrees_with_its_own_cgroup() {
+        let mut c = CgroupCpu::new(&Roots::default());
+        c.sample();
+        let spin = Instant::now();
+        while spin.elapsed().as_millis() < 50 {
+            std::hint::black_box(0);
+        }
+        let r = c.sample();
+        // This process alone spun 50 ms inside its cgroup.
+        assert!(r.usage_secs.unwrap() >= 0.045, "{r:?}");
+    }
+}
