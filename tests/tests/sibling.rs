@@ -328,29 +328,30 @@ const CASES: &[Case] = &[
 ];
 
 /// What a case is judged on: the observations that can differ between cases.
-fn observe(
-    s: &Seen,
-) -> (
-    Option<i32>,
-    Option<String>,
-    Option<i64>,
-    Option<bool>,
-    Option<String>,
-    bool,
-) {
+#[derive(Debug, PartialEq)]
+struct Observed {
+    code: Option<i32>,
+    job_name: Option<String>,
+    nice: Option<i64>,
+    steal_aggregated: Option<bool>,
+    file: Option<String>,
+    on_terminal: bool,
+}
+
+fn observe(s: &Seen) -> Observed {
     let last = s.samples.last();
-    (
-        s.code,
-        last.and_then(|v| v["job_name"].as_str().map(str::to_string)),
-        s.nice,
-        last.and_then(|v| {
+    Observed {
+        code: s.code,
+        job_name: last.and_then(|v| v["job_name"].as_str().map(str::to_string)),
+        nice: s.nice,
+        steal_aggregated: last.and_then(|v| {
             v["cpu"]["per_core_steal_time_pct"]
                 .as_array()
                 .map(|a| a.is_empty())
         }),
-        s.file.clone(),
-        s.on_terminal > 0,
-    )
+        file: s.file.clone(),
+        on_terminal: s.on_terminal > 0,
+    }
 }
 
 #[test]
