@@ -244,6 +244,7 @@ fn json_lines_read_by_jq_and_python() {
     assert_eq!(
         r["top"],
         json!([
+            "actual_interval_ms",
             "cpu",
             "disk",
             "gpu",
@@ -252,7 +253,9 @@ fn json_lines_read_by_jq_and_python() {
             "memory",
             "network",
             "process",
+            "resource-tracker-version",
             "timestamp_secs",
+            "tracked_pid",
             "tracker"
         ]),
     );

@@ -47,14 +47,18 @@ fn main() {
             }
         },
     };
-    let settings = match settings::resolve(cli, &get_env) {
-        Ok(s) => s,
+    let job = match settings::resolve_job(cli, &get_env) {
+        Ok(j) => j,
         Err(e) => {
             warn::say(&e);
             std::process::exit(2);
         }
     };
-    match session::run(settings) {
+    let ran = match job {
+        settings::Job::Track(st) => session::run(*st),
+        settings::Job::Node(st) => session::node::run(st),
+    };
+    match ran {
         Ok(code) => std::process::exit(code),
         Err(e) => {
             warn::say(format_args!("{e:#}"));

@@ -14,7 +14,6 @@ use std::{
 };
 
 use super::{unescape, CachedFile, Roots};
-use crate::warn::warn_once;
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Usage {
@@ -114,9 +113,10 @@ impl CgroupCpu {
             _ => find(&cgroups, &mounts, Some("cpu")).and_then(|d| v1_quota(&d)),
         };
         if usage.is_none() {
-            warn_once(
-                "collect.cgroup",
-                "the tracker's cgroup CPU accounting was not found (/proc/self/cgroup, /proc/self/mountinfo); cpu.cgroup_* are null",
+            // Not a warning: a sandbox without cgroupfs (`ip netns exec` remounts
+            // /sys) is common, and the null fields say it.
+            log::info!(
+                "the tracker's cgroup CPU accounting was not found (/proc/self/cgroup, /proc/self/mountinfo); cpu.cgroup_* are null"
             );
         }
         CgroupCpu {

@@ -4,6 +4,7 @@
 //! for the whole run (see `crate::warn`), never an error.
 
 pub mod cgroup;
+pub mod containers;
 pub mod cpu;
 pub mod disk;
 pub mod gpu;

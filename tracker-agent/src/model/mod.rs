@@ -5,6 +5,7 @@
 pub mod csv;
 pub mod host;
 pub mod meta;
+pub mod node;
 pub mod reading;
 pub mod sample;
 pub mod sampler;

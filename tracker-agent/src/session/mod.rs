@@ -6,6 +6,7 @@
 mod end;
 mod events;
 mod launch;
+pub mod node;
 mod signals;
 mod track;
 

@@ -25,6 +25,8 @@ pub struct Cli {
     pub cmd: Vec<OsString>,
 }
 
+// Parsed once and moved: the size of the larger variant does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug, Clone)]
 pub enum Command {
     /// Run a command and track its whole process tree.
@@ -34,6 +36,35 @@ pub enum Command {
         #[arg(trailing_var_arg = true, required = true, value_name = "CMD")]
         cmd: Vec<OsString>,
     },
+    /// Track every container cgroup on the node (Kubernetes node agent) until
+    /// SIGTERM/SIGINT, from the kernel's cgroup accounting.
+    Node(NodeOpts),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct NodeOpts {
+    /// Serve Prometheus /metrics and /healthz on ADDR (host:port, e.g. 0.0.0.0:9101);
+    /// env TRACKER_LISTEN.
+    #[arg(long, value_name = "ADDR", env = "TRACKER_LISTEN")]
+    pub listen: Option<String>,
+    /// Seconds between readings of the cgroups (fractions allowed, at least 0.1)
+    /// [default: 1].
+    #[arg(short = 'i', long, value_name = "SECS", allow_hyphen_values = true)]
+    pub interval: Option<String>,
+    /// Write one JSON line per container per interval to FILE.
+    #[arg(short = 'o', long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// The host's /proc, where it is mounted in the agent's container
+    /// [default: $HOST_ROOT/proc, else /proc].
+    #[arg(long, value_name = "DIR")]
+    pub host_proc: Option<PathBuf>,
+    /// The host's /sys [default: $HOST_ROOT/sys, else /sys].
+    #[arg(long, value_name = "DIR")]
+    pub host_sys: Option<PathBuf>,
+    /// Also track the cgroups whose path below the hierarchy root matches PATTERN
+    /// (`*` within one path component, e.g. `system.slice/*.service`); repeatable.
+    #[arg(long, value_name = "PATTERN")]
+    pub include: Vec<String>,
 }
 
 #[derive(Args, Debug, Clone)]

@@ -5,6 +5,7 @@
 
 pub mod cli;
 mod file;
+pub mod node;
 pub mod values;
 
 use std::{ffi::OsString, path::PathBuf, time::Duration};
@@ -174,12 +175,27 @@ pub fn check_flag_env(get_env: GetEnv) -> Result<(), String> {
     Ok(())
 }
 
+/// What the tracker was asked to do.
+pub enum Job {
+    Track(Box<Settings>),
+    Node(node::NodeSettings),
+}
+
+/// The settings of either way of running.
+pub fn resolve_job(cli: Cli, get_env: GetEnv) -> Result<Job, String> {
+    match cli.command {
+        Some(Command::Node(opts)) => node::resolve(opts, get_env).map(Job::Node),
+        _ => resolve(cli, get_env).map(|s| Job::Track(Box::new(s))),
+    }
+}
+
 /// Applies the layers. `get_env` is `std::env::var_os` outside tests; clap has
 /// already applied the environment to the flags that name a variable (checked
 /// first by [`check_flag_env`]).
 pub fn resolve(cli: Cli, get_env: GetEnv) -> Result<Settings, String> {
     let (opts, cmd) = match cli.command {
         Some(Command::Run { opts, cmd }) => (opts, cmd),
+        Some(Command::Node(_)) => return Err("node settings are resolved by resolve_job".into()),
         None => (cli.opts, cli.cmd),
     };
     let file = file::load(opts.config.as_deref())?;

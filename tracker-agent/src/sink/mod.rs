@@ -2,6 +2,7 @@
 //! model's types and knows nothing of the settings or of the other sinks.
 
 pub mod lines;
+pub mod prometheus;
 pub mod sentinel;
 pub mod summary;
 

@@ -1,0 +1,427 @@
+//! `resource-tracker node` against containers simulated with real cgroups, named as
+//! the kubelet names them (both drivers), holding real workloads: what it exports
+//! must equal each cgroup's own counters; a container that goes stops being
+//! exported; an OOM kill is seen; bad input gets a line, never a crash.
+
+use std::{
+    io::{Read as _, Write as _},
+    net::TcpStream,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use tracker_tests::{
+    e2e::{is_root, require, Bg},
+    free_port, read_jsonl, tracker, workload, Scratch,
+};
+
+/// A container cgroup at `rel` in every hierarchy the host has (each v1 controller
+/// the agent reads, or v2), removed with the ancestors it made.
+struct FakeContainer {
+    dirs: Vec<PathBuf>,
+    made: Vec<PathBuf>,
+}
+
+fn hierarchies() -> Vec<PathBuf> {
+    let base = Path::new("/sys/fs/cgroup");
+    if base.join("cgroup.controllers").exists() {
+        return vec![base.to_path_buf()];
+    }
+    ["cpuacct", "cpu", "memory", "blkio", "pids"]
+        .iter()
+        .map(|c| base.join(c))
+        .filter(|d| d.join("cgroup.procs").exists())
+        .collect()
+}
+
+impl FakeContainer {
+    fn new(rel: &str) -> FakeContainer {
+        let mut dirs = Vec::new();
+        let mut made = Vec::new();
+        for h in hierarchies() {
+            let mut d = h.clone();
+            for part in rel.split('/') {
+                d = d.join(part);
+                if !d.exists() {
+                    std::fs::create_dir(&d).unwrap_or_else(|e| panic!("{}: {e}", d.display()));
+                    made.push(d.clone());
+                }
+            }
+            if h.ends_with("blkio") {
+                // v1 blkio counts a group's bytes only under a throttling rule.
+                for dev in std::fs::read_dir("/sys/block")
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                {
+                    if let Ok(n) = std::fs::read_to_string(dev.path().join("dev")) {
+                        let _ = std::fs::write(
+                            d.join("blkio.throttle.write_bps_device"),
+                            format!("{} 1099511627776", n.trim()),
+                        );
+                    }
+                }
+            }
+            dirs.push(d);
+        }
+        FakeContainer { dirs, made }
+    }
+
+    fn join_arg(&self) -> String {
+        self.dirs
+            .iter()
+            .map(|d| d.display().to_string())
+            .collect::<Vec<_>>()
+            .join(":")
+    }
+
+    fn dir(&self, hierarchy: &str) -> Option<&PathBuf> {
+        self.dirs.iter().find(|d| {
+            d.strip_prefix("/sys/fs/cgroup")
+                .is_ok_and(|r| r.starts_with(hierarchy))
+        })
+    }
+
+    fn cpu_secs(&self) -> f64 {
+        match self.dir("cpuacct") {
+            Some(d) => read_u64(&d.join("cpuacct.usage")) as f64 / 1e9,
+            None => {
+                let s = std::fs::read_to_string(self.dirs[0].join("cpu.stat")).unwrap();
+                let us: u64 = s
+                    .lines()
+                    .find_map(|l| l.strip_prefix("usage_usec "))
+                    .and_then(|v| v.trim().parse().ok())
+                    .unwrap();
+                us as f64 / 1e6
+            }
+        }
+    }
+
+    /// Runs `args` (the workload's) inside the container and waits.
+    fn run(&self, args: &[&str]) -> std::process::ExitStatus {
+        Command::new(workload())
+            .arg("incgroup")
+            .arg(self.join_arg())
+            .arg("--")
+            .arg(workload())
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .unwrap()
+    }
+}
+
+impl Drop for FakeContainer {
+    fn drop(&mut self) {
+        for d in &self.dirs {
+            if let Ok(s) = std::fs::read_to_string(d.join("cgroup.procs")) {
+                for pid in s.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+                    // SAFETY: signalling the test's own leftover process.
+                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                }
+            }
+        }
+        for d in self.made.iter().rev() {
+            for _ in 0..50 {
+                if std::fs::remove_dir(d).is_ok() || !d.exists() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+}
+
+fn read_u64(p: &Path) -> u64 {
+    std::fs::read_to_string(p)
+        .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// GET `path` from 127.0.0.1:port: (status code, body).
+fn get(port: u16, path: &str, accept: &str) -> Option<(u16, String)> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nAccept: {accept}\r\n\r\n"
+    )
+    .ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    let code = out.split(' ').nth(1)?.parse().ok()?;
+    let body = out.split_once("\r\n\r\n")?.1.to_string();
+    Some((code, body))
+}
+
+fn agent(dir: &Path, port: u16, interval: &str) -> Bg {
+    let mut c = Command::new(tracker());
+    c.args([
+        "node",
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+        "-i",
+        interval,
+        "-o",
+    ])
+    .arg(dir.join("node.jsonl"))
+    .stdout(Stdio::null())
+    .stderr(std::fs::File::create(dir.join("node.err")).unwrap());
+    let bg = Bg::spawn(&mut c, "node agent");
+    let t0 = Instant::now();
+    while get(port, "/healthz", "*/*").map(|r| r.0) != Some(200) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the agent never answered /healthz"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    bg
+}
+
+/// The value of `metric` for the series whose labels contain `label`.
+fn value(text: &str, metric: &str, label: &str) -> Option<f64> {
+    text.lines()
+        .filter(|l| l.starts_with(&format!("{metric}{{")) && l.contains(label))
+        .find_map(|l| l.rsplit_once(' ')?.1.parse().ok())
+}
+
+const UID1: &str = "6a1f0c8e-2b3d-4e5f-9a0b-1c2d3e4f5a6b";
+const UID2: &str = "7b2e1d9f-3c4e-4f6a-8b1c-2d3e4f5a6b7c";
+const UID3: &str = "8c3f2e0a-4d5f-4a7b-9c2d-3e4f5a6b7c8d";
+
+fn cid(n: u8) -> String {
+    format!("{n:02x}").repeat(32)
+}
+
+#[test]
+fn containers_are_the_kernels_figures() {
+    if !require(is_root(), "the node tests make cgroups and need root") {
+        return;
+    }
+    let s = Scratch::new("node");
+    let port = free_port();
+    let mut bg = agent(&s.0, port, "0.2");
+    // Both drivers and every QoS class.
+    let c1 = FakeContainer::new(&format!("kubepods/burstable/pod{UID1}/{}", cid(1)));
+    let c2 = FakeContainer::new(&format!(
+        "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{}.slice/cri-containerd-{}.scope",
+        UID2.replace('-', "_"),
+        cid(2)
+    ));
+    let c3 = FakeContainer::new(&format!("kubepods/pod{UID3}/{}", cid(3)));
+    // The OOM victim: 64 MiB asked for under a 32 MiB limit.
+    let mem = c3
+        .dir("memory")
+        .cloned()
+        .unwrap_or_else(|| c3.dirs[0].clone());
+    let limit_file = if mem.join("memory.limit_in_bytes").exists() {
+        "memory.limit_in_bytes"
+    } else {
+        "memory.max"
+    };
+    std::fs::write(mem.join(limit_file), "33554432").unwrap();
+    let _ = std::fs::write(mem.join("memory.swappiness"), "0");
+    std::thread::scope(|sc| {
+        sc.spawn(|| c1.run(&["burner", "1", "1200"]));
+        sc.spawn(|| c2.run(&["burner", "2", "600"]));
+        sc.spawn(|| c3.run(&["memory", "64", "1", "200"]));
+    });
+    // Three more intervals, so that the last reading follows the workloads' end.
+    std::thread::sleep(Duration::from_millis(700));
+    let (code, text) = get(port, "/metrics", "*/*").expect("scrape");
+    assert_eq!(code, 200);
+    let (_, om) = get(
+        port,
+        "/metrics",
+        "application/openmetrics-text;version=1.0.0",
+    )
+    .unwrap();
+    assert!(om.ends_with("# EOF\n"), "OpenMetrics on request");
+    for (c, id, uid, qos) in [
+        (&c1, cid(1), UID1, "burstable"),
+        (&c2, cid(2), UID2, "besteffort"),
+        (&c3, cid(3), UID3, "guaranteed"),
+    ] {
+        let label = format!("pod_uid=\"{uid}\",container_id=\"{id}\",qos=\"{qos}\"");
+        let got = value(&text, "container_cpu_usage_seconds_total", &label)
+            .unwrap_or_else(|| panic!("no CPU series for {label}:\n{text}"));
+        let truth = c.cpu_secs();
+        assert!(
+            (got - truth).abs() <= 0.01 * truth.max(0.01),
+            "{qos}: exported {got} s, cgroup {truth} s"
+        );
+        eprintln!("{qos}: exported {got:.4} s, cgroup {truth:.4} s");
+        assert!(value(&text, "container_memory_working_set_bytes", &label).is_some());
+    }
+    let label3 = format!("container_id=\"{}\"", cid(3));
+    let kills = value(&text, "resource_tracker_container_oom_kills_total", &label3).unwrap_or(0.0);
+    assert!(kills >= 1.0, "the OOM kill was not seen:\n{text}");
+    bg.signal(libc::SIGTERM);
+    assert!(bg.wait_for(Duration::from_secs(5)).success());
+
+    // The JSON lines: one per container per interval, adding up to the exported total.
+    let lines = read_jsonl(&s.path("node.jsonl"));
+    let id1 = cid(1);
+    let mine: Vec<_> = lines
+        .iter()
+        .filter(|v| v["container_id"].as_str() == Some(id1.as_str()))
+        .collect();
+    assert!(mine.len() >= 5, "{} samples", mine.len());
+    let first = mine[0];
+    let last = mine[mine.len() - 1];
+    let baseline = first["cpu_secs_total"].as_f64().unwrap() - first["cpu_secs"].as_f64().unwrap();
+    let sum: f64 = mine.iter().map(|v| v["cpu_secs"].as_f64().unwrap()).sum();
+    let total = last["cpu_secs_total"].as_f64().unwrap();
+    assert!(
+        (sum - (total - baseline)).abs() < 1e-6,
+        "{sum} vs {total} − {baseline}"
+    );
+    assert!((total - c1.cpu_secs()).abs() <= 0.01 * c1.cpu_secs());
+    assert_eq!(last["pod_uid"], UID1);
+    assert_eq!(last["qos"], "burstable");
+}
+
+/// 500 containers that come and go: none is left in the export, and the agent's
+/// memory does not grow with them.
+#[test]
+fn churn_leaves_no_series_and_no_memory() {
+    if !require(is_root(), "the node tests make cgroups and need root") {
+        return;
+    }
+    let s = Scratch::new("nodechurn");
+    let port = free_port();
+    let mut bg = agent(&s.0, port, "0.1");
+    let rss = |text: &str| -> Option<f64> {
+        text.lines()
+            .find(|l| l.starts_with("resource_tracker_agent_rss_bytes "))
+            .and_then(|l| l.rsplit_once(' ')?.1.parse().ok())
+    };
+    // Warm up with a first wave, then measure across the rest.
+    let mut before = None;
+    let mut peak = 0usize;
+    for wave in 0..10 {
+        let batch: Vec<FakeContainer> = (0..50)
+            .map(|i| {
+                let uid = format!("{:08x}-0000-4000-8000-{:012x}", wave, i);
+                FakeContainer::new(&format!(
+                    "kubepods/besteffort/pod{uid}/{:064x}",
+                    wave * 1000 + i
+                ))
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(250));
+        let (_, text) = get(port, "/metrics", "*/*").unwrap();
+        peak = peak.max(text.matches("container_cpu_usage_seconds_total{").count());
+        drop(batch);
+        if wave == 0 {
+            std::thread::sleep(Duration::from_millis(300));
+            before = get(port, "/metrics", "*/*").and_then(|(_, t)| rss(&t));
+        }
+    }
+    std::thread::sleep(Duration::from_millis(400));
+    let (_, text) = get(port, "/metrics", "*/*").unwrap();
+    assert!(
+        peak >= 40,
+        "the containers were seen while they lived: {peak}"
+    );
+    assert_eq!(
+        text.matches("container_cpu_usage_seconds_total{").count(),
+        0,
+        "{text}"
+    );
+    let (b, a) = (before.unwrap(), rss(&text).unwrap());
+    assert!(
+        a <= b + 2.0 * 1048576.0,
+        "agent RSS grew from {b} to {a} bytes"
+    );
+    eprintln!(
+        "churn: peak {peak} series; agent RSS {:.1} → {:.1} MiB",
+        b / 1048576.0,
+        a / 1048576.0
+    );
+    bg.signal(libc::SIGTERM);
+    assert!(bg.wait_for(Duration::from_secs(5)).success());
+}
+
+/// Bad input: one line each, never a panic; a busy port or a flood of idle
+/// connections does not stop the sampling.
+#[test]
+fn bad_input_and_a_flood() {
+    let s = Scratch::new("nodebad");
+    for (args, needle) in [
+        (vec!["node", "--listen", "nonsense"], "--listen"),
+        (vec!["node", "--host-sys", "/nonexistent"], "/nonexistent"),
+        (vec!["node", "-i", "0"], "--interval"),
+        (vec!["node", "--include", "/abs"], "--include"),
+    ] {
+        let o = Command::new(tracker()).args(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains(needle) && err.trim().lines().count() == 1 && !err.contains("panicked"),
+            "{args:?}: {err}"
+        );
+    }
+    if !require(is_root(), "the node tests need root") {
+        return;
+    }
+    // The port is taken: a line, and the samples go on.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let _c = FakeContainer::new(&format!("kubepods/besteffort/pod{UID1}/{}", cid(9)));
+    let mut c = Command::new(tracker());
+    c.args([
+        "node",
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+        "-i",
+        "0.1",
+        "-o",
+    ])
+    .arg(s.path("busy.jsonl"))
+    .stderr(std::fs::File::create(s.path("busy.err")).unwrap());
+    let mut bg = Bg::spawn(&mut c, "node agent");
+    std::thread::sleep(Duration::from_millis(800));
+    bg.signal(libc::SIGTERM);
+    assert!(bg.wait_for(Duration::from_secs(5)).success());
+    let err = std::fs::read_to_string(s.path("busy.err")).unwrap();
+    assert!(
+        err.contains(&format!("127.0.0.1:{port}")) && err.trim().lines().count() == 1,
+        "{err}"
+    );
+    assert!(read_jsonl(&s.path("busy.jsonl")).len() >= 3);
+    drop(taken);
+
+    // 64 idle connections hold every slot; sampling goes on, and once they give
+    // up (the 5 s deadline) the endpoint answers again.
+    let port = free_port();
+    let mut bg = agent(&s.0, port, "0.1");
+    let idle: Vec<TcpStream> = (0..64)
+        .filter_map(|_| TcpStream::connect(("127.0.0.1", port)).ok())
+        .collect();
+    let n0 = read_jsonl(&s.path("node.jsonl")).len();
+    std::thread::sleep(Duration::from_millis(1000));
+    assert!(
+        read_jsonl(&s.path("node.jsonl")).len() > n0,
+        "sampling stopped under the flood"
+    );
+    drop(idle);
+    let t0 = Instant::now();
+    let (code, _) = get(port, "/healthz", "*/*").expect("an answer after the flood");
+    assert_eq!(code, 200);
+    assert!(t0.elapsed() < Duration::from_secs(12));
+    assert_eq!(get(port, "/nope", "*/*").map(|r| r.0), Some(404));
+    let mut raw = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    raw.write_all(b"POST /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut out = String::new();
+    let _ = raw.read_to_string(&mut out);
+    assert!(out.starts_with("HTTP/1.1 405"), "{out}");
+    bg.signal(libc::SIGTERM);
+    assert!(bg.wait_for(Duration::from_secs(5)).success());
+}

@@ -1,0 +1,562 @@
+//! Every container cgroup on the node and the kernel's own accounting of each
+//! (`resource-tracker node`). The cost follows the number of containers, not of
+//! processes: a few small cgroup files per container, no /proc/PID.
+//!
+//! Containers are found by the kubelet's cgroup names, for both drivers:
+//! systemd `kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<UID>.slice/
+//! cri-containerd-<ID>.scope` (also `crio-`, `docker-`), and cgroupfs
+//! `kubepods/burstable/pod<UID>/<ID>`; Guaranteed pods sit directly under kubepods.
+//! Other cgroups join by `--include` patterns. On a hybrid host each controller is
+//! read from the v1 hierarchy that has it, else from v2 (the same relative path).
+
+use std::path::{Path, PathBuf};
+
+use super::Roots;
+
+/// A cgroup found on the node: where it is (relative to each hierarchy's root) and
+/// what its name says.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Found {
+    /// Path below the hierarchy root, without a leading slash.
+    pub rel: String,
+    /// Pod UID as Kubernetes writes it (dashes), when the path names a pod.
+    pub pod_uid: Option<String>,
+    /// The runtime's full container id, when the path names one.
+    pub container_id: Option<String>,
+    /// guaranteed, burstable or besteffort.
+    pub qos: Option<&'static str>,
+}
+
+/// One container's counters, as the kernel keeps them; None where the file is
+/// missing (a controller not enabled, an older kernel).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CgroupCounters {
+    pub cpu_usage_ns: Option<u64>,
+    pub cpu_user_ns: Option<u64>,
+    pub cpu_system_ns: Option<u64>,
+    pub cfs_periods: Option<u64>,
+    pub cfs_throttled_periods: Option<u64>,
+    pub cfs_throttled_ns: Option<u64>,
+    pub memory_bytes: Option<u64>,
+    /// memory − inactive file pages (cAdvisor's working set).
+    pub working_set_bytes: Option<u64>,
+    pub memory_peak_bytes: Option<u64>,
+    pub oom_events: Option<u64>,
+    pub oom_kills: Option<u64>,
+    pub read_bytes: Option<u64>,
+    pub write_bytes: Option<u64>,
+    pub reads: Option<u64>,
+    pub writes: Option<u64>,
+    /// Tasks (threads) in the cgroup (`pids.current`).
+    pub tasks: Option<u64>,
+}
+
+/// Where each controller's hierarchy is mounted.
+#[derive(Clone, Debug, Default)]
+pub struct Hierarchies {
+    pub v2: Option<PathBuf>,
+    pub cpuacct: Option<PathBuf>,
+    pub cpu: Option<PathBuf>,
+    pub memory: Option<PathBuf>,
+    pub blkio: Option<PathBuf>,
+    pub pids: Option<PathBuf>,
+}
+
+impl Hierarchies {
+    /// Probed under `roots.sys`/fs/cgroup rather than read from mountinfo, so that a
+    /// host's /sys mounted elsewhere (`--host-sys`) is read the same way: a v2-only
+    /// host has `cgroup.controllers` there; v1 and hybrid hosts a directory per
+    /// controller (and v2 at `unified`).
+    pub fn probe(roots: &Roots) -> Hierarchies {
+        let base = roots.sys.join("fs/cgroup");
+        let dir = |d: PathBuf| d.join("cgroup.procs").exists().then_some(d);
+        if base.join("cgroup.controllers").exists() {
+            return Hierarchies {
+                v2: Some(base),
+                ..Default::default()
+            };
+        }
+        Hierarchies {
+            v2: dir(base.join("unified")),
+            cpuacct: dir(base.join("cpuacct")),
+            cpu: dir(base.join("cpu")),
+            memory: dir(base.join("memory")),
+            blkio: dir(base.join("blkio")),
+            pids: dir(base.join("pids")),
+        }
+    }
+
+    /// The hierarchy whose tree is scanned for containers: v1 cpuacct where it is
+    /// mounted (the kubelet makes its cgroups in every v1 controller), else v2.
+    pub fn scan_root(&self) -> Option<&Path> {
+        self.cpuacct.as_deref().or(self.v2.as_deref())
+    }
+}
+
+/// The QoS class and pod UID a path component names, for either driver.
+fn pod_of(component: &str, parent: &str) -> Option<(String, &'static str)> {
+    let qos_of = |s: &str| {
+        if s.contains("burstable") {
+            "burstable"
+        } else if s.contains("besteffort") {
+            "besteffort"
+        } else {
+            "guaranteed"
+        }
+    };
+    // systemd: kubepods-burstable-pod<uid_with_underscores>.slice
+    if let Some(stem) = component.strip_suffix(".slice") {
+        let (_, uid) = stem.rsplit_once("-pod")?;
+        return valid_uid(&uid.replace('_', "-")).map(|u| (u, qos_of(stem)));
+    }
+    // cgroupfs: pod<uid> under kubepods, kubepods/burstable or kubepods/besteffort
+    let uid = component.strip_prefix("pod")?;
+    valid_uid(uid).map(|u| (u, qos_of(parent)))
+}
+
+/// A UID is 36 characters of hex and dashes (8-4-4-4-12).
+fn valid_uid(u: &str) -> Option<String> {
+    let parts: Vec<&str> = u.split('-').collect();
+    let ok = parts.iter().map(|p| p.len()).eq([8, 4, 4, 4, 12])
+        && parts
+            .iter()
+            .all(|p| p.bytes().all(|b| b.is_ascii_hexdigit()));
+    ok.then(|| u.to_ascii_lowercase())
+}
+
+/// The runtime's container id in a container cgroup's name.
+fn container_of(component: &str) -> Option<String> {
+    let id = match component.strip_suffix(".scope") {
+        Some(stem) => {
+            // The runtime's monitor process is not a container.
+            if stem.starts_with("crio-conmon-") {
+                return None;
+            }
+            ["cri-containerd-", "crio-", "docker-", "libpod-"]
+                .iter()
+                .find_map(|p| stem.strip_prefix(p))?
+        }
+        None => component,
+    };
+    (id.len() >= 12 && id.bytes().all(|b| b.is_ascii_hexdigit())).then(|| id.to_string())
+}
+
+fn subdirs(dir: &Path) -> Vec<String> {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut v: Vec<String> = rd
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .filter_map(|e| e.file_name().into_string().ok())
+        .collect();
+    v.sort();
+    v
+}
+
+/// Matches `pattern` against a relative cgroup path: `*` is any run of characters
+/// within one component.
+fn matches(pattern: &str, rel: &str) -> bool {
+    let (p, r): (Vec<&str>, Vec<&str>) = (pattern.split('/').collect(), rel.split('/').collect());
+    p.len() == r.len()
+        && p.iter()
+            .zip(&r)
+            .all(|(p, r)| glob(p.as_bytes(), r.as_bytes()))
+}
+
+fn glob(p: &[u8], s: &[u8]) -> bool {
+    match p.split_first() {
+        None => s.is_empty(),
+        Some((b'*', rest)) => (0..=s.len()).any(|i| glob(rest, &s[i..])),
+        Some((c, rest)) => s.first() == Some(c) && glob(rest, &s[1..]),
+    }
+}
+
+/// Every container cgroup under `root`, and the cgroups `include` patterns name.
+pub fn scan(root: &Path, include: &[String]) -> Vec<Found> {
+    let mut out = Vec::new();
+    for top in ["kubepods.slice", "kubepods"] {
+        let base = root.join(top);
+        for a in subdirs(&base) {
+            // a: a pod (Guaranteed) or a QoS level.
+            let mut pods = Vec::new();
+            if pod_of(&a, top).is_some() {
+                pods.push((format!("{top}/{a}"), a.clone(), top.to_string()));
+            } else {
+                for b in subdirs(&base.join(&a)) {
+                    pods.push((format!("{top}/{a}/{b}"), b, a.clone()));
+                }
+            }
+            for (rel, name, parent) in pods {
+                let Some((uid, qos)) = pod_of(&name, &parent) else {
+                    continue;
+                };
+                for c in subdirs(&root.join(&rel)) {
+                    if let Some(id) = container_of(&c) {
+                        out.push(Found {
+                            rel: format!("{rel}/{c}"),
+                            pod_uid: Some(uid.clone()),
+                            container_id: Some(id),
+                            qos: Some(qos),
+                        });
+                    }
+                }
+            }
+        }
+    }
+    if !include.is_empty() {
+        walk(root, "", 0, &mut |rel| {
+            if include.iter().any(|p| matches(p, rel)) && !out.iter().any(|f| f.rel == rel) {
+                out.push(Found {
+                    rel: rel.to_string(),
+                    pod_uid: None,
+                    container_id: None,
+                    qos: None,
+                });
+            }
+        });
+    }
+    out.sort();
+    out
+}
+
+/// Calls `f` with every cgroup below `dir` (relative paths), to depth 6.
+fn walk(dir: &Path, rel: &str, depth: usize, f: &mut dyn FnMut(&str)) {
+    if depth >= 6 {
+        return;
+    }
+    for d in subdirs(dir) {
+        let r = if rel.is_empty() {
+            d.clone()
+        } else {
+            format!("{rel}/{d}")
+        };
+        f(&r);
+        walk(&dir.join(&d), &r, depth + 1, f);
+    }
+}
+
+/// Reads cgroup files with one reused buffer.
+pub struct Reader {
+    h: Hierarchies,
+    buf: String,
+}
+
+fn value(text: &str, key: &str) -> Option<u64> {
+    text.lines().find_map(|l| {
+        let (k, v) = l.split_once(' ')?;
+        (k == key).then(|| v.trim().parse().ok())?
+    })
+}
+
+/// Σ of `KEY=N` (v2 `io.stat`) or `MAJ:MIN Key N` (v1 blkio) entries.
+fn io_sum(text: &str, v2_key: &str, v1_key: &str) -> u64 {
+    let mut sum = 0u64;
+    for line in text.lines() {
+        let mut it = line.split_whitespace();
+        if !it.next().is_some_and(|d| d.contains(':')) {
+            continue;
+        }
+        let rest: Vec<&str> = it.collect();
+        if let [k, v] = rest[..] {
+            if k == v1_key {
+                sum = sum.saturating_add(v.parse().unwrap_or(0));
+            }
+        }
+        for kv in &rest {
+            if let Some(v) = kv.strip_prefix(v2_key).and_then(|r| r.strip_prefix('=')) {
+                sum = sum.saturating_add(v.parse().unwrap_or(0));
+            }
+        }
+    }
+    sum
+}
+
+impl Reader {
+    pub fn new(h: Hierarchies) -> Reader {
+        Reader {
+            h,
+            buf: String::new(),
+        }
+    }
+
+    /// The file's text, or None (gone, not enabled).
+    fn text(&mut self, base: Option<&PathBuf>, rel: &str, file: &str) -> Option<&str> {
+        use std::io::Read as _;
+        let path = base?.join(rel).join(file);
+        self.buf.clear();
+        std::fs::File::open(path)
+            .ok()?
+            .read_to_string(&mut self.buf)
+            .ok()?;
+        Some(&self.buf)
+    }
+
+    fn number(&mut self, base: Option<&PathBuf>, rel: &str, file: &str) -> Option<u64> {
+        self.text(base, rel, file)?.trim().parse().ok()
+    }
+
+    /// The counters of one cgroup; None when its directory is gone (it vanished
+    /// between the scan and the read).
+    pub fn read(&mut self, rel: &str) -> Option<CgroupCounters> {
+        let h = self.h.clone();
+        let mut c = CgroupCounters::default();
+        let tck = crate::engine::procread::clk_tck().max(1);
+        if h.cpuacct.is_some() {
+            c.cpu_usage_ns = self.number(h.cpuacct.as_ref(), rel, "cpuacct.usage");
+            c.cpu_usage_ns?;
+            if let Some(t) = self.text(h.cpuacct.as_ref(), rel, "cpuacct.stat") {
+                let ns = |ticks: u64| ticks * 1_000_000_000 / tck;
+                c.cpu_user_ns = value(t, "user").map(ns);
+                c.cpu_system_ns = value(t, "system").map(ns);
+            }
+        } else {
+            let t = self.text(h.v2.as_ref(), rel, "cpu.stat")?;
+            let us = |k: &str| value(t, k).map(|v| v * 1000);
+            c.cpu_usage_ns = us("usage_usec");
+            c.cpu_user_ns = us("user_usec");
+            c.cpu_system_ns = us("system_usec");
+            c.cfs_periods = value(t, "nr_periods");
+            c.cfs_throttled_periods = value(t, "nr_throttled");
+            c.cfs_throttled_ns = us("throttled_usec");
+        }
+        if h.cpu.is_some() && h.cpuacct.is_some() {
+            if let Some(t) = self.text(h.cpu.as_ref(), rel, "cpu.stat") {
+                c.cfs_periods = value(t, "nr_periods");
+                c.cfs_throttled_periods = value(t, "nr_throttled");
+                c.cfs_throttled_ns = value(t, "throttled_time");
+            }
+        }
+        if h.memory.is_some() {
+            let m = h.memory.as_ref();
+            c.memory_bytes = self.number(m, rel, "memory.usage_in_bytes");
+            c.memory_peak_bytes = self.number(m, rel, "memory.max_usage_in_bytes");
+            let inactive = self
+                .text(m, rel, "memory.stat")
+                .and_then(|t| value(t, "total_inactive_file"));
+            c.working_set_bytes = c
+                .memory_bytes
+                .map(|u| u.saturating_sub(inactive.unwrap_or(0)));
+            if let Some(t) = self.text(m, rel, "memory.oom_control") {
+                c.oom_kills = value(t, "oom_kill");
+            }
+            // v1 keeps no count of OOM events apart from its kills.
+            c.oom_events = c.oom_kills;
+        } else {
+            let v2 = h.v2.as_ref();
+            c.memory_bytes = self.number(v2, rel, "memory.current");
+            c.memory_peak_bytes = self.number(v2, rel, "memory.peak");
+            let inactive = self
+                .text(v2, rel, "memory.stat")
+                .and_then(|t| value(t, "inactive_file"));
+            c.working_set_bytes = c
+                .memory_bytes
+                .map(|u| u.saturating_sub(inactive.unwrap_or(0)));
+            if let Some(t) = self.text(v2, rel, "memory.events") {
+                c.oom_events = value(t, "oom");
+                c.oom_kills = value(t, "oom_kill");
+            }
+        }
+        let (io_base, io_file) = match &h.blkio {
+            Some(_) => (
+                h.blkio.as_ref(),
+                [
+                    "blkio.throttle.io_service_bytes",
+                    "blkio.throttle.io_serviced",
+                ],
+            ),
+            None => (h.v2.as_ref(), ["io.stat", "io.stat"]),
+        };
+        if let Some(t) = self.text(io_base, rel, io_file[0]) {
+            c.read_bytes = Some(io_sum(t, "rbytes", "Read"));
+            c.write_bytes = Some(io_sum(t, "wbytes", "Write"));
+        }
+        if let Some(t) = self.text(io_base, rel, io_file[1]) {
+            c.reads = Some(io_sum(t, "rios", "Read"));
+            c.writes = Some(io_sum(t, "wios", "Write"));
+        }
+        let pids = h.pids.as_ref().or(h.v2.as_ref());
+        c.tasks = self.number(pids, rel, "pids.current");
+        Some(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::collect::testroot::TestRoot;
+
+    const UID: &str = "0b7c3f2e-1d2a-4c5b-8e9f-a0b1c2d3e4f5";
+    const ID: &str = "4f9e2b7a1c3d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b1c2d3e4f5a6b7c8d9e0f";
+
+    #[test]
+    fn both_drivers_and_every_qos() {
+        let t = TestRoot::new("kubepods");
+        let u = UID.replace('-', "_");
+        for rel in [
+            format!("kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{u}.slice/cri-containerd-{ID}.scope"),
+            format!("kubepods.slice/kubepods-pod{u}.slice/crio-{ID}.scope"),
+            format!("kubepods.slice/kubepods-pod{u}.slice/crio-conmon-{ID}.scope"),
+            format!("kubepods/besteffort/pod{UID}/{ID}"),
+            format!("kubepods/pod{UID}/{ID}"),
+            "kubepods/burstable/podnot-a-uid/abc".to_string(),
+            "system.slice/ssh.service".into(),
+            "system.slice/cron.service".into(),
+            "user.slice".into(),
+        ] {
+            t.mkdir(&format!("cg/{rel}"));
+        }
+        let found = scan(&t.path("cg"), &["system.slice/ssh.*".into()]);
+        let got: Vec<(Option<&str>, Option<&str>, bool)> = found
+            .iter()
+            .map(|f| {
+                (
+                    f.qos,
+                    f.pod_uid.as_deref(),
+                    f.container_id.as_deref() == Some(ID),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (Some("burstable"), Some(UID), true),
+                (Some("guaranteed"), Some(UID), true),
+                (Some("besteffort"), Some(UID), true),
+                (Some("guaranteed"), Some(UID), true),
+                (None, None, false),
+            ],
+            "{found:#?}"
+        );
+        assert_eq!(found[4].rel, "system.slice/ssh.service");
+    }
+
+    #[test]
+    fn hybrid_counters_from_each_hierarchy() {
+        let t = TestRoot::new("cgcount");
+        let rel = "kubepods/pod1/c";
+        for (c, files) in [
+            (
+                "cpuacct",
+                vec![
+                    ("cpuacct.usage", "2500000000\n"),
+                    ("cpuacct.stat", "user 150\nsystem 50\n"),
+                ],
+            ),
+            (
+                "cpu",
+                vec![(
+                    "cpu.stat",
+                    "nr_periods 10\nnr_throttled 2\nthrottled_time 300000000\n",
+                )],
+            ),
+            (
+                "memory",
+                vec![
+                    ("memory.usage_in_bytes", "1048576\n"),
+                    ("memory.max_usage_in_bytes", "2097152\n"),
+                    ("memory.stat", "cache 0\ntotal_inactive_file 4096\n"),
+                    (
+                        "memory.oom_control",
+                        "oom_kill_disable 0\nunder_oom 0\noom_kill 3\n",
+                    ),
+                ],
+            ),
+            (
+                "blkio",
+                vec![
+                    (
+                        "blkio.throttle.io_service_bytes",
+                        "8:0 Read 100\n8:0 Write 200\n8:0 Total 300\nTotal 300\n",
+                    ),
+                    ("blkio.throttle.io_serviced", "8:0 Read 1\n8:0 Write 2\n"),
+                ],
+            ),
+            ("pids", vec![("pids.current", "5\n")]),
+        ] {
+            for (f, body) in files {
+                t.write(&format!("sys/fs/cgroup/{c}/{rel}/{f}"), body);
+            }
+            t.write(&format!("sys/fs/cgroup/{c}/cgroup.procs"), "");
+        }
+        let h = Hierarchies::probe(&t.roots());
+        assert!(h.v2.is_none());
+        assert_eq!(
+            h.scan_root(),
+            Some(t.path("sys/fs/cgroup/cpuacct").as_path())
+        );
+        let mut r = Reader::new(h);
+        let c = r.read(rel).unwrap();
+        let tck = crate::engine::procread::clk_tck();
+        assert_eq!(c.cpu_usage_ns, Some(2_500_000_000));
+        assert_eq!(c.cpu_user_ns, Some(150 * 1_000_000_000 / tck));
+        assert_eq!(
+            (c.cfs_periods, c.cfs_throttled_periods, c.cfs_throttled_ns),
+            (Some(10), Some(2), Some(300_000_000))
+        );
+        assert_eq!(
+            (c.memory_bytes, c.working_set_bytes, c.memory_peak_bytes),
+            (Some(1048576), Some(1048576 - 4096), Some(2097152))
+        );
+        assert_eq!(c.oom_kills, Some(3));
+        assert_eq!(
+            (c.read_bytes, c.write_bytes, c.reads, c.writes),
+            (Some(100), Some(200), Some(1), Some(2))
+        );
+        assert_eq!(c.tasks, Some(5));
+        // Gone between the scan and the read.
+        assert_eq!(r.read("kubepods/pod1/gone"), None);
+    }
+
+    #[test]
+    fn v2_counters() {
+        let t = TestRoot::new("cgv2count");
+        let rel = "kubepods.slice/p/c";
+        for (f, body) in [
+            ("cpu.stat", "usage_usec 1500\nuser_usec 1000\nsystem_usec 500\nnr_periods 4\nnr_throttled 1\nthrottled_usec 20\n"),
+            ("memory.current", "8192\n"),
+            ("memory.peak", "16384\n"),
+            ("memory.stat", "anon 1\ninactive_file 4096\n"),
+            ("memory.events", "low 0\nhigh 0\nmax 2\noom 1\noom_kill 1\n"),
+            ("io.stat", "8:0 rbytes=10 wbytes=20 rios=1 wios=2 dbytes=0 dios=0\n"),
+            ("pids.current", "3\n"),
+        ] {
+            t.write(&format!("sys/fs/cgroup/{rel}/{f}"), body);
+        }
+        t.write("sys/fs/cgroup/cgroup.controllers", "cpu io memory pids\n");
+        let mut r = Reader::new(Hierarchies::probe(&t.roots()));
+        let c = r.read(rel).unwrap();
+        assert_eq!(
+            (c.cpu_usage_ns, c.cpu_user_ns, c.cpu_system_ns),
+            (Some(1_500_000), Some(1_000_000), Some(500_000))
+        );
+        assert_eq!(
+            (c.cfs_periods, c.cfs_throttled_periods, c.cfs_throttled_ns),
+            (Some(4), Some(1), Some(20_000))
+        );
+        assert_eq!(
+            (c.memory_bytes, c.working_set_bytes, c.memory_peak_bytes),
+            (Some(8192), Some(4096), Some(16384))
+        );
+        assert_eq!((c.oom_events, c.oom_kills), (Some(1), Some(1)));
+        assert_eq!(
+            (c.read_bytes, c.write_bytes, c.reads, c.writes),
+            (Some(10), Some(20), Some(1), Some(2))
+        );
+        assert_eq!(c.tasks, Some(3));
+    }
+
+    #[test]
+    fn patterns() {
+        assert!(matches(
+            "system.slice/*.service",
+            "system.slice/ssh.service"
+        ));
+        assert!(!matches(
+            "system.slice/*.service",
+            "system.slice/a/b.service"
+        ));
+        assert!(matches("*", "x"));
+        assert!(!matches("a*b", "ac"));
+    }
+}

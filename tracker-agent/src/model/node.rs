@@ -1,0 +1,148 @@
+//! The node agent's model: one sample per container per interval, from the
+//! kernel's cumulative cgroup counters. The Prometheus sink exports the totals; the
+//! JSON-lines sink writes the samples.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::collect::containers::{CgroupCounters, Found};
+
+/// One container in one interval (`resource-tracker node -o FILE`, one line each).
+#[derive(Clone, Debug, Serialize)]
+pub struct ContainerSample {
+    pub timestamp_secs: f64,
+    pub interval_secs: f64,
+    /// The cgroup's path below the hierarchy root.
+    pub id: String,
+    pub pod_uid: Option<String>,
+    pub container_id: Option<String>,
+    pub qos: Option<&'static str>,
+    /// CPU seconds in the interval, and since the cgroup was made.
+    pub cpu_secs: Option<f64>,
+    pub cpu_secs_total: Option<f64>,
+    /// Cores used over the interval.
+    pub cores_used: Option<f64>,
+    pub cpu_throttled_secs: Option<f64>,
+    pub memory_bytes: Option<u64>,
+    pub working_set_bytes: Option<u64>,
+    pub memory_peak_bytes: Option<u64>,
+    /// OOM kills in the interval, and in total.
+    pub oom_kills: Option<u64>,
+    pub oom_kills_total: Option<u64>,
+    /// Storage bytes in the interval.
+    pub read_bytes: Option<u64>,
+    pub write_bytes: Option<u64>,
+    pub tasks: Option<u64>,
+}
+
+/// A container as last read: what it is and its counters.
+#[derive(Clone, Debug)]
+pub struct Current {
+    pub found: Found,
+    pub counters: CgroupCounters,
+}
+
+/// The node now: every container's latest counters (what `/metrics` exports; a
+/// container that is gone is not in it), and the agent's own cost.
+#[derive(Clone, Debug, Default)]
+pub struct NodeSnapshot {
+    pub containers: Vec<Current>,
+    pub agent_cpu_secs: f64,
+    pub agent_rss_bytes: u64,
+    pub scans: u64,
+    /// Containers that vanished between their scan and their read, since the start.
+    pub vanished: u64,
+}
+
+/// Turns successive readings into samples; forgets containers that are gone.
+#[derive(Default)]
+pub struct NodeModel {
+    prev: BTreeMap<String, (CgroupCounters, f64)>,
+}
+
+fn delta(now: Option<u64>, before: Option<u64>) -> Option<u64> {
+    Some(now?.saturating_sub(before?))
+}
+
+impl NodeModel {
+    /// Samples of the containers read at `unix` (seconds); the first reading of a
+    /// container is its baseline and gives no sample.
+    pub fn step(&mut self, read: &[Current], unix: f64) -> Vec<ContainerSample> {
+        let mut next = BTreeMap::new();
+        let mut out = Vec::new();
+        for cur in read {
+            let c = &cur.counters;
+            if let Some((p, at)) = self.prev.get(&cur.found.rel) {
+                let dt = (unix - at).max(1e-9);
+                let cpu = delta(c.cpu_usage_ns, p.cpu_usage_ns).map(|n| n as f64 / 1e9);
+                out.push(ContainerSample {
+                    timestamp_secs: (unix * 1e6).round() / 1e6,
+                    interval_secs: dt,
+                    id: cur.found.rel.clone(),
+                    pod_uid: cur.found.pod_uid.clone(),
+                    container_id: cur.found.container_id.clone(),
+                    qos: cur.found.qos,
+                    cpu_secs: cpu,
+                    cpu_secs_total: c.cpu_usage_ns.map(|n| n as f64 / 1e9),
+                    cores_used: cpu.map(|s| s / dt),
+                    cpu_throttled_secs: delta(c.cfs_throttled_ns, p.cfs_throttled_ns)
+                        .map(|n| n as f64 / 1e9),
+                    memory_bytes: c.memory_bytes,
+                    working_set_bytes: c.working_set_bytes,
+                    memory_peak_bytes: c.memory_peak_bytes,
+                    oom_kills: delta(c.oom_kills, p.oom_kills),
+                    oom_kills_total: c.oom_kills,
+                    read_bytes: delta(c.read_bytes, p.read_bytes),
+                    write_bytes: delta(c.write_bytes, p.write_bytes),
+                    tasks: c.tasks,
+                });
+            }
+            next.insert(cur.found.rel.clone(), (c.clone(), unix));
+        }
+        // Containers not read this time are gone: nothing of them is kept.
+        self.prev = next;
+        out
+    }
+
+    /// Containers the model holds a baseline for.
+    pub fn len(&self) -> usize {
+        self.prev.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cur(rel: &str, cpu_ns: u64, oom: u64) -> Current {
+        Current {
+            found: Found {
+                rel: rel.into(),
+                pod_uid: Some("u".into()),
+                container_id: Some("c".into()),
+                qos: Some("burstable"),
+            },
+            counters: CgroupCounters {
+                cpu_usage_ns: Some(cpu_ns),
+                oom_kills: Some(oom),
+                ..Default::default()
+            },
+        }
+    }
+
+    #[test]
+    fn intervals_and_churn() {
+        let mut m = NodeModel::default();
+        assert!(m.step(&[cur("a", 1_000_000_000, 0)], 10.0).is_empty());
+        let s = m.step(&[cur("a", 1_500_000_000, 1), cur("b", 5, 0)], 10.5);
+        assert_eq!(s.len(), 1);
+        assert_eq!(s[0].cpu_secs, Some(0.5));
+        assert_eq!(s[0].cores_used, Some(1.0));
+        assert_eq!((s[0].oom_kills, s[0].oom_kills_total), (Some(1), Some(1)));
+        // a is gone: forgotten; b gets its first sample.
+        let s = m.step(&[cur("b", 10, 0)], 11.0);
+        assert_eq!(s.len(), 1);
+        assert_eq!(m.len(), 1);
+    }
+}

@@ -1,0 +1,120 @@
+//! `resource-tracker node`: every interval, find the node's container cgroups, read
+//! the kernel's counters of each, turn them into samples (JSON lines) and the
+//! snapshot `/metrics` exports; until SIGTERM or SIGINT.
+
+use std::{
+    io::Write as _,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc, Mutex,
+    },
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+};
+
+use anyhow::Context as _;
+
+use crate::{
+    collect::containers::{scan, Hierarchies, Reader},
+    model::node::{Current, NodeModel, NodeSnapshot},
+    selfcost,
+    settings::node::NodeSettings,
+    sink::{self, prometheus},
+    warn::{say, warn_once},
+};
+
+fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+pub fn run(st: NodeSettings) -> anyhow::Result<i32> {
+    let h = Hierarchies::probe(&st.roots);
+    let Some(root) = h.scan_root().map(|p| p.to_path_buf()) else {
+        say(format_args!(
+            "no cgroup hierarchy under {}/fs/cgroup (mount the host's /sys, or set --host-sys)",
+            st.roots.sys.display()
+        ));
+        return Ok(2);
+    };
+    let mut out = match &st.output {
+        Some(p) => Some(std::io::BufWriter::new(sink::create(p, "output", None)?)),
+        None => None,
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")?;
+    rt.block_on(async move {
+        let shared: prometheus::Shared = Arc::new(Mutex::new(NodeSnapshot::default()));
+        // Healthy while the loop has read the cgroups within three intervals.
+        let beat = Arc::new(AtomicU64::new(unix_now().to_bits()));
+        let stale = 3.0 * st.interval + 5.0;
+        if let Some(addr) = st.listen {
+            match tokio::net::TcpListener::bind(addr).await {
+                Ok(l) => {
+                    let b = beat.clone();
+                    let healthy = Arc::new(move || {
+                        unix_now() - f64::from_bits(b.load(Ordering::Relaxed)) < stale
+                    });
+                    tokio::spawn(prometheus::serve(l, shared.clone(), healthy));
+                }
+                Err(e) => say(format_args!(
+                    "--listen {addr}: {e}; going on without the metrics endpoint"
+                )),
+            }
+        }
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .context("SIGTERM handler")?;
+        let mut model = NodeModel::default();
+        let mut reader = Reader::new(h);
+        let mut tick = tokio::time::interval(Duration::from_secs_f64(st.interval));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let (mut scans, mut vanished) = (0u64, 0u64);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = tokio::signal::ctrl_c() => break,
+                _ = term.recv() => break,
+            }
+            let t0 = Instant::now();
+            let found = scan(&root, &st.include);
+            scans += 1;
+            let mut read = Vec::with_capacity(found.len());
+            for f in found {
+                match reader.read(&f.rel) {
+                    Some(counters) => read.push(Current { found: f, counters }),
+                    None => vanished += 1,
+                }
+            }
+            let now = unix_now();
+            let samples = model.step(&read, now);
+            if let Some(w) = out.as_mut() {
+                let mut ok = true;
+                for s in &samples {
+                    ok &= serde_json::to_writer(&mut *w, s).is_ok() && w.write_all(b"\n").is_ok();
+                }
+                if !(ok && w.flush().is_ok()) {
+                    warn_once(
+                        "node.output",
+                        "cannot write the output file; samples go on to /metrics only",
+                    );
+                }
+            }
+            let snap = NodeSnapshot {
+                containers: read,
+                agent_cpu_secs: selfcost::cpu_secs(),
+                agent_rss_bytes: (selfcost::rss_mib() * 1048576.0) as u64,
+                scans,
+                vanished,
+            };
+            match shared.lock() {
+                Ok(mut s) => *s = snap,
+                Err(p) => *p.into_inner() = snap,
+            }
+            beat.store(now.to_bits(), Ordering::Relaxed);
+            log::debug!("node: {} containers in {:?}", model.len(), t0.elapsed());
+        }
+        anyhow::Ok(0)
+    })
+}

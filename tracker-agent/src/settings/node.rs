@@ -1,0 +1,65 @@
+//! Settings of `resource-tracker node`, resolved once like the tracker's.
+
+use std::{net::SocketAddr, path::PathBuf};
+
+use super::{
+    cli::NodeOpts,
+    values::{env_var, seconds, GetEnv},
+};
+use crate::collect::Roots;
+
+#[derive(Clone, Debug)]
+pub struct NodeSettings {
+    pub listen: Option<SocketAddr>,
+    pub interval: f64,
+    pub output: Option<PathBuf>,
+    /// The host's /proc and /sys.
+    pub roots: Roots,
+    pub include: Vec<String>,
+}
+
+pub fn resolve(o: NodeOpts, get_env: GetEnv) -> Result<NodeSettings, String> {
+    let listen = match &o.listen {
+        Some(a) => Some(a.trim().parse::<SocketAddr>().map_err(|_| {
+            format!("--listen: '{a}' is not an address:port (e.g. 0.0.0.0:9101 or [::]:9101)")
+        })?),
+        None => None,
+    };
+    let interval = match &o.interval {
+        Some(s) => seconds("--interval", s, 0.1)?,
+        None => 1.0,
+    };
+    let host_root = env_var(get_env, "HOST_ROOT")?.map(PathBuf::from);
+    let under_root = |flag: &Option<PathBuf>, name: &str| -> Result<PathBuf, String> {
+        let p = match (flag, &host_root) {
+            (Some(p), _) => p.clone(),
+            (None, Some(r)) => r.join(name),
+            (None, None) => PathBuf::from("/").join(name),
+        };
+        if !p.is_dir() {
+            return Err(format!(
+                "--host-{name}: {} is not a directory (mount the host's /{name} there, or set HOST_ROOT)",
+                p.display()
+            ));
+        }
+        Ok(p)
+    };
+    let roots = Roots {
+        proc: under_root(&o.host_proc, "proc")?,
+        sys: under_root(&o.host_sys, "sys")?,
+    };
+    for p in &o.include {
+        if p.is_empty() || p.starts_with('/') || p.split('/').any(|c| c.is_empty() || c == "..") {
+            return Err(format!(
+                "--include '{p}': a path below the cgroup root, like system.slice/*.service"
+            ));
+        }
+    }
+    Ok(NodeSettings {
+        listen,
+        interval,
+        output: o.output,
+        roots,
+        include: o.include,
+    })
+}

@@ -1,0 +1,452 @@
+//! The node agent's Prometheus endpoint: `/metrics` (the text format 0.0.4, or
+//! OpenMetrics when the scraper asks for it) and `/healthz`, over the latest
+//! [`NodeSnapshot`]. cAdvisor's names and units where cAdvisor has the metric, so that
+//! existing dashboards work; `resource_tracker_*` for the rest. Only containers in
+//! the snapshot are exported, so a container that is gone stops being a series.
+//!
+//! Encoded with prometheus-client (a [`Collector`] over the snapshot, values set
+//! from the kernel's counters at each scrape). The HTTP side is a few lines on
+//! tokio and httparse: two GET routes need no framework, and a bounded number of
+//! connections, each with a deadline, keeps a scrape flood from costing more than
+//! that.
+
+use std::{
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use prometheus_client::{
+    collector::Collector,
+    encoding::{DescriptorEncoder, EncodeMetric},
+    metrics::{counter::ConstCounter, gauge::ConstGauge},
+    registry::{Registry, Unit},
+};
+use tokio::{
+    io::{AsyncReadExt as _, AsyncWriteExt as _},
+    net::{TcpListener, TcpStream},
+    sync::Semaphore,
+};
+
+use crate::model::node::{Current, NodeSnapshot};
+
+/// Connections served at once; more wait in the kernel's backlog.
+const MAX_CONNECTIONS: usize = 8;
+/// A connection that has not sent its request by then is closed.
+const REQUEST_DEADLINE: Duration = Duration::from_secs(5);
+
+pub type Shared = Arc<Mutex<NodeSnapshot>>;
+
+#[derive(Debug)]
+struct Exported(Shared);
+
+/// Label value escaping of the exposition formats (the encoder writes values as
+/// given).
+fn esc(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+fn labels(c: &Current) -> Vec<(&'static str, String)> {
+    let f = &c.found;
+    vec![
+        ("id", esc(&format!("/{}", f.rel))),
+        ("pod_uid", esc(f.pod_uid.as_deref().unwrap_or(""))),
+        ("container_id", esc(f.container_id.as_deref().unwrap_or(""))),
+        ("qos", f.qos.unwrap_or("").to_string()),
+    ]
+}
+
+type Get = fn(&Current) -> Option<f64>;
+
+/// (name without `_total`, help, unit, counter?, value).
+const CONTAINER_METRICS: &[(&str, &str, Option<Unit>, bool, Get)] = &[
+    (
+        "container_cpu_usage_seconds",
+        "Cumulative CPU time consumed (cgroup cpuacct.usage / cpu.stat usage_usec).",
+        None,
+        true,
+        |c| c.counters.cpu_usage_ns.map(|n| n as f64 / 1e9),
+    ),
+    (
+        "container_cpu_user_seconds",
+        "Cumulative user CPU time.",
+        None,
+        true,
+        |c| c.counters.cpu_user_ns.map(|n| n as f64 / 1e9),
+    ),
+    (
+        "container_cpu_system_seconds",
+        "Cumulative system CPU time.",
+        None,
+        true,
+        |c| c.counters.cpu_system_ns.map(|n| n as f64 / 1e9),
+    ),
+    (
+        "container_cpu_cfs_periods",
+        "Elapsed enforcement periods.",
+        None,
+        true,
+        |c| c.counters.cfs_periods.map(|n| n as f64),
+    ),
+    (
+        "container_cpu_cfs_throttled_periods",
+        "Throttled period intervals.",
+        None,
+        true,
+        |c| c.counters.cfs_throttled_periods.map(|n| n as f64),
+    ),
+    (
+        "container_cpu_cfs_throttled_seconds",
+        "Total time the container was throttled.",
+        None,
+        true,
+        |c| c.counters.cfs_throttled_ns.map(|n| n as f64 / 1e9),
+    ),
+    (
+        "container_memory_usage_bytes",
+        "Current memory usage, page cache included.",
+        None,
+        false,
+        |c| c.counters.memory_bytes.map(|n| n as f64),
+    ),
+    (
+        "container_memory_working_set_bytes",
+        "Current working set: usage less inactive file pages.",
+        None,
+        false,
+        |c| c.counters.working_set_bytes.map(|n| n as f64),
+    ),
+    (
+        "container_memory_max_usage_bytes",
+        "Maximum memory usage recorded.",
+        None,
+        false,
+        |c| c.counters.memory_peak_bytes.map(|n| n as f64),
+    ),
+    (
+        "container_oom_events",
+        "OOM events of the container's memory cgroup.",
+        None,
+        true,
+        |c| c.counters.oom_events.map(|n| n as f64),
+    ),
+    (
+        "resource_tracker_container_oom_kills",
+        "Processes of the container killed by the OOM killer.",
+        None,
+        true,
+        |c| c.counters.oom_kills.map(|n| n as f64),
+    ),
+    (
+        "container_fs_reads_bytes",
+        "Cumulative bytes read from block devices, all devices.",
+        None,
+        true,
+        |c| c.counters.read_bytes.map(|n| n as f64),
+    ),
+    (
+        "container_fs_writes_bytes",
+        "Cumulative bytes written to block devices, all devices.",
+        None,
+        true,
+        |c| c.counters.write_bytes.map(|n| n as f64),
+    ),
+    (
+        "container_fs_reads",
+        "Cumulative completed reads, all devices.",
+        None,
+        true,
+        |c| c.counters.reads.map(|n| n as f64),
+    ),
+    (
+        "container_fs_writes",
+        "Cumulative completed writes, all devices.",
+        None,
+        true,
+        |c| c.counters.writes.map(|n| n as f64),
+    ),
+    (
+        "container_threads",
+        "Tasks (threads) in the container (pids.current).",
+        None,
+        false,
+        |c| c.counters.tasks.map(|n| n as f64),
+    ),
+];
+
+impl Collector for Exported {
+    fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let snap = match self.0.lock() {
+            Ok(s) => s.clone(),
+            Err(p) => p.into_inner().clone(),
+        };
+        for (name, help, unit, counter, get) in CONTAINER_METRICS {
+            let series: Vec<(Vec<(&str, String)>, f64)> = snap
+                .containers
+                .iter()
+                .filter_map(|c| get(c).map(|v| (labels(c), v)))
+                .collect();
+            if series.is_empty() {
+                continue;
+            }
+            if *counter {
+                let mut m = enc.encode_descriptor(
+                    name,
+                    help,
+                    unit.as_ref(),
+                    ConstCounter::new(0f64).metric_type(),
+                )?;
+                for (l, v) in &series {
+                    ConstCounter::new(*v).encode(m.encode_family(l)?)?;
+                }
+            } else {
+                let mut m = enc.encode_descriptor(
+                    name,
+                    help,
+                    unit.as_ref(),
+                    ConstGauge::new(0f64).metric_type(),
+                )?;
+                for (l, v) in &series {
+                    ConstGauge::new(*v).encode(m.encode_family(l)?)?;
+                }
+            }
+        }
+        let agent: [(&str, &str, bool, f64); 5] = [
+            (
+                "resource_tracker_containers",
+                "Containers tracked now.",
+                false,
+                snap.containers.len() as f64,
+            ),
+            (
+                "resource_tracker_agent_cpu_seconds",
+                "The agent's own CPU time.",
+                true,
+                snap.agent_cpu_secs,
+            ),
+            (
+                "resource_tracker_agent_rss_bytes",
+                "The agent's resident memory.",
+                false,
+                snap.agent_rss_bytes as f64,
+            ),
+            (
+                "resource_tracker_scans",
+                "Scans of the cgroup hierarchy.",
+                true,
+                snap.scans as f64,
+            ),
+            (
+                "resource_tracker_vanished_containers",
+                "Containers gone between their scan and their read.",
+                true,
+                snap.vanished as f64,
+            ),
+        ];
+        for (name, help, counter, v) in agent {
+            if counter {
+                let c = ConstCounter::new(v);
+                c.encode(enc.encode_descriptor(name, help, None, c.metric_type())?)?;
+            } else {
+                let g = ConstGauge::new(v);
+                g.encode(enc.encode_descriptor(name, help, None, g.metric_type())?)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The exposition of `shared` now: OpenMetrics, or the text format 0.0.4 derived
+/// from it (no `# EOF` and `# UNIT`, counters' HELP/TYPE named as their samples).
+pub fn encode(shared: &Shared, openmetrics: bool) -> String {
+    let mut reg = Registry::default();
+    reg.register_collector(Box::new(Exported(shared.clone())));
+    let mut om = String::new();
+    if prometheus_client::encoding::text::encode(&mut om, &reg).is_err() {
+        return String::new();
+    }
+    if openmetrics {
+        return om;
+    }
+    let counters: std::collections::HashSet<String> = om
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.strip_suffix(" counter"))
+        .map(str::to_string)
+        .collect();
+    let mut out = String::with_capacity(om.len());
+    for line in om.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let meta = ["# HELP ", "# TYPE "].iter().find_map(|p| {
+            let rest = line.strip_prefix(p)?;
+            let (name, tail) = rest.split_once(' ')?;
+            counters
+                .contains(name)
+                .then(|| format!("{p}{name}_total {tail}"))
+        });
+        out.push_str(meta.as_deref().unwrap_or(line));
+        out.push('\n');
+    }
+    out
+}
+
+/// Serves `/metrics` and `/healthz` on `listener` until the task is dropped.
+/// `healthy` says whether the sampling loop is alive (it read the cgroups lately).
+pub async fn serve(
+    listener: TcpListener,
+    shared: Shared,
+    healthy: Arc<dyn Fn() -> bool + Send + Sync>,
+) {
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    loop {
+        let Ok(permit) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        let (stream, _) = match listener.accept().await {
+            Ok(c) => c,
+            Err(e) => {
+                crate::warn::warn_once("node.accept", format_args!("metrics endpoint: {e}"));
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let (shared, healthy) = (shared.clone(), healthy.clone());
+        tokio::spawn(async move {
+            let _ =
+                tokio::time::timeout(REQUEST_DEADLINE, answer(stream, &shared, &*healthy)).await;
+            drop(permit);
+        });
+    }
+}
+
+async fn answer(
+    mut s: TcpStream,
+    shared: &Shared,
+    healthy: &(dyn Fn() -> bool + Send + Sync),
+) -> std::io::Result<()> {
+    let mut buf = vec![0u8; 8192];
+    let mut len = 0;
+    let (status, ctype, body, head_only) = loop {
+        let n = s.read(&mut buf[len..]).await?;
+        if n == 0 {
+            return Ok(());
+        }
+        len += n;
+        let mut headers = [httparse::EMPTY_HEADER; 32];
+        let mut req = httparse::Request::new(&mut headers);
+        match req.parse(&buf[..len]) {
+            Ok(httparse::Status::Complete(_)) => {}
+            Ok(httparse::Status::Partial) if len < buf.len() => continue,
+            _ => {
+                break (
+                    "400 Bad Request",
+                    "text/plain",
+                    "bad request\n".to_string(),
+                    false,
+                )
+            }
+        }
+        let head_only = req.method == Some("HEAD");
+        if !matches!(req.method, Some("GET" | "HEAD")) {
+            break (
+                "405 Method Not Allowed",
+                "text/plain",
+                "GET only\n".into(),
+                false,
+            );
+        }
+        let path = req.path.unwrap_or("/").split('?').next().unwrap_or("/");
+        let accept = req
+            .headers
+            .iter()
+            .find(|h| h.name.eq_ignore_ascii_case("accept"))
+            .map(|h| String::from_utf8_lossy(h.value).into_owned())
+            .unwrap_or_default();
+        break match path {
+            "/metrics" => {
+                let om = accept.contains("application/openmetrics-text");
+                let ctype = if om {
+                    "application/openmetrics-text; version=1.0.0; charset=utf-8"
+                } else {
+                    "text/plain; version=0.0.4; charset=utf-8"
+                };
+                ("200 OK", ctype, encode(shared, om), head_only)
+            }
+            "/healthz" if healthy() => ("200 OK", "text/plain", "ok\n".into(), head_only),
+            "/healthz" => (
+                "503 Service Unavailable",
+                "text/plain",
+                "sampling stalled\n".into(),
+                head_only,
+            ),
+            _ => (
+                "404 Not Found",
+                "text/plain",
+                "not found\n".into(),
+                head_only,
+            ),
+        };
+    };
+    let head = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).await?;
+    if !head_only {
+        s.write_all(body.as_bytes()).await?;
+    }
+    s.shutdown().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::collect::containers::{CgroupCounters, Found};
+
+    fn snap() -> Shared {
+        Arc::new(Mutex::new(NodeSnapshot {
+            containers: vec![Current {
+                found: Found {
+                    rel: "kubepods/pod\"x/abc".into(),
+                    pod_uid: Some("u-1".into()),
+                    container_id: Some("abc".into()),
+                    qos: Some("burstable"),
+                },
+                counters: CgroupCounters {
+                    cpu_usage_ns: Some(1_500_000_000),
+                    memory_bytes: Some(4096),
+                    ..Default::default()
+                },
+            }],
+            agent_cpu_secs: 0.25,
+            ..Default::default()
+        }))
+    }
+
+    #[test]
+    fn text_and_openmetrics() {
+        let s = snap();
+        let text = encode(&s, false);
+        assert!(
+            text.contains("# TYPE container_cpu_usage_seconds_total counter\n"),
+            "{text}"
+        );
+        assert!(text.contains("container_cpu_usage_seconds_total{id=\"/kubepods/pod\\\"x/abc\",pod_uid=\"u-1\",container_id=\"abc\",qos=\"burstable\"} 1.5\n"), "{text}");
+        assert!(text.contains("container_memory_usage_bytes{"), "{text}");
+        assert!(
+            !text.contains("# EOF") && !text.contains("container_cpu_user_seconds"),
+            "{text}"
+        );
+        let om = encode(&s, true);
+        assert!(
+            om.ends_with("# EOF\n") && om.contains("# TYPE container_cpu_usage_seconds counter\n"),
+            "{om}"
+        );
+        // Gone from the snapshot: gone from the endpoint.
+        s.lock().unwrap().containers.clear();
+        assert!(!encode(&s, false).contains("container_cpu_usage_seconds_total{"));
+    }
+}
