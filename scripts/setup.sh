@@ -6,17 +6,20 @@ set -euo pipefail
 
 log() { echo "setup: $*" >&2; }
 
-# --- Debian packages (tests: sudo for the user-drop test, jq for output checks) ---
+# --- Debian packages (tests: sudo for the user-drop test, jq for output checks,
+# prometheus for the node agent) ---
 need_apt=()
 command -v sudo >/dev/null 2>&1 || need_apt+=(sudo)
 command -v jq >/dev/null 2>&1 || need_apt+=(jq)
 command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)
+# A real Prometheus and promtool for the node agent's endpoint tests.
+command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     log "installing ${need_apt[*]}"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq >/dev/null || log "apt-get update failed (continuing)"
-    apt-get install -y -qq "${need_apt[@]}" >/dev/null
+    apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
   else
     log "missing ${need_apt[*]} and cannot apt-get install them (not root?)"
   fi

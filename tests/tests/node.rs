@@ -148,7 +148,7 @@ fn get(port: u16, path: &str, accept: &str) -> Option<(u16, String)> {
     s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
     write!(
         s,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nAccept: {accept}\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: x\r\nAccept: {accept}\r\nConnection: close\r\n\r\n"
     )
     .ok()?;
     let mut out = String::new();
@@ -422,6 +422,136 @@ fn bad_input_and_a_flood() {
     let mut out = String::new();
     let _ = raw.read_to_string(&mut out);
     assert!(out.starts_with("HTTP/1.1 405"), "{out}");
+    bg.signal(libc::SIGTERM);
+    assert!(bg.wait_for(Duration::from_secs(5)).success());
+}
+
+/// A real Prometheus (Debian's package) scrapes the agent; its HTTP API gives the
+/// container's CPU rate while a burner runs and, once it is done, the cgroup's own
+/// total. `promtool check metrics` accepts the exposition with containers in it.
+#[test]
+fn prometheus_scrapes_it() {
+    if !require(is_root(), "the node tests make cgroups and need root")
+        || !require(
+            tracker_tests::e2e::have("prometheus") && tracker_tests::e2e::have("promtool"),
+            "prometheus and promtool (Debian's prometheus package; scripts/setup.sh installs it) are missing",
+        )
+    {
+        return;
+    }
+    let s = Scratch::new("nodeprom");
+    let port = free_port();
+    let mut bg = agent(&s.0, port, "0.5");
+    let id = cid(7);
+    let c = FakeContainer::new(&format!("kubepods/burstable/pod{UID2}/{id}"));
+    let web = free_port();
+    std::fs::write(
+        s.path("prometheus.yml"),
+        format!(
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  - job_name: node\n    static_configs:\n      - targets: ['127.0.0.1:{port}']\n"
+        ),
+    )
+    .unwrap();
+    let mut prom = Bg::spawn(
+        Command::new("prometheus")
+            .arg(format!(
+                "--config.file={}",
+                s.path("prometheus.yml").display()
+            ))
+            .arg(format!("--storage.tsdb.path={}", s.path("tsdb").display()))
+            .arg(format!("--web.listen-address=127.0.0.1:{web}"))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(s.path("prometheus.log")).unwrap()),
+        "prometheus",
+    );
+    let t0 = Instant::now();
+    while get(web, "/-/ready", "*/*").map(|r| r.0) != Some(200) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "prometheus never got ready"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let query = |q: &str| -> Option<f64> {
+        let enc: String = q
+            .bytes()
+            .map(|b| match b {
+                b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'_' => (b as char).to_string(),
+                _ => format!("%{b:02X}"),
+            })
+            .collect();
+        let (_, body) = get(web, &format!("/api/v1/query?query={enc}"), "*/*")?;
+        let v: serde_json::Value = serde_json::from_str(&body).ok()?;
+        let got = v["data"]["result"][0]["value"][1]
+            .as_str()
+            .and_then(|x| x.parse().ok());
+        if got.is_none() {
+            let targets = get(web, "/api/v1/targets", "*/*").map(|t| t.1);
+            eprintln!("prometheus answered {q}: {body}; targets: {targets:?}");
+        }
+        got
+    };
+    // Scraping before the burn starts (static targets reach the scraper within
+    // its 5 s discovery update).
+    let t0 = Instant::now();
+    while query("up{job=\"node\"}") != Some(1.0) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "prometheus never scraped the agent"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    std::thread::scope(|sc| {
+        let burn = sc.spawn(|| c.run(&["burner", "1", "6000"]));
+        std::thread::sleep(Duration::from_millis(2500));
+        let (_, text) = get(port, "/metrics", "*/*").unwrap();
+        assert!(text.contains(&id));
+        let mut check = Command::new("promtool")
+            .args(["check", "metrics"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        check
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(text.as_bytes())
+            .unwrap();
+        let out = check.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "promtool check metrics: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::thread::sleep(Duration::from_millis(2500));
+        let rate = query(&format!(
+            "rate(container_cpu_usage_seconds_total{{container_id=\"{id}\"}}[4s])"
+        ))
+        .expect("a rate from Prometheus");
+        assert!(
+            (0.3..=1.05).contains(&rate),
+            "CPU rate {rate} for one burning thread"
+        );
+        eprintln!("prometheus: rate {rate:.3} cores while burning");
+        burn.join().unwrap();
+    });
+    // Three scrapes after the end: Prometheus holds the cgroup's final total.
+    std::thread::sleep(Duration::from_millis(3500));
+    let total = query(&format!(
+        "container_cpu_usage_seconds_total{{container_id=\"{id}\"}}"
+    ))
+    .expect("a total");
+    let truth = c.cpu_secs();
+    assert!(
+        (total - truth).abs() <= 0.01 * truth,
+        "Prometheus {total} s, cgroup {truth} s"
+    );
+    eprintln!("prometheus: total {total:.4} s, cgroup {truth:.4} s");
+    prom.signal(libc::SIGTERM);
+    prom.wait_for(Duration::from_secs(10));
     bg.signal(libc::SIGTERM);
     assert!(bg.wait_for(Duration::from_secs(5)).success());
 }
