@@ -15,7 +15,7 @@ use serde_json::Value;
 use crate::measure::{count_procs, read, stat, unrelated_sleepers};
 
 /// The first line of the peers section (see peers.rs).
-const PEERS_MARK: &str = "## Peers, side by side";
+pub const PEERS_MARK: &str = "## Peers, side by side";
 
 /// Runs a command and returns the workload's `elapsed_secs` from its stdout.
 fn workload_secs(cmd: &mut Command) -> anyhow::Result<f64> {
@@ -67,6 +67,9 @@ fn wall_and_peak(cmd: &mut Command) -> anyhow::Result<(f64, f64)> {
 pub fn run(dir: &Path, args: &[String]) -> anyhow::Result<()> {
     let quick = args.iter().any(|a| a == "--quick");
     let only_peers = args.iter().any(|a| a == "--only-peers");
+    if args.iter().any(|a| a == "--node") {
+        return crate::node_bench::run(dir, quick);
+    }
     let peers = only_peers || args.iter().any(|a| a == "--peers");
     let path = crate::root().join("docs/benchmarks.md");
     if only_peers {
@@ -291,6 +294,11 @@ pub fn run(dir: &Path, args: &[String]) -> anyhow::Result<()> {
 
     let mut text = String::new();
     let _ = write!(text, "{md}");
+    // Measured apart (`bench --node`): kept as it was.
+    let old = std::fs::read_to_string(&path).unwrap_or_default();
+    if let Some(node) = crate::node_bench::section(&old) {
+        let _ = write!(text, "\n{}\n", node.trim_end());
+    }
     if peers {
         let _ = write!(text, "\n{}", crate::peers::run(dir, quick)?);
     } else if let Some((_, kept)) = std::fs::read_to_string(&path)

@@ -1,10 +1,11 @@
-//! Project tasks: `cargo xtask setup | test | run -- ARGS | bench | soak`.
+//! Project tasks: `cargo xtask setup | test | run -- ARGS | bench [--node] | soak`.
 //!
 //! Every task runs `scripts/setup.sh` first (idempotent, fast when all is present), so
 //! each works on a fresh machine.
 
 mod bench;
 mod measure;
+mod node_bench;
 mod peers;
 mod soak;
 
@@ -104,6 +105,6 @@ fn main() -> anyhow::Result<()> {
             let dir = build_release()?;
             soak::run(&dir, &args[1..])
         }
-        _ => bail!("usage: cargo xtask setup | test | run -- ARGS | bench [--quick] [--peers | --only-peers] | soak [--minutes N]"),
+        _ => bail!("usage: cargo xtask setup | test | run -- ARGS | bench [--quick] [--peers | --only-peers | --node] | soak [--minutes N]"),
     }
 }

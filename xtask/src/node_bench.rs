@@ -1,0 +1,265 @@
+//! `cargo xtask bench --node`: the node agent's own cost with 100 simulated
+//! containers (real cgroups named as the kubelet names them, each holding real
+//! sleeping processes), against the number of processes inside them, beside
+//! `run --pid 1` over the same host. Rewrites the "Node agent" section of
+//! docs/benchmarks.md and leaves the rest of it as it is.
+
+use std::{
+    fmt::Write as _,
+    io::{Read as _, Write as _},
+    net::TcpStream,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{bail, Context as _};
+
+use crate::measure::{count_procs, read, stat, Bg};
+
+const MARK: &str = "## Node agent (`resource-tracker node`)";
+
+/// The node section of `doc` as measured last (up to the next `## ` heading).
+pub fn section(doc: &str) -> Option<&str> {
+    let start = doc.find(MARK)?;
+    let rest = &doc[start + MARK.len()..];
+    let end = rest
+        .find("\n## ")
+        .map_or(doc.len(), |i| start + MARK.len() + i + 1);
+    Some(&doc[start..end])
+}
+
+/// The hierarchies a container's cgroup is made in: each v1 controller the agent
+/// reads, cpuacct first (`workload incgroup` joins the first one last), or v2.
+fn hierarchies() -> Vec<PathBuf> {
+    let base = Path::new("/sys/fs/cgroup");
+    if base.join("cgroup.controllers").exists() {
+        return vec![base.to_path_buf()];
+    }
+    ["cpuacct", "cpu", "memory", "blkio", "pids"]
+        .iter()
+        .map(|c| base.join(c))
+        .filter(|d| d.join("cgroup.procs").exists())
+        .collect()
+}
+
+/// Containers made for one measurement; their processes killed and their cgroups
+/// removed on drop.
+struct Pods {
+    dirs: Vec<PathBuf>,
+    procs: Vec<Bg>,
+}
+
+impl Pods {
+    fn new(w: &Path, containers: usize, procs_each: usize) -> anyhow::Result<Pods> {
+        let mut p = Pods {
+            dirs: Vec::new(),
+            procs: Vec::new(),
+        };
+        for i in 0..containers {
+            let rel = format!(
+                "kubepods/burstable/pod{:08x}-0000-4000-8000-{:012x}/{:064x}",
+                i, i, i
+            );
+            let mut join = Vec::new();
+            for h in hierarchies() {
+                let d = h.join(&rel);
+                std::fs::create_dir_all(&d).with_context(|| format!("{}", d.display()))?;
+                p.dirs.push(d.clone());
+                join.push(d.display().to_string());
+            }
+            let mut c = Command::new(w);
+            c.arg("incgroup").arg(join.join(":")).arg("--").arg(w);
+            c.args(["sleepers", &(procs_each.max(1) - 1).to_string(), "600"]);
+            p.procs
+                .push(Bg(std::os::unix::process::CommandExt::process_group(
+                    c.stdout(Stdio::null()).stderr(Stdio::null()),
+                    0,
+                )
+                .spawn()
+                .context("workload sleepers")?));
+        }
+        Ok(p)
+    }
+}
+
+impl Drop for Pods {
+    fn drop(&mut self) {
+        self.procs.clear();
+        std::thread::sleep(Duration::from_millis(300));
+        // Deepest first: the container, its pod, then the shared levels.
+        let mut all: Vec<PathBuf> = Vec::new();
+        for d in &self.dirs {
+            let mut x = d.clone();
+            for _ in 0..4 {
+                all.push(x.clone());
+                if !x.pop() {
+                    break;
+                }
+            }
+        }
+        all.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
+        all.dedup();
+        for d in all {
+            let _ = std::fs::remove_dir(&d);
+        }
+    }
+}
+
+fn cpu_ticks(pid: u32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let f: Vec<&str> = s.rsplit_once(')')?.1.split_whitespace().collect();
+    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+}
+
+fn rss_mib(pid: u32) -> Option<f64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kb: f64 = s
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    Some(kb / 1024.0)
+}
+
+fn scrape(port: u16) -> usize {
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+        return 0;
+    };
+    let _ = s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out.len()
+}
+
+/// CPU share of one core and RSS of `cmd` over `secs` after a 3 s warm-up,
+/// scraping `port` every 10 s when given.
+fn cost(cmd: &mut Command, secs: u64, port: Option<u16>) -> anyhow::Result<(f64, f64, usize)> {
+    let child = Bg(cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("the agent")?);
+    let pid = child.0.id();
+    std::thread::sleep(Duration::from_secs(3));
+    // SAFETY: sysconf has no preconditions.
+    let tck = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let t0 = Instant::now();
+    let c0 = cpu_ticks(pid).context("the agent exited")?;
+    let mut bytes = 0;
+    let mut next = Instant::now();
+    while t0.elapsed() < Duration::from_secs(secs) {
+        if let Some(p) = port {
+            if Instant::now() >= next {
+                bytes = scrape(p);
+                next += Duration::from_secs(10);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let c1 = cpu_ticks(pid).context("the agent exited")?;
+    let el = t0.elapsed().as_secs_f64();
+    let rss = rss_mib(pid).unwrap_or(f64::NAN);
+    drop(child);
+    Ok(((c1 - c0) as f64 / tck / el * 100.0, rss, bytes))
+}
+
+pub fn run(dir: &Path, quick: bool) -> anyhow::Result<()> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        bail!("the node benchmark makes cgroups: run it as root");
+    }
+    let tr = dir.join("resource-tracker");
+    let w = dir.join("workload");
+    let secs = if quick { 20 } else { 60 };
+    let reps = if quick { 1 } else { 3 };
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+        l.local_addr()?.port()
+    };
+    let mut md = String::new();
+    let _ = writeln!(md, "{MARK}\n");
+    let _ = writeln!(
+        md,
+        "Generated by `cargo xtask bench --node` (release build) on {} vCPU, kernel {}. Simulated containers are real cgroups named `kubepods/burstable/pod<UID>/<ID>` in every hierarchy the host has, each holding `workload sleepers` processes. The agent runs `node --listen 127.0.0.1:P -i 1` and is scraped every 10 s; its CPU is the change of its utime+stime over {secs} s after a 3 s warm-up, as a share of one core; RSS is its VmRSS at the end. `run --pid 1` is today's alternative for a whole node, measured the same way at `-i 1`. Median (min–max) of {reps} run(s), cases interleaved.\n",
+        read("nproc"),
+        read("uname -r")
+    );
+    let _ = writeln!(md, "| case | containers | processes on the host | CPU, % of one core | RSS (MiB) | /metrics size |");
+    let _ = writeln!(md, "|---|---|---|---|---|---|");
+    let cases: [(&str, usize, usize); 4] = [
+        ("node agent", 100, 30),
+        ("node agent", 100, 1),
+        ("node agent", 10, 1),
+        ("`run --pid 1` (ebpf)", 100, 30),
+    ];
+    let mut res: Vec<(Vec<f64>, Vec<f64>, usize, usize)> =
+        vec![(vec![], vec![], 0, 0); cases.len()];
+    for _ in 0..reps {
+        for (i, (name, n, each)) in cases.iter().enumerate() {
+            let pods = Pods::new(&w, *n, *each)?;
+            std::thread::sleep(Duration::from_secs(2));
+            let procs = count_procs();
+            let (cpu, rss, bytes) = if name.starts_with("node") {
+                cost(
+                    Command::new(&tr).args([
+                        "node",
+                        "--listen",
+                        &format!("127.0.0.1:{port}"),
+                        "-i",
+                        "1",
+                    ]),
+                    secs,
+                    Some(port),
+                )?
+            } else {
+                cost(
+                    Command::new(&tr).args(["-q", "--pid", "1", "-i", "1"]),
+                    secs,
+                    None,
+                )?
+            };
+            eprintln!("xtask: node bench {name} {n}×{each}: {cpu:.3} % of a core, {rss:.1} MiB");
+            res[i].0.push(cpu);
+            res[i].1.push(rss);
+            res[i].2 = procs;
+            res[i].3 = bytes;
+            drop(pods);
+        }
+    }
+    for ((name, n, _), (cpu, rss, procs, bytes)) in cases.iter().zip(res) {
+        let (c, clo, chi) = stat(cpu);
+        let (r, _, _) = stat(rss);
+        let size = if bytes > 0 {
+            format!("{:.0} KiB", bytes as f64 / 1024.0)
+        } else {
+            "—".into()
+        };
+        let _ = writeln!(
+            md,
+            "| {name} | {n} | {procs} | **{c:.2}** ({clo:.2}–{chi:.2}) | {r:.1} | {size} |"
+        );
+    }
+    let path = crate::root().join("docs/benchmarks.md");
+    let old = std::fs::read_to_string(&path).unwrap_or_default();
+    let without = match section(&old) {
+        Some(s) => old.replacen(s, "", 1),
+        None => old,
+    };
+    // Before the peers' section, which `bench --only-peers` rewrites.
+    let new = match without.split_once(crate::bench::PEERS_MARK) {
+        Some((before, after)) => format!(
+            "{}\n\n{}\n\n{}{}",
+            before.trim_end(),
+            md.trim_end(),
+            crate::bench::PEERS_MARK,
+            after
+        ),
+        None => format!("{}\n\n{}\n", without.trim_end(), md.trim_end()),
+    };
+    std::fs::write(&path, new).with_context(|| format!("writing {}", path.display()))?;
+    eprintln!("xtask: wrote the node section of {}", path.display());
+    Ok(())
+}
