@@ -555,3 +555,121 @@ fn prometheus_scrapes_it() {
     bg.signal(libc::SIGTERM);
     assert!(bg.wait_for(Duration::from_secs(5)).success());
 }
+
+/// A stand-in kubelet answering `/pods` as the real one does (a PodList, the
+/// bearer token required), or with `body` whatever the token.
+fn kubelet(body: Option<&'static str>) -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            let mut c = tracker_tests::http::Conn::new(s);
+            while let Ok(Some(h)) = c.read_request() {
+                let list = format!(
+                    r#"{{"kind":"PodList","apiVersion":"v1","metadata":{{}},"items":[{{"metadata":{{"name":"web-0","namespace":"shop","uid":"{UID1}"}},"spec":{{}},"status":{{"phase":"Running","containerStatuses":[{{"name":"app","image":"nginx:1.27","containerID":"containerd://{}","ready":true}}]}}}}]}}"#,
+                    cid(4)
+                );
+                let (code, text) = match body {
+                    Some(b) => (200, b.to_string()),
+                    None if h.path() != "/pods" => (404, "404 page not found".into()),
+                    None if h.header("authorization") != Some("Bearer tok") => {
+                        (401, "Unauthorized".into())
+                    }
+                    None => (200, list),
+                };
+                let _ = c.write(&tracker_tests::http::response(
+                    code,
+                    &[("content-type", "application/json")],
+                    text.as_bytes(),
+                    false,
+                ));
+            }
+        }
+    });
+    port
+}
+
+/// Names from the kubelet become the namespace, pod, container and image labels
+/// (the token is sent, never shown); a kubelet answering garbage costs one line and
+/// the containers keep their ids.
+#[test]
+fn names_from_a_kubelet() {
+    if !require(is_root(), "the node tests make cgroups and need root") {
+        return;
+    }
+    let s = Scratch::new("nodenames");
+    std::fs::write(s.path("token"), "tok\n").unwrap();
+    let c = FakeContainer::new(&format!("kubepods/burstable/pod{UID1}/{}", cid(4)));
+    for (body, named) in [(None, true), (Some("<html>oops</html>"), false)] {
+        let kport = kubelet(body);
+        let port = free_port();
+        let mut cmd = Command::new(tracker());
+        cmd.args([
+            "node",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "-i",
+            "0.2",
+        ])
+        .args([
+            "--kubelet-url",
+            &format!("http://127.0.0.1:{kport}"),
+            "--kubelet-token-file",
+        ])
+        .arg(s.path("token"))
+        .stderr(std::fs::File::create(s.path("err")).unwrap());
+        let mut bg = Bg::spawn(&mut cmd, "node agent");
+        let t0 = Instant::now();
+        let text = loop {
+            let text = get(port, "/metrics", "*/*")
+                .map(|r| r.1)
+                .unwrap_or_default();
+            if (named && text.contains("pod=\"web-0\""))
+                || (!named && t0.elapsed() > Duration::from_secs(2))
+            {
+                break text;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "never named:\n{text}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        let id = cid(4);
+        let series = text
+            .lines()
+            .find(|l| l.starts_with("container_cpu_usage_seconds_total{") && l.contains(&id))
+            .unwrap_or_else(|| panic!("no series for the container:\n{text}"))
+            .to_string();
+        if named {
+            for want in [
+                "namespace=\"shop\"",
+                "pod=\"web-0\"",
+                "container=\"app\"",
+                "image=\"nginx:1.27\"",
+                &format!("pod_uid=\"{UID1}\""),
+            ] {
+                assert!(series.contains(want), "{want} missing: {series}");
+            }
+        } else {
+            assert!(
+                series.contains("pod=\"\"") && series.contains(&format!("pod_uid=\"{UID1}\"")),
+                "{series}"
+            );
+        }
+        assert!(!text.contains("tok"), "the token is exported");
+        bg.signal(libc::SIGTERM);
+        assert!(bg.wait_for(Duration::from_secs(5)).success());
+        let err = std::fs::read_to_string(s.path("err")).unwrap();
+        assert!(!err.contains("tok"), "{err}");
+        if named {
+            assert!(err.trim().is_empty(), "{err}");
+        } else {
+            assert!(
+                err.contains("kubelet") && err.trim().lines().count() == 1,
+                "{err}"
+            );
+        }
+    }
+    drop(c);
+}

@@ -9,6 +9,7 @@
 
 mod host;
 mod http;
+pub mod kubelet;
 mod vendors;
 
 use std::{path::Path, time::Duration};

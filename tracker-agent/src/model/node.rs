@@ -6,7 +6,10 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::collect::containers::{CgroupCounters, Found};
+use crate::{
+    collect::containers::{CgroupCounters, Found},
+    discovery::kubelet::ContainerName,
+};
 
 /// One container in one interval (`resource-tracker node -o FILE`, one line each).
 #[derive(Clone, Debug, Serialize)]
@@ -18,6 +21,11 @@ pub struct ContainerSample {
     pub pod_uid: Option<String>,
     pub container_id: Option<String>,
     pub qos: Option<&'static str>,
+    /// From the kubelet, once it has named the container.
+    pub namespace: Option<String>,
+    pub pod: Option<String>,
+    pub container: Option<String>,
+    pub image: Option<String>,
     /// CPU seconds in the interval, and since the cgroup was made.
     pub cpu_secs: Option<f64>,
     pub cpu_secs_total: Option<f64>,
@@ -41,6 +49,7 @@ pub struct ContainerSample {
 pub struct Current {
     pub found: Found,
     pub counters: CgroupCounters,
+    pub names: Option<ContainerName>,
 }
 
 /// The node now: every container's latest counters (what `/metrics` exports; a
@@ -83,6 +92,18 @@ impl NodeModel {
                     pod_uid: cur.found.pod_uid.clone(),
                     container_id: cur.found.container_id.clone(),
                     qos: cur.found.qos,
+                    namespace: cur.names.as_ref().map(|n| n.namespace.clone()),
+                    pod: cur.names.as_ref().map(|n| n.pod.clone()),
+                    container: cur
+                        .names
+                        .as_ref()
+                        .map(|n| n.container.clone())
+                        .filter(|c| !c.is_empty()),
+                    image: cur
+                        .names
+                        .as_ref()
+                        .map(|n| n.image.clone())
+                        .filter(|c| !c.is_empty()),
                     cpu_secs: cpu,
                     cpu_secs_total: c.cpu_usage_ns.map(|n| n as f64 / 1e9),
                     cores_used: cpu.map(|s| s / dt),
@@ -128,6 +149,7 @@ mod tests {
                 oom_kills: Some(oom),
                 ..Default::default()
             },
+            names: None,
         }
     }
 

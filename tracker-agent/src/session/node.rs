@@ -15,6 +15,7 @@ use anyhow::Context as _;
 
 use crate::{
     collect::containers::{scan, Hierarchies, Reader},
+    discovery::kubelet::{Kubelet, Names},
     model::node::{Current, NodeModel, NodeSnapshot},
     selfcost,
     settings::node::NodeSettings,
@@ -64,6 +65,36 @@ pub fn run(st: NodeSettings) -> anyhow::Result<i32> {
                 )),
             }
         }
+        // Names: refreshed every 30 s, and at most every 5 s when a container the
+        // kubelet has not named shows up; the sampling never waits for them.
+        let names = Arc::new(Mutex::new(Names::default()));
+        let ask = Arc::new(tokio::sync::Notify::new());
+        if let Some(cfg) = st.kubelet.clone() {
+            match Kubelet::new(cfg) {
+                Ok(k) => {
+                    let (names, ask) = (names.clone(), ask.clone());
+                    tokio::spawn(async move {
+                        loop {
+                            match k.names().await {
+                                Ok(n) => match names.lock() {
+                                    Ok(mut g) => *g = n,
+                                    Err(p) => *p.into_inner() = n,
+                                },
+                                Err(e) => {
+                                    warn_once(
+                                        "node.kubelet",
+                                        format_args!("kubelet: {e}; containers keep their ids until it answers"),
+                                    );
+                                }
+                            }
+                            tokio::time::sleep(Duration::from_secs(5)).await;
+                            let _ = tokio::time::timeout(Duration::from_secs(25), ask.notified()).await;
+                        }
+                    });
+                }
+                Err(e) => say(format_args!("kubelet: {e}; containers keep their ids")),
+            }
+        }
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
             .context("SIGTERM handler")?;
         let mut model = NodeModel::default();
@@ -81,11 +112,23 @@ pub fn run(st: NodeSettings) -> anyhow::Result<i32> {
             let found = scan(&root, &st.include);
             scans += 1;
             let mut read = Vec::with_capacity(found.len());
+            let known = match names.lock() {
+                Ok(g) => g.clone(),
+                Err(p) => p.into_inner().clone(),
+            };
+            let mut unnamed = false;
             for f in found {
                 match reader.read(&f.rel) {
-                    Some(counters) => read.push(Current { found: f, counters }),
+                    Some(counters) => {
+                        let n = known.of(f.pod_uid.as_deref(), f.container_id.as_deref());
+                        unnamed |= n.is_none() && f.pod_uid.is_some();
+                        read.push(Current { found: f, counters, names: n });
+                    }
                     None => vanished += 1,
                 }
+            }
+            if unnamed && st.kubelet.is_some() {
+                ask.notify_one();
             }
             let now = unix_now();
             let samples = model.step(&read, now);

@@ -65,6 +65,22 @@ pub struct NodeOpts {
     /// (`*` within one path component, e.g. `system.slice/*.service`); repeatable.
     #[arg(long, value_name = "PATTERN")]
     pub include: Vec<String>,
+    /// The kubelet whose /pods names the containers (namespace, pod, container,
+    /// image) [default: https://$HOST_IP:10250 when HOST_IP is set]; env
+    /// TRACKER_KUBELET_URL.
+    #[arg(long, value_name = "URL", env = "TRACKER_KUBELET_URL")]
+    pub kubelet_url: Option<String>,
+    /// Bearer token file for the kubelet [default: the pod's service account token,
+    /// when present].
+    #[arg(long, value_name = "FILE")]
+    pub kubelet_token_file: Option<PathBuf>,
+    /// CA bundle for the kubelet's certificate [default: the service account's
+    /// ca.crt, when present].
+    #[arg(long, value_name = "FILE")]
+    pub kubelet_ca_file: Option<PathBuf>,
+    /// Accept any kubelet certificate (kubelets often serve a self-signed one).
+    #[arg(long)]
+    pub kubelet_insecure_tls: bool,
 }
 
 #[derive(Args, Debug, Clone)]

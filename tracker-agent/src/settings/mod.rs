@@ -178,13 +178,13 @@ pub fn check_flag_env(get_env: GetEnv) -> Result<(), String> {
 /// What the tracker was asked to do.
 pub enum Job {
     Track(Box<Settings>),
-    Node(node::NodeSettings),
+    Node(Box<node::NodeSettings>),
 }
 
 /// The settings of either way of running.
 pub fn resolve_job(cli: Cli, get_env: GetEnv) -> Result<Job, String> {
     match cli.command {
-        Some(Command::Node(opts)) => node::resolve(opts, get_env).map(Job::Node),
+        Some(Command::Node(opts)) => node::resolve(opts, get_env).map(|n| Job::Node(Box::new(n))),
         _ => resolve(cli, get_env).map(|s| Job::Track(Box::new(s))),
     }
 }

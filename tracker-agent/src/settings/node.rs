@@ -6,7 +6,10 @@ use super::{
     cli::NodeOpts,
     values::{env_var, seconds, GetEnv},
 };
-use crate::collect::Roots;
+use crate::{collect::Roots, discovery::kubelet::KubeletConfig};
+
+/// Where a pod's service account credentials are mounted.
+const SA_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 
 #[derive(Clone, Debug)]
 pub struct NodeSettings {
@@ -16,6 +19,8 @@ pub struct NodeSettings {
     /// The host's /proc and /sys.
     pub roots: Roots,
     pub include: Vec<String>,
+    /// Names from the kubelet; None: containers keep their ids only.
+    pub kubelet: Option<KubeletConfig>,
 }
 
 pub fn resolve(o: NodeOpts, get_env: GetEnv) -> Result<NodeSettings, String> {
@@ -55,11 +60,49 @@ pub fn resolve(o: NodeOpts, get_env: GetEnv) -> Result<NodeSettings, String> {
             ));
         }
     }
+    let url = match (&o.kubelet_url, env_var(get_env, "HOST_IP")?) {
+        (Some(u), _) => Some(
+            super::values::base_url(u)
+                .map_err(|why| format!("--kubelet-url: '{}' {why}", u.escape_debug()))?,
+        ),
+        (None, Some(ip)) if !ip.trim().is_empty() => {
+            let ip = ip.trim();
+            let host = if ip.contains(':') {
+                format!("[{ip}]")
+            } else {
+                ip.to_string()
+            };
+            Some(format!("https://{host}:10250"))
+        }
+        _ => None,
+    };
+    let present = |name: &str| {
+        let p = PathBuf::from(SA_DIR).join(name);
+        p.is_file().then_some(p)
+    };
+    let kubelet = url.map(|url| KubeletConfig {
+        url,
+        token_file: o.kubelet_token_file.clone().or_else(|| present("token")),
+        ca_file: o.kubelet_ca_file.clone().or_else(|| present("ca.crt")),
+        insecure_tls: o.kubelet_insecure_tls,
+        timeout: std::time::Duration::from_secs(5),
+    });
+    for (flag, f) in [
+        ("--kubelet-token-file", &o.kubelet_token_file),
+        ("--kubelet-ca-file", &o.kubelet_ca_file),
+    ] {
+        if let Some(f) = f {
+            if !f.is_file() {
+                return Err(format!("{flag}: {} is not a readable file", f.display()));
+            }
+        }
+    }
     Ok(NodeSettings {
         listen,
         interval,
         output: o.output,
         roots,
         include: o.include,
+        kubelet,
     })
 }

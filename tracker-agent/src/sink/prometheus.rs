@@ -47,13 +47,20 @@ fn esc(v: &str) -> String {
         .replace('\n', "\\n")
 }
 
+/// Every series has every label; an empty value is Prometheus's "absent" (names
+/// the kubelet has not given yet).
 fn labels(c: &Current) -> Vec<(&'static str, String)> {
     let f = &c.found;
+    let n = c.names.clone().unwrap_or_default();
     vec![
         ("id", esc(&format!("/{}", f.rel))),
         ("pod_uid", esc(f.pod_uid.as_deref().unwrap_or(""))),
         ("container_id", esc(f.container_id.as_deref().unwrap_or(""))),
         ("qos", f.qos.unwrap_or("").to_string()),
+        ("namespace", esc(&n.namespace)),
+        ("pod", esc(&n.pod)),
+        ("container", esc(&n.container)),
+        ("image", esc(&n.image)),
     ]
 }
 
@@ -420,6 +427,7 @@ mod tests {
                     memory_bytes: Some(4096),
                     ..Default::default()
                 },
+                names: None,
             }],
             agent_cpu_secs: 0.25,
             ..Default::default()
@@ -434,7 +442,7 @@ mod tests {
             text.contains("# TYPE container_cpu_usage_seconds_total counter\n"),
             "{text}"
         );
-        assert!(text.contains("container_cpu_usage_seconds_total{id=\"/kubepods/pod\\\"x/abc\",pod_uid=\"u-1\",container_id=\"abc\",qos=\"burstable\"} 1.5\n"), "{text}");
+        assert!(text.contains("container_cpu_usage_seconds_total{id=\"/kubepods/pod\\\"x/abc\",pod_uid=\"u-1\",container_id=\"abc\",qos=\"burstable\",namespace=\"\",pod=\"\",container=\"\",image=\"\"} 1.5\n"), "{text}");
         assert!(text.contains("container_memory_usage_bytes{"), "{text}");
         assert!(
             !text.contains("# EOF") && !text.contains("container_cpu_user_seconds"),
