@@ -137,11 +137,12 @@ fn scrape(port: u16) -> usize {
 /// CPU share of one core and RSS of `cmd` over `secs` after a 3 s warm-up,
 /// scraping `port` every 10 s when given.
 fn cost(cmd: &mut Command, secs: u64, port: Option<u16>) -> anyhow::Result<(f64, f64, usize)> {
-    let child = Bg(cmd
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .context("the agent")?);
+    let child = Bg(std::os::unix::process::CommandExt::process_group(
+        cmd.stdout(Stdio::null()).stderr(Stdio::null()),
+        0,
+    )
+    .spawn()
+    .context("the agent")?);
     let pid = child.0.id();
     std::thread::sleep(Duration::from_secs(3));
     // SAFETY: sysconf has no preconditions.
