@@ -7,13 +7,18 @@ set -euo pipefail
 log() { echo "setup: $*" >&2; }
 
 # --- Debian packages (tests: sudo for the user-drop test, jq for output checks,
-# prometheus for the node agent) ---
+# prometheus and podman for the node agent) ---
 need_apt=()
 command -v sudo >/dev/null 2>&1 || need_apt+=(sudo)
 command -v jq >/dev/null 2>&1 || need_apt+=(jq)
 command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)
 # A real Prometheus and promtool for the node agent's endpoint tests.
 command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)
+# The node agent's image is built and run under podman (runc: crun refuses a hybrid
+# cgroup hierarchy); objcopy strips the test build's binary for it.
+command -v podman >/dev/null 2>&1 || need_apt+=(podman)
+command -v runc >/dev/null 2>&1 || need_apt+=(runc)
+command -v objcopy >/dev/null 2>&1 || need_apt+=(binutils)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     log "installing ${need_apt[*]}"

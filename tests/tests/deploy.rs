@@ -1,0 +1,221 @@
+//! The deployment: the manifests validate offline (and a broken one does not), and
+//! the image, built offline from this build's binary, runs under podman with
+//! exactly the DaemonSet's privileges and mounts (deploy/podman-run.sh): the node
+//! agent serves the host's containers on /metrics, and the eBPF backend loads.
+
+use std::{
+    io::{Read as _, Write as _},
+    net::TcpStream,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use tracker_tests::{
+    e2e::{have, is_root, require},
+    free_port, tracker, workload, Scratch,
+};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+#[test]
+fn manifests_validate_and_a_broken_one_does_not() {
+    if !require(have("python3"), "python3 is missing") {
+        return;
+    }
+    let o = Command::new("bash")
+        .arg(root().join("deploy/validate.sh"))
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let s = Scratch::new("kv");
+    let ds = std::fs::read_to_string(root().join("deploy/daemonset.yaml")).unwrap();
+    let broken = ds.replacen("containerPort: 9101", "containerPort: \"nine\"", 1);
+    assert_ne!(broken, ds, "the DaemonSet has a containerPort to break");
+    std::fs::write(s.path("daemonset.yaml"), broken).unwrap();
+    let kv = root().join("target/kv/bin/kubernetes-validate");
+    let o = Command::new(kv)
+        .args(["--strict", "-k", "1.37.0"])
+        .arg(s.path("daemonset.yaml"))
+        .output()
+        .unwrap();
+    assert!(!o.status.success(), "a port that is not a number validated");
+}
+
+fn get(port: u16, path: &str) -> Option<(u16, String)> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    Some((
+        out.split(' ').nth(1)?.parse().ok()?,
+        out.split_once("\r\n\r\n")?.1.to_string(),
+    ))
+}
+
+/// A container cgroup, as in tests/tests/node.rs, holding one burner.
+fn fake_container(rel: &str) -> Vec<PathBuf> {
+    let base = Path::new("/sys/fs/cgroup");
+    let hs: Vec<PathBuf> = if base.join("cgroup.controllers").exists() {
+        vec![base.to_path_buf()]
+    } else {
+        ["cpuacct", "cpu", "memory", "blkio", "pids"]
+            .iter()
+            .map(|c| base.join(c))
+            .filter(|d| d.join("cgroup.procs").exists())
+            .collect()
+    };
+    hs.iter()
+        .map(|h| {
+            let d = h.join(rel);
+            std::fs::create_dir_all(&d).unwrap();
+            d
+        })
+        .collect()
+}
+
+fn remove(dirs: &[PathBuf], levels: usize) {
+    for d in dirs {
+        let mut x = d.clone();
+        for _ in 0..levels {
+            for _ in 0..50 {
+                if std::fs::remove_dir(&x).is_ok() || !x.exists() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            x.pop();
+        }
+    }
+}
+
+struct Container(String);
+impl Drop for Container {
+    fn drop(&mut self) {
+        let _ = Command::new("podman")
+            .args([
+                "--runtime=runc",
+                "--cgroup-manager=cgroupfs",
+                "rm",
+                "-f",
+                &self.0,
+            ])
+            .output();
+    }
+}
+
+#[test]
+fn the_image_runs_with_the_daemonsets_privileges() {
+    if !require(is_root(), "podman tests need root")
+        || !require(
+            have("podman") && have("runc") && have("jq") && have("objcopy"),
+            "podman, runc, jq or objcopy is missing (scripts/setup.sh installs them)",
+        )
+    {
+        return;
+    }
+    let s = Scratch::new("image");
+    // The image carries this build's binary, without its debug sections.
+    let bin = s.path("resource-tracker");
+    let st = Command::new("objcopy")
+        .arg("--strip-debug")
+        .arg(tracker())
+        .arg(&bin)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let tag = format!("localhost/resource-tracker:test-{}", std::process::id());
+    let o = Command::new("bash")
+        .arg(root().join("deploy/build-image.sh"))
+        .arg(&tag)
+        .env("BIN", &bin)
+        .env("STAGE", s.path("stage"))
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "build-image.sh: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+
+    // `run` inside the image: the eBPF backend loads with exactly these privileges.
+    let o = Command::new("bash")
+        .arg(root().join("deploy/podman-run.sh"))
+        .arg(&tag)
+        .args(["run", "--", "/usr/local/bin/resource-tracker", "--version"])
+        .env("RT_PORT", "none")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains("backend ebpf"),
+        "not eBPF under the DaemonSet's privileges: {err}"
+    );
+
+    // The DaemonSet's own command: the host's containers on /metrics.
+    let uid = "9d4f3a1b-5e6f-4b8c-9d0e-4f5a6b7c8d9e";
+    let id = "ab".repeat(32);
+    let dirs = fake_container(&format!("kubepods/burstable/pod{uid}/{id}"));
+    let port = free_port();
+    let name = format!("rt-test-{}", std::process::id());
+    let _c = Container(name.clone());
+    let o = Command::new("bash")
+        .arg(root().join("deploy/podman-run.sh"))
+        .arg(&tag)
+        .env("RT_PORT", port.to_string())
+        .env("PODMAN_OPTS", format!("-d --name {name}"))
+        .stdout(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let join = dirs
+        .iter()
+        .map(|d| d.display().to_string())
+        .collect::<Vec<_>>()
+        .join(":");
+    let st = Command::new(workload())
+        .args(["incgroup", &join, "--"])
+        .arg(workload())
+        .args(["burner", "1", "500"])
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let t0 = Instant::now();
+    let text = loop {
+        if let Some((200, text)) = get(port, "/metrics") {
+            if text.contains(&id) {
+                break text;
+            }
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "the container never showed on /metrics"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(text.contains(&format!("pod_uid=\"{uid}\"")), "{text}");
+    assert_eq!(get(port, "/healthz").map(|r| r.0), Some(200));
+    // Read-only mounts: the agent cannot change the host's cgroups.
+    let o = Command::new("podman")
+        .args(["--runtime=runc", "--cgroup-manager=cgroupfs", "logs", &name])
+        .output()
+        .unwrap();
+    assert!(!String::from_utf8_lossy(&o.stderr).contains("panicked"));
+    drop(_c);
+    remove(&dirs, 4);
+    let _ = Command::new("podman").args(["rmi", "-f", &tag]).output();
+}
