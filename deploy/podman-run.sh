@@ -20,8 +20,7 @@
 #
 #   deploy/podman-run.sh IMAGE [ARGS...]
 #
-# ARGS replace the DaemonSet's (node --listen 0.0.0.0:9101 --host-proc /host/proc
-# --host-sys /host/sys), e.g. `run -q -- /usr/local/bin/resource-tracker --version`.
+# ARGS replace the DaemonSet's (node --listen 0.0.0.0:9101 --host-sys /host/sys), e.g. `run -q -- /usr/local/bin/resource-tracker --version`.
 # PODMAN_OPTS adds podman run options before the image (default --rm; a test passes
 # e.g. "-d --name rt-test"). RT_PORT is the host port on 127.0.0.1 (RT_PORT=none
 # publishes nothing).
@@ -31,7 +30,7 @@ set -euo pipefail
 image=$1; shift
 here=$(cd "$(dirname "$0")" && pwd)
 if [[ $# -eq 0 ]]; then
-    set -- node --listen 0.0.0.0:9101 --host-proc /host/proc --host-sys /host/sys
+    set -- node --listen 0.0.0.0:9101 --host-sys /host/sys
 fi
 
 # Kubernetes' RuntimeDefault on containerd (since containerd#7301, 2022) allows bpf()
@@ -68,7 +67,6 @@ mounts=()
 while read -r arg; do mounts+=("$arg"); done < <(
     ro_tree /sys/kernel/btf /sys/kernel/btf
     ro_tree /sys/fs/cgroup /sys/fs/cgroup
-    ro_tree /proc /host/proc
     ro_tree /sys /host/sys
 )
 

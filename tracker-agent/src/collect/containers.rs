@@ -126,18 +126,17 @@ fn valid_uid(u: &str) -> Option<String> {
 
 /// The runtime's container id in a container cgroup's name.
 fn container_of(component: &str) -> Option<String> {
-    let id = match component.strip_suffix(".scope") {
-        Some(stem) => {
-            // The runtime's monitor process is not a container.
-            if stem.starts_with("crio-conmon-") {
-                return None;
-            }
-            ["cri-containerd-", "crio-", "docker-", "libpod-"]
-                .iter()
-                .find_map(|p| stem.strip_prefix(p))?
-        }
-        None => component,
-    };
+    // systemd scopes end in .scope; CRI-O's cgroupfs manager writes `crio-<ID>`
+    // without it, and containerd's and Docker's write the bare id.
+    let stem = component.strip_suffix(".scope").unwrap_or(component);
+    // The runtime's monitor process is not a container.
+    if stem.starts_with("crio-conmon-") {
+        return None;
+    }
+    let id = ["cri-containerd-", "crio-", "docker-", "libpod-"]
+        .iter()
+        .find_map(|p| stem.strip_prefix(p))
+        .unwrap_or(stem);
     (id.len() >= 12 && id.bytes().all(|b| b.is_ascii_hexdigit())).then(|| id.to_string())
 }
 
@@ -164,12 +163,27 @@ fn matches(pattern: &str, rel: &str) -> bool {
             .all(|(p, r)| glob(p.as_bytes(), r.as_bytes()))
 }
 
+/// `*` matches any run of bytes. Greedy with one backtrack point, so the cost is
+/// linear per `*`, not exponential in their number.
 fn glob(p: &[u8], s: &[u8]) -> bool {
-    match p.split_first() {
-        None => s.is_empty(),
-        Some((b'*', rest)) => (0..=s.len()).any(|i| glob(rest, &s[i..])),
-        Some((c, rest)) => s.first() == Some(c) && glob(rest, &s[1..]),
+    let (mut pi, mut si) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while si < s.len() {
+        if pi < p.len() && p[pi] == b'*' {
+            star = Some((pi, si));
+            pi += 1;
+        } else if pi < p.len() && p[pi] == s[si] {
+            pi += 1;
+            si += 1;
+        } else if let Some((sp, ss)) = star {
+            pi = sp + 1;
+            si = ss + 1;
+            star = Some((sp, ss + 1));
+        } else {
+            return false;
+        }
     }
+    p[pi..].iter().all(|&c| c == b'*')
 }
 
 /// Every container cgroup under `root`, and the cgroups `include` patterns name.
@@ -205,8 +219,9 @@ pub fn scan(root: &Path, include: &[String]) -> Vec<Found> {
         }
     }
     if !include.is_empty() {
+        let known: std::collections::HashSet<String> = out.iter().map(|f| f.rel.clone()).collect();
         walk(root, "", 0, &mut |rel| {
-            if include.iter().any(|p| matches(p, rel)) && !out.iter().any(|f| f.rel == rel) {
+            if include.iter().any(|p| matches(p, rel)) && !known.contains(rel) {
                 out.push(Found {
                     rel: rel.to_string(),
                     pod_uid: None,
@@ -306,13 +321,16 @@ impl Reader {
             c.cpu_usage_ns = self.number(h.cpuacct.as_ref(), rel, "cpuacct.usage");
             c.cpu_usage_ns?;
             if let Some(t) = self.text(h.cpuacct.as_ref(), rel, "cpuacct.stat") {
-                let ns = |ticks: u64| ticks * 1_000_000_000 / tck;
+                let ns = |ticks: u64| {
+                    (u128::from(ticks) * 1_000_000_000 / u128::from(tck)).min(u128::from(u64::MAX))
+                        as u64
+                };
                 c.cpu_user_ns = value(t, "user").map(ns);
                 c.cpu_system_ns = value(t, "system").map(ns);
             }
         } else {
             let t = self.text(h.v2.as_ref(), rel, "cpu.stat")?;
-            let us = |k: &str| value(t, k).map(|v| v * 1000);
+            let us = |k: &str| value(t, k).map(|v| v.saturating_mul(1000));
             c.cpu_usage_ns = us("usage_usec");
             c.cpu_user_ns = us("user_usec");
             c.cpu_system_ns = us("system_usec");
@@ -357,7 +375,25 @@ impl Reader {
                 c.oom_kills = value(t, "oom_kill");
             }
         }
+        // v1: BFQ's recursive counters where that scheduler runs; else the
+        // throttling layer's, which the kernel fills only for devices that have a
+        // throttle rule (docs/node.md).
+        let bfq = h.blkio.is_some()
+            && self
+                .text(
+                    h.blkio.as_ref(),
+                    rel,
+                    "blkio.bfq.io_service_bytes_recursive",
+                )
+                .is_some();
         let (io_base, io_file) = match &h.blkio {
+            Some(_) if bfq => (
+                h.blkio.as_ref(),
+                [
+                    "blkio.bfq.io_service_bytes_recursive",
+                    "blkio.bfq.io_serviced_recursive",
+                ],
+            ),
             Some(_) => (
                 h.blkio.as_ref(),
                 [
@@ -558,5 +594,10 @@ mod tests {
         ));
         assert!(matches("*", "x"));
         assert!(!matches("a*b", "ac"));
+        assert!(matches("a*b*c", "axxbyyc") && !matches("a*b*c", "axxbyy"));
+        assert!(matches("**", "") && matches("*.service", ".service"));
+        // Many stars stay cheap.
+        let s = "a".repeat(200);
+        assert!(!glob(&b"*a".repeat(30), format!("{s}b").as_bytes()));
     }
 }

@@ -67,23 +67,35 @@ pub struct NodeSnapshot {
 /// Turns successive readings into samples; forgets containers that are gone.
 #[derive(Default)]
 pub struct NodeModel {
-    prev: BTreeMap<String, (CgroupCounters, f64)>,
+    prev: BTreeMap<String, (CgroupCounters, std::time::Instant)>,
 }
 
+/// The counter's growth; a counter below its previous value belongs to a cgroup
+/// made again at the same path, whose whole count is new.
 fn delta(now: Option<u64>, before: Option<u64>) -> Option<u64> {
-    Some(now?.saturating_sub(before?))
+    let (now, before) = (now?, before?);
+    Some(if now >= before { now - before } else { now })
 }
 
 impl NodeModel {
-    /// Samples of the containers read at `unix` (seconds); the first reading of a
-    /// container is its baseline and gives no sample.
-    pub fn step(&mut self, read: &[Current], unix: f64) -> Vec<ContainerSample> {
+    /// Samples of the containers read at `at` (monotonic, for the intervals) and
+    /// `unix` (the timestamp); the first reading of a container is its baseline and
+    /// gives no sample.
+    pub fn step(
+        &mut self,
+        read: &[Current],
+        at: std::time::Instant,
+        unix: f64,
+    ) -> Vec<ContainerSample> {
         let mut next = BTreeMap::new();
         let mut out = Vec::new();
         for cur in read {
             let c = &cur.counters;
-            if let Some((p, at)) = self.prev.get(&cur.found.rel) {
-                let dt = (unix - at).max(1e-9);
+            if let Some((p, before)) = self.prev.get(&cur.found.rel) {
+                let dt = at
+                    .saturating_duration_since(*before)
+                    .as_secs_f64()
+                    .max(1e-9);
                 let cpu = delta(c.cpu_usage_ns, p.cpu_usage_ns).map(|n| n as f64 / 1e9);
                 out.push(ContainerSample {
                     timestamp_secs: (unix * 1e6).round() / 1e6,
@@ -92,8 +104,16 @@ impl NodeModel {
                     pod_uid: cur.found.pod_uid.clone(),
                     container_id: cur.found.container_id.clone(),
                     qos: cur.found.qos,
-                    namespace: cur.names.as_ref().map(|n| n.namespace.clone()),
-                    pod: cur.names.as_ref().map(|n| n.pod.clone()),
+                    namespace: cur
+                        .names
+                        .as_ref()
+                        .map(|n| n.namespace.clone())
+                        .filter(|c| !c.is_empty()),
+                    pod: cur
+                        .names
+                        .as_ref()
+                        .map(|n| n.pod.clone())
+                        .filter(|c| !c.is_empty()),
                     container: cur
                         .names
                         .as_ref()
@@ -119,7 +139,7 @@ impl NodeModel {
                     tasks: c.tasks,
                 });
             }
-            next.insert(cur.found.rel.clone(), (c.clone(), unix));
+            next.insert(cur.found.rel.clone(), (c.clone(), at));
         }
         // Containers not read this time are gone: nothing of them is kept.
         self.prev = next;
@@ -156,15 +176,25 @@ mod tests {
     #[test]
     fn intervals_and_churn() {
         let mut m = NodeModel::default();
-        assert!(m.step(&[cur("a", 1_000_000_000, 0)], 10.0).is_empty());
-        let s = m.step(&[cur("a", 1_500_000_000, 1), cur("b", 5, 0)], 10.5);
+        let t = std::time::Instant::now();
+        let after = |s: f64| t + std::time::Duration::from_secs_f64(s);
+        assert!(m.step(&[cur("a", 1_000_000_000, 0)], t, 10.0).is_empty());
+        // The wall clock stepped back: the interval is the monotonic one.
+        let s = m.step(
+            &[cur("a", 1_500_000_000, 1), cur("b", 5, 0)],
+            after(0.5),
+            3.0,
+        );
         assert_eq!(s.len(), 1);
         assert_eq!(s[0].cpu_secs, Some(0.5));
         assert_eq!(s[0].cores_used, Some(1.0));
         assert_eq!((s[0].oom_kills, s[0].oom_kills_total), (Some(1), Some(1)));
         // a is gone: forgotten; b gets its first sample.
-        let s = m.step(&[cur("b", 10, 0)], 11.0);
+        let s = m.step(&[cur("b", 10, 0)], after(1.0), 11.0);
         assert_eq!(s.len(), 1);
         assert_eq!(m.len(), 1);
+        // b made again at the same path: its counter restarted, all of it is new.
+        let s = m.step(&[cur("b", 4, 0)], after(1.5), 11.5);
+        assert_eq!(s[0].cpu_secs, Some(4e-9));
     }
 }

@@ -42,61 +42,82 @@ pub fn run(st: NodeSettings) -> anyhow::Result<i32> {
         Some(p) => Some(std::io::BufWriter::new(sink::create(p, "output", None)?)),
         None => None,
     };
+    let shared: prometheus::Shared = Arc::new(Mutex::new(NodeSnapshot::default()));
+    // Healthy while the loop has read the cgroups within three intervals (+5 s), on
+    // the monotonic clock: a step of the wall clock changes nothing.
+    let start = Instant::now();
+    let beat = Arc::new(AtomicU64::new(0));
+    let stale = Duration::from_secs_f64(3.0 * st.interval + 5.0);
+    let names = Arc::new(Mutex::new(Names::default()));
+    let ask = Arc::new(tokio::sync::Notify::new());
+    // The endpoint and the kubelet requests run on a runtime of their own, on their
+    // own thread: the loop blocks its thread while it reads, and a scrape or a
+    // health probe never waits for a scan.
+    let bg = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the endpoint's runtime")?;
+    if let Some(addr) = st.listen {
+        match bg.block_on(tokio::net::TcpListener::bind(addr)) {
+            Ok(l) => {
+                let b = beat.clone();
+                let healthy = Arc::new(move || {
+                    start
+                        .elapsed()
+                        .saturating_sub(Duration::from_nanos(b.load(Ordering::Relaxed)))
+                        < stale
+                });
+                bg.spawn(prometheus::serve(l, shared.clone(), healthy));
+            }
+            Err(e) => say(format_args!(
+                "--listen {addr}: {e}; going on without the metrics endpoint"
+            )),
+        }
+    }
+    // Names: refreshed every 30 s, and at most every 5 s when a container the
+    // kubelet has not named shows up; the sampling never waits for them.
+    if let Some(cfg) = st.kubelet.clone() {
+        match Kubelet::new(cfg) {
+            Ok(k) => {
+                let (names, ask) = (names.clone(), ask.clone());
+                bg.spawn(async move {
+                    loop {
+                        match k.names().await {
+                            Ok(n) => match names.lock() {
+                                Ok(mut g) => *g = n,
+                                Err(p) => *p.into_inner() = n,
+                            },
+                            Err(e) => {
+                                warn_once(
+                                    "node.kubelet",
+                                    format_args!(
+                                        "kubelet: {e}; containers keep their ids until it answers"
+                                    ),
+                                );
+                            }
+                        }
+                        tokio::time::sleep(Duration::from_secs(5)).await;
+                        let _ = tokio::time::timeout(Duration::from_secs(25), ask.notified()).await;
+                    }
+                });
+            }
+            Err(e) => say(format_args!("kubelet: {e}; containers keep their ids")),
+        }
+    }
+    std::thread::Builder::new()
+        .name("endpoint".into())
+        .spawn(move || bg.block_on(std::future::pending::<()>()))
+        .context("starting the endpoint's thread")?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the tokio runtime")?;
     rt.block_on(async move {
-        let shared: prometheus::Shared = Arc::new(Mutex::new(NodeSnapshot::default()));
-        // Healthy while the loop has read the cgroups within three intervals.
-        let beat = Arc::new(AtomicU64::new(unix_now().to_bits()));
-        let stale = 3.0 * st.interval + 5.0;
-        if let Some(addr) = st.listen {
-            match tokio::net::TcpListener::bind(addr).await {
-                Ok(l) => {
-                    let b = beat.clone();
-                    let healthy = Arc::new(move || {
-                        unix_now() - f64::from_bits(b.load(Ordering::Relaxed)) < stale
-                    });
-                    tokio::spawn(prometheus::serve(l, shared.clone(), healthy));
-                }
-                Err(e) => say(format_args!(
-                    "--listen {addr}: {e}; going on without the metrics endpoint"
-                )),
-            }
-        }
-        // Names: refreshed every 30 s, and at most every 5 s when a container the
-        // kubelet has not named shows up; the sampling never waits for them.
-        let names = Arc::new(Mutex::new(Names::default()));
-        let ask = Arc::new(tokio::sync::Notify::new());
-        if let Some(cfg) = st.kubelet.clone() {
-            match Kubelet::new(cfg) {
-                Ok(k) => {
-                    let (names, ask) = (names.clone(), ask.clone());
-                    tokio::spawn(async move {
-                        loop {
-                            match k.names().await {
-                                Ok(n) => match names.lock() {
-                                    Ok(mut g) => *g = n,
-                                    Err(p) => *p.into_inner() = n,
-                                },
-                                Err(e) => {
-                                    warn_once(
-                                        "node.kubelet",
-                                        format_args!("kubelet: {e}; containers keep their ids until it answers"),
-                                    );
-                                }
-                            }
-                            tokio::time::sleep(Duration::from_secs(5)).await;
-                            let _ = tokio::time::timeout(Duration::from_secs(25), ask.notified()).await;
-                        }
-                    });
-                }
-                Err(e) => say(format_args!("kubelet: {e}; containers keep their ids")),
-            }
-        }
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .context("SIGTERM handler")?;
+        // Made once, before the loop: a signal that comes while the loop reads is
+        // kept for the next select.
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;
+        let mut int = signal(SignalKind::interrupt()).context("SIGINT handler")?;
         let mut model = NodeModel::default();
         let mut reader = Reader::new(h);
         let mut tick = tokio::time::interval(Duration::from_secs_f64(st.interval));
@@ -105,7 +126,7 @@ pub fn run(st: NodeSettings) -> anyhow::Result<i32> {
         loop {
             tokio::select! {
                 _ = tick.tick() => {}
-                _ = tokio::signal::ctrl_c() => break,
+                _ = int.recv() => break,
                 _ = term.recv() => break,
             }
             let t0 = Instant::now();
@@ -122,7 +143,11 @@ pub fn run(st: NodeSettings) -> anyhow::Result<i32> {
                     Some(counters) => {
                         let n = known.of(f.pod_uid.as_deref(), f.container_id.as_deref());
                         unnamed |= n.is_none() && f.pod_uid.is_some();
-                        read.push(Current { found: f, counters, names: n });
+                        read.push(Current {
+                            found: f,
+                            counters,
+                            names: n,
+                        });
                     }
                     None => vanished += 1,
                 }
@@ -131,16 +156,20 @@ pub fn run(st: NodeSettings) -> anyhow::Result<i32> {
                 ask.notify_one();
             }
             let now = unix_now();
-            let samples = model.step(&read, now);
+            let samples = model.step(&read, Instant::now(), now);
             if let Some(w) = out.as_mut() {
                 let mut ok = true;
                 for s in &samples {
                     ok &= serde_json::to_writer(&mut *w, s).is_ok() && w.write_all(b"\n").is_ok();
                 }
                 if !(ok && w.flush().is_ok()) {
+                    let name = st.output.as_deref().map(|p| p.display().to_string());
                     warn_once(
                         "node.output",
-                        "cannot write the output file; samples go on to /metrics only",
+                        format_args!(
+                            "cannot write {}; samples go on to /metrics only",
+                            name.unwrap_or_default()
+                        ),
                     );
                 }
             }
@@ -155,7 +184,7 @@ pub fn run(st: NodeSettings) -> anyhow::Result<i32> {
                 Ok(mut s) => *s = snap,
                 Err(p) => *p.into_inner() = snap,
             }
-            beat.store(now.to_bits(), Ordering::Relaxed);
+            beat.store(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
             log::debug!("node: {} containers in {:?}", model.len(), t0.elapsed());
         }
         anyhow::Ok(0)

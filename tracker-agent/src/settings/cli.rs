@@ -54,11 +54,8 @@ pub struct NodeOpts {
     /// Write one JSON line per container per interval to FILE.
     #[arg(short = 'o', long, value_name = "FILE")]
     pub output: Option<PathBuf>,
-    /// The host's /proc, where it is mounted in the agent's container
-    /// [default: $HOST_ROOT/proc, else /proc].
-    #[arg(long, value_name = "DIR")]
-    pub host_proc: Option<PathBuf>,
-    /// The host's /sys [default: $HOST_ROOT/sys, else /sys].
+    /// The host's /sys, where it is mounted in the agent's container
+    /// [default: $HOST_ROOT/sys, else /sys].
     #[arg(long, value_name = "DIR")]
     pub host_sys: Option<PathBuf>,
     /// Also track the cgroups whose path below the hierarchy root matches PATTERN

@@ -84,8 +84,11 @@ fn sentinel_settings(
     // echoed back in the error.
     let (var, token) = match ["SENTINEL_API_TOKEN", "SENTINEL_API_KEY"]
         .into_iter()
-        .find_map(|v| get_env(v).filter(|t| !t.is_empty()).map(|t| (v, t)))
-    {
+        .find_map(|v| {
+            get_env(v)
+                .filter(|t| !t.to_string_lossy().trim().is_empty())
+                .map(|t| (v, t))
+        }) {
         None => return Ok(None),
         Some((var, t)) => (
             var,
@@ -167,7 +170,8 @@ fn target(
 pub fn check_flag_env(get_env: GetEnv) -> Result<(), String> {
     use clap::CommandFactory as _;
     let cmd = Cli::command();
-    for arg in cmd.get_arguments() {
+    let subs = cmd.get_subcommands().flat_map(|c| c.get_arguments());
+    for arg in cmd.get_arguments().chain(subs) {
         if let Some(var) = arg.get_env().and_then(|v| v.to_str()) {
             env_var(get_env, var)?;
         }

@@ -49,8 +49,9 @@ pub fn resolve(o: NodeOpts, get_env: GetEnv) -> Result<NodeSettings, String> {
         }
         Ok(p)
     };
+    // Only /sys is read (the cgroup hierarchies); /proc stays the agent's own.
     let roots = Roots {
-        proc: under_root(&o.host_proc, "proc")?,
+        proc: PathBuf::from("/proc"),
         sys: under_root(&o.host_sys, "sys")?,
     };
     for p in &o.include {
@@ -61,10 +62,21 @@ pub fn resolve(o: NodeOpts, get_env: GetEnv) -> Result<NodeSettings, String> {
         }
     }
     let url = match (&o.kubelet_url, env_var(get_env, "HOST_IP")?) {
-        (Some(u), _) => Some(
-            super::values::base_url(u)
-                .map_err(|why| format!("--kubelet-url: '{}' {why}", u.escape_debug()))?,
-        ),
+        (Some(u), _) => {
+            let url = super::values::base_url(u)
+                .map_err(|why| format!("--kubelet-url: '{}' {why}", u.escape_debug()))?;
+            // The service account token goes with every request.
+            let host = reqwest::Url::parse(&url)
+                .ok()
+                .and_then(|p| p.host_str().map(str::to_string));
+            let loopback = matches!(host.as_deref(), Some("127.0.0.1" | "localhost" | "[::1]"));
+            if url.starts_with("http://") && !loopback {
+                return Err(format!(
+                    "--kubelet-url: '{url}' would send the token in clear; use https:// (http:// only to a loopback address)"
+                ));
+            }
+            Some(url)
+        }
         (None, Some(ip)) if !ip.trim().is_empty() => {
             let ip = ip.trim();
             let host = if ip.contains(':') {

@@ -377,11 +377,13 @@ fn sentinel_api_key_is_an_alias() {
         token(&resolve(opts(&[]), &both).unwrap()).as_deref(),
         Some("t")
     );
-    let empty = env_of(&[("SENTINEL_API_KEY", "k"), ("SENTINEL_API_TOKEN", "")]);
-    assert_eq!(
-        token(&resolve(opts(&[]), &empty).unwrap()).as_deref(),
-        Some("k")
-    );
+    for blank in ["", "  "] {
+        let empty = env_of(&[("SENTINEL_API_KEY", "k"), ("SENTINEL_API_TOKEN", blank)]);
+        assert_eq!(
+            token(&resolve(opts(&[]), &empty).unwrap()).as_deref(),
+            Some("k")
+        );
+    }
     let e = resolve(opts(&[]), &env_of(&[("SENTINEL_API_KEY", "a b")])).unwrap_err();
     assert!(e.contains("SENTINEL_API_KEY") && !e.contains("a b"), "{e}");
 }

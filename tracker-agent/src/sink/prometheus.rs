@@ -19,7 +19,7 @@ use prometheus_client::{
     collector::Collector,
     encoding::{DescriptorEncoder, EncodeMetric},
     metrics::{counter::ConstCounter, gauge::ConstGauge},
-    registry::{Registry, Unit},
+    registry::Registry,
 };
 use tokio::{
     io::{AsyncReadExt as _, AsyncWriteExt as _},
@@ -66,117 +66,101 @@ fn labels(c: &Current) -> Vec<(&'static str, String)> {
 
 type Get = fn(&Current) -> Option<f64>;
 
-/// (name without `_total`, help, unit, counter?, value).
-const CONTAINER_METRICS: &[(&str, &str, Option<Unit>, bool, Get)] = &[
+/// (name without `_total`, help, counter?, value).
+const CONTAINER_METRICS: &[(&str, &str, bool, Get)] = &[
     (
         "container_cpu_usage_seconds",
         "Cumulative CPU time consumed (cgroup cpuacct.usage / cpu.stat usage_usec).",
-        None,
         true,
         |c| c.counters.cpu_usage_ns.map(|n| n as f64 / 1e9),
     ),
     (
         "container_cpu_user_seconds",
         "Cumulative user CPU time.",
-        None,
         true,
         |c| c.counters.cpu_user_ns.map(|n| n as f64 / 1e9),
     ),
     (
         "container_cpu_system_seconds",
         "Cumulative system CPU time.",
-        None,
         true,
         |c| c.counters.cpu_system_ns.map(|n| n as f64 / 1e9),
     ),
     (
         "container_cpu_cfs_periods",
         "Elapsed enforcement periods.",
-        None,
         true,
         |c| c.counters.cfs_periods.map(|n| n as f64),
     ),
     (
         "container_cpu_cfs_throttled_periods",
         "Throttled period intervals.",
-        None,
         true,
         |c| c.counters.cfs_throttled_periods.map(|n| n as f64),
     ),
     (
         "container_cpu_cfs_throttled_seconds",
         "Total time the container was throttled.",
-        None,
         true,
         |c| c.counters.cfs_throttled_ns.map(|n| n as f64 / 1e9),
     ),
     (
         "container_memory_usage_bytes",
         "Current memory usage, page cache included.",
-        None,
         false,
         |c| c.counters.memory_bytes.map(|n| n as f64),
     ),
     (
         "container_memory_working_set_bytes",
         "Current working set: usage less inactive file pages.",
-        None,
         false,
         |c| c.counters.working_set_bytes.map(|n| n as f64),
     ),
     (
         "container_memory_max_usage_bytes",
         "Maximum memory usage recorded.",
-        None,
         false,
         |c| c.counters.memory_peak_bytes.map(|n| n as f64),
     ),
     (
         "container_oom_events",
         "OOM events of the container's memory cgroup.",
-        None,
         true,
         |c| c.counters.oom_events.map(|n| n as f64),
     ),
     (
         "resource_tracker_container_oom_kills",
         "Processes of the container killed by the OOM killer.",
-        None,
         true,
         |c| c.counters.oom_kills.map(|n| n as f64),
     ),
     (
         "container_fs_reads_bytes",
         "Cumulative bytes read from block devices, all devices.",
-        None,
         true,
         |c| c.counters.read_bytes.map(|n| n as f64),
     ),
     (
         "container_fs_writes_bytes",
         "Cumulative bytes written to block devices, all devices.",
-        None,
         true,
         |c| c.counters.write_bytes.map(|n| n as f64),
     ),
     (
         "container_fs_reads",
         "Cumulative completed reads, all devices.",
-        None,
         true,
         |c| c.counters.reads.map(|n| n as f64),
     ),
     (
         "container_fs_writes",
         "Cumulative completed writes, all devices.",
-        None,
         true,
         |c| c.counters.writes.map(|n| n as f64),
     ),
     (
         "container_threads",
         "Tasks (threads) in the container (pids.current).",
-        None,
         false,
         |c| c.counters.tasks.map(|n| n as f64),
     ),
@@ -188,7 +172,7 @@ impl Collector for Exported {
             Ok(s) => s.clone(),
             Err(p) => p.into_inner().clone(),
         };
-        for (name, help, unit, counter, get) in CONTAINER_METRICS {
+        for (name, help, counter, get) in CONTAINER_METRICS {
             let series: Vec<(Vec<(&str, String)>, f64)> = snap
                 .containers
                 .iter()
@@ -198,22 +182,14 @@ impl Collector for Exported {
                 continue;
             }
             if *counter {
-                let mut m = enc.encode_descriptor(
-                    name,
-                    help,
-                    unit.as_ref(),
-                    ConstCounter::new(0f64).metric_type(),
-                )?;
+                let mut m =
+                    enc.encode_descriptor(name, help, None, ConstCounter::new(0f64).metric_type())?;
                 for (l, v) in &series {
                     ConstCounter::new(*v).encode(m.encode_family(l)?)?;
                 }
             } else {
-                let mut m = enc.encode_descriptor(
-                    name,
-                    help,
-                    unit.as_ref(),
-                    ConstGauge::new(0f64).metric_type(),
-                )?;
+                let mut m =
+                    enc.encode_descriptor(name, help, None, ConstGauge::new(0f64).metric_type())?;
                 for (l, v) in &series {
                     ConstGauge::new(*v).encode(m.encode_family(l)?)?;
                 }
