@@ -71,7 +71,7 @@ fn fake_container(rel: &str) -> Vec<PathBuf> {
     let hs: Vec<PathBuf> = if base.join("cgroup.controllers").exists() {
         vec![base.to_path_buf()]
     } else {
-        ["cpuacct", "cpu", "memory", "blkio", "pids"]
+        ["cpuacct", "cpu", "memory", "blkio", "pids", "unified"]
             .iter()
             .map(|c| base.join(c))
             .filter(|d| d.join("cgroup.procs").exists())
@@ -186,6 +186,34 @@ fn the_image_runs_with_the_daemonsets_privileges() {
         .map(|d| d.display().to_string())
         .collect::<Vec<_>>()
         .join(":");
+    let exited = |text: &str| {
+        text.lines()
+            .find(|l| {
+                l.starts_with("resource_tracker_container_processes_exited_total{")
+                    && l.contains(&id)
+            })
+            .and_then(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+    };
+    // Up, and the container matched, before anything runs in it.
+    let wait_for = |what: &str, ok: &dyn Fn(&str) -> bool| {
+        let t0 = Instant::now();
+        loop {
+            if let Some((200, text)) = get(port, "/metrics") {
+                if ok(&text) {
+                    return text;
+                }
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "{what} never showed on /metrics"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    let text = wait_for("the container", &|t| t.contains(&id));
+    assert!(text.contains(&format!("pod_uid=\"{uid}\"")), "{text}");
+    // The node's BPF programs loaded under the DaemonSet's privileges.
+    assert!(text.contains("resource_tracker_ebpf 1"), "{text}");
     let st = Command::new(workload())
         .args(["incgroup", &join, "--"])
         .arg(workload())
@@ -194,20 +222,8 @@ fn the_image_runs_with_the_daemonsets_privileges() {
         .status()
         .unwrap();
     assert!(st.success());
-    let t0 = Instant::now();
-    let text = loop {
-        if let Some((200, text)) = get(port, "/metrics") {
-            if text.contains(&id) {
-                break text;
-            }
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "the container never showed on /metrics"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    };
-    assert!(text.contains(&format!("pod_uid=\"{uid}\"")), "{text}");
+    // ... and counted the burner that ran in the container.
+    wait_for("the burner's exit", &|t| exited(t) == Some(1.0));
     assert_eq!(get(port, "/healthz").map(|r| r.0), Some(200));
     // Read-only mounts: the agent cannot change the host's cgroups.
     let o = Command::new("podman")

@@ -28,7 +28,7 @@ fn hierarchies() -> Vec<PathBuf> {
     if base.join("cgroup.controllers").exists() {
         return vec![base.to_path_buf()];
     }
-    ["cpuacct", "cpu", "memory", "blkio", "pids"]
+    ["cpuacct", "cpu", "memory", "blkio", "pids", "unified"]
         .iter()
         .map(|c| base.join(c))
         .filter(|d| d.join("cgroup.procs").exists())
@@ -699,4 +699,88 @@ fn names_from_a_kubelet() {
         }
     }
     drop(c);
+}
+
+/// The process life cycle per container, from the node's BPF programs, exact:
+/// a swarm's processes, a non-zero exit and a kill by signal, each in its own
+/// container.
+#[test]
+fn process_life_cycle_per_container() {
+    if !require(
+        is_root() && std::path::Path::new("/sys/kernel/btf/vmlinux").exists(),
+        "the node's BPF programs need root and kernel BTF",
+    ) {
+        return;
+    }
+    let s = Scratch::new("nodelife");
+    let port = free_port();
+    let mut bg = agent(&s.0, port, "0.2");
+    let (_, text) = get(port, "/metrics", "*/*").unwrap();
+    assert!(
+        text.contains("resource_tracker_ebpf 1"),
+        "eBPF did not load:\n{}",
+        std::fs::read_to_string(s.path("node.err")).unwrap_or_default()
+    );
+    let swarm = FakeContainer::new(&format!("kubepods/besteffort/pod{UID2}/{}", cid(5)));
+    let bad = FakeContainer::new(&format!("kubepods/besteffort/pod{UID3}/{}", cid(6)));
+    // Let the agent match both before anything runs in them.
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(swarm.run(&["swarm", "300", "200", "4", "fork"]).success());
+    let st = Command::new(workload())
+        .arg("incgroup")
+        .arg(bad.join_arg())
+        .args(["--", "/bin/sh", "-c", "sleep 5 & kill -9 $!; wait; exit 3"])
+        .status()
+        .unwrap();
+    assert_eq!(st.code(), Some(3));
+    std::thread::sleep(Duration::from_millis(700));
+    let (_, text) = get(port, "/metrics", "*/*").unwrap();
+    let at = |metric: &str, id: &str| {
+        value(&text, metric, &format!("container_id=\"{id}\"")).unwrap_or(-1.0)
+    };
+    let (a, b) = (cid(5), cid(6));
+    // The swarm: its 300 children, and itself (exec'd into the container).
+    assert_eq!(
+        at("resource_tracker_container_processes_spawned_total", &a),
+        300.0,
+        "{text}"
+    );
+    assert_eq!(
+        at("resource_tracker_container_processes_exited_total", &a),
+        301.0
+    );
+    assert_eq!(at("resource_tracker_container_execs_total", &a), 1.0);
+    assert_eq!(
+        at("resource_tracker_container_nonzero_exits_total", &a),
+        0.0
+    );
+    assert_eq!(at("resource_tracker_container_signal_kills_total", &a), 0.0);
+    // sh and its killed sleep.
+    assert_eq!(
+        at("resource_tracker_container_processes_spawned_total", &b),
+        1.0
+    );
+    assert_eq!(
+        at("resource_tracker_container_processes_exited_total", &b),
+        2.0
+    );
+    assert_eq!(
+        at("resource_tracker_container_nonzero_exits_total", &b),
+        1.0
+    );
+    assert_eq!(at("resource_tracker_container_signal_kills_total", &b), 1.0);
+    bg.signal(libc::SIGTERM);
+    assert!(bg.wait_for(Duration::from_secs(5)).success());
+    // The JSON lines add up to the same.
+    let lines = read_jsonl(&s.path("node.jsonl"));
+    let sum = |id: &str, k: &str| -> u64 {
+        lines
+            .iter()
+            .filter(|v| v["container_id"].as_str() == Some(id))
+            .filter_map(|v| v[k].as_u64())
+            .sum()
+    };
+    assert_eq!(sum(&a, "processes_spawned"), 300);
+    assert_eq!(sum(&a, "processes_exited"), 301);
+    assert_eq!(sum(&b, "signal_kills"), 1);
 }

@@ -190,3 +190,27 @@ mod pod {
     unsafe impl aya::Pod for super::Event {}
     unsafe impl aya::Pod for super::Offsets {}
 }
+
+/// The node agent's per-cgroup process life cycle, counted by the node programs
+/// for every task on the host and keyed by the task's cgroup v2 id (one copy per
+/// CPU; user space sums them).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NodeCounts {
+    /// Processes (not threads) started by a task of the cgroup.
+    pub spawned: u64,
+    /// Processes whose last thread exited in the cgroup.
+    pub exited: u64,
+    pub execs: u64,
+    /// Processes that exited with a non-zero status.
+    pub nonzero_exits: u64,
+    /// Processes ended by a signal.
+    pub signal_kills: u64,
+}
+
+/// Cgroups the node programs can count at once.
+pub const MAX_NODE_CGROUPS: u32 = 16_384;
+
+#[cfg(feature = "user")]
+// SAFETY: repr(C), Copy, only u64s, no padding.
+unsafe impl aya::Pod for NodeCounts {}

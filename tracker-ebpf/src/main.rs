@@ -11,6 +11,8 @@
 #![no_std]
 #![no_main]
 
+mod node;
+
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel},
     macros::{map, raw_tracepoint},

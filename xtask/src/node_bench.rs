@@ -36,7 +36,7 @@ fn hierarchies() -> Vec<PathBuf> {
     if base.join("cgroup.controllers").exists() {
         return vec![base.to_path_buf()];
     }
-    ["cpuacct", "cpu", "memory", "blkio", "pids"]
+    ["cpuacct", "cpu", "memory", "blkio", "pids", "unified"]
         .iter()
         .map(|c| base.join(c))
         .filter(|d| d.join("cgroup.procs").exists())

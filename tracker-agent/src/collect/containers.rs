@@ -25,6 +25,9 @@ pub struct Found {
     pub container_id: Option<String>,
     /// guaranteed, burstable or besteffort.
     pub qos: Option<&'static str>,
+    /// The cgroup's v2 id (its directory's inode), what BPF's
+    /// `bpf_get_current_cgroup_id` returns; None without a v2 directory for it.
+    pub cgroup_id: Option<u64>,
 }
 
 /// One container's counters, as the kernel keeps them; None where the file is
@@ -49,6 +52,8 @@ pub struct CgroupCounters {
     pub writes: Option<u64>,
     /// Tasks (threads) in the cgroup (`pids.current`).
     pub tasks: Option<u64>,
+    /// The process life cycle from the node's BPF programs (None without them).
+    pub life: Option<tracker_common::NodeCounts>,
 }
 
 /// Where each controller's hierarchy is mounted.
@@ -212,6 +217,7 @@ pub fn scan(root: &Path, include: &[String]) -> Vec<Found> {
                             pod_uid: Some(uid.clone()),
                             container_id: Some(id),
                             qos: Some(qos),
+                            cgroup_id: None,
                         });
                     }
                 }
@@ -227,6 +233,7 @@ pub fn scan(root: &Path, include: &[String]) -> Vec<Found> {
                     pod_uid: None,
                     container_id: None,
                     qos: None,
+                    cgroup_id: None,
                 });
             }
         });
@@ -293,6 +300,14 @@ impl Reader {
             h,
             buf: String::new(),
         }
+    }
+
+    /// The v2 id of the cgroup at `rel`: its directory's inode number.
+    pub fn cgroup_id(&self, rel: &str) -> Option<u64> {
+        use std::os::unix::fs::MetadataExt as _;
+        std::fs::metadata(self.h.v2.as_ref()?.join(rel))
+            .ok()
+            .map(|m| m.ino())
     }
 
     /// The file's text, or None (gone, not enabled).

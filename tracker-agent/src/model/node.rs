@@ -42,6 +42,13 @@ pub struct ContainerSample {
     pub read_bytes: Option<u64>,
     pub write_bytes: Option<u64>,
     pub tasks: Option<u64>,
+    /// Processes started, ended (of which with a non-zero status, and by a signal)
+    /// and execs in the interval; null without the BPF programs or a v2 cgroup.
+    pub processes_spawned: Option<u64>,
+    pub processes_exited: Option<u64>,
+    pub nonzero_exits: Option<u64>,
+    pub signal_kills: Option<u64>,
+    pub execs: Option<u64>,
 }
 
 /// A container as last read: what it is and its counters.
@@ -59,6 +66,8 @@ pub struct NodeSnapshot {
     pub containers: Vec<Current>,
     pub agent_cpu_secs: f64,
     pub agent_rss_bytes: u64,
+    /// Whether the node's BPF programs count the process life cycle.
+    pub ebpf: bool,
     pub scans: u64,
     /// Containers that vanished between their scan and their read, since the start.
     pub vanished: u64,
@@ -75,6 +84,17 @@ pub struct NodeModel {
 fn delta(now: Option<u64>, before: Option<u64>) -> Option<u64> {
     let (now, before) = (now?, before?);
     Some(if now >= before { now - before } else { now })
+}
+
+/// A life-cycle count's growth over the interval. A cgroup first counted in this
+/// interval (no previous entry) grew from zero.
+fn life(
+    c: &CgroupCounters,
+    p: &CgroupCounters,
+    f: fn(&tracker_common::NodeCounts) -> u64,
+) -> Option<u64> {
+    let now = c.life.as_ref().map(f)?;
+    delta(Some(now), Some(p.life.as_ref().map_or(0, f)))
 }
 
 impl NodeModel {
@@ -137,6 +157,11 @@ impl NodeModel {
                     read_bytes: delta(c.read_bytes, p.read_bytes),
                     write_bytes: delta(c.write_bytes, p.write_bytes),
                     tasks: c.tasks,
+                    processes_spawned: life(c, p, |l| l.spawned),
+                    processes_exited: life(c, p, |l| l.exited),
+                    nonzero_exits: life(c, p, |l| l.nonzero_exits),
+                    signal_kills: life(c, p, |l| l.signal_kills),
+                    execs: life(c, p, |l| l.execs),
                 });
             }
             next.insert(cur.found.rel.clone(), (c.clone(), at));
@@ -163,6 +188,7 @@ mod tests {
                 pod_uid: Some("u".into()),
                 container_id: Some("c".into()),
                 qos: Some("burstable"),
+                cgroup_id: None,
             },
             counters: CgroupCounters {
                 cpu_usage_ns: Some(cpu_ns),

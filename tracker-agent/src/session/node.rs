@@ -16,6 +16,7 @@ use anyhow::Context as _;
 use crate::{
     collect::containers::{scan, Hierarchies, Reader},
     discovery::kubelet::{Kubelet, Names},
+    engine::ebpf::node::NodeLife,
     model::node::{Current, NodeModel, NodeSnapshot},
     selfcost,
     settings::node::NodeSettings,
@@ -42,6 +43,25 @@ pub fn run(st: NodeSettings) -> anyhow::Result<i32> {
         Some(p) => Some(std::io::BufWriter::new(sink::create(p, "output", None)?)),
         None => None,
     };
+    // The process life cycle per container, from BPF; without it the cgroup figures
+    // are all there is, and the endpoint says so (`resource_tracker_ebpf 0`).
+    let mut life = if st.no_ebpf {
+        None
+    } else {
+        match NodeLife::load() {
+            Ok(l) => Some(l),
+            Err(e) => {
+                say(format_args!(
+                    "eBPF: {e}; processes per container are not counted (cgroup figures go on)"
+                ));
+                None
+            }
+        }
+    };
+    if h.v2.is_none() && life.is_some() {
+        say("eBPF: no cgroup v2 hierarchy, whose ids the counts are keyed by; processes per container are not counted");
+        life = None;
+    }
     let shared: prometheus::Shared = Arc::new(Mutex::new(NodeSnapshot::default()));
     // Healthy while the loop has read the cgroups within three intervals (+5 s), on
     // the monotonic clock: a step of the wall clock changes nothing.
@@ -138,9 +158,24 @@ pub fn run(st: NodeSettings) -> anyhow::Result<i32> {
                 Err(p) => p.into_inner().clone(),
             };
             let mut unnamed = false;
+            let mut found = found;
+            if life.is_some() {
+                for f in &mut found {
+                    f.cgroup_id = reader.cgroup_id(&f.rel);
+                }
+            }
+            let ids: std::collections::HashSet<u64> =
+                found.iter().filter_map(|f| f.cgroup_id).collect();
+            let counts = life.as_mut().map(|l| l.read(&|id| ids.contains(&id)));
             for f in found {
                 match reader.read(&f.rel) {
-                    Some(counters) => {
+                    Some(mut counters) => {
+                        if let Some(c) = &counts {
+                            // A container counted nothing yet still has its zeros.
+                            counters.life = f
+                                .cgroup_id
+                                .map(|id| c.get(&id).copied().unwrap_or_default());
+                        }
                         let n = known.of(f.pod_uid.as_deref(), f.container_id.as_deref());
                         unnamed |= n.is_none() && f.pod_uid.is_some();
                         read.push(Current {
@@ -177,6 +212,7 @@ pub fn run(st: NodeSettings) -> anyhow::Result<i32> {
                 containers: read,
                 agent_cpu_secs: selfcost::cpu_secs(),
                 agent_rss_bytes: (selfcost::rss_mib() * 1048576.0) as u64,
+                ebpf: life.is_some(),
                 scans,
                 vanished,
             };

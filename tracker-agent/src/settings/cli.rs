@@ -78,6 +78,10 @@ pub struct NodeOpts {
     /// Accept any kubelet certificate (kubelets often serve a self-signed one).
     #[arg(long)]
     pub kubelet_insecure_tls: bool,
+    /// Do not load the BPF programs that count each container's processes (the
+    /// cgroup figures stay).
+    #[arg(long)]
+    pub no_ebpf: bool,
 }
 
 #[derive(Args, Debug, Clone)]

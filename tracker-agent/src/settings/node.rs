@@ -21,6 +21,7 @@ pub struct NodeSettings {
     pub include: Vec<String>,
     /// Names from the kubelet; None: containers keep their ids only.
     pub kubelet: Option<KubeletConfig>,
+    pub no_ebpf: bool,
 }
 
 pub fn resolve(o: NodeOpts, get_env: GetEnv) -> Result<NodeSettings, String> {
@@ -116,5 +117,6 @@ pub fn resolve(o: NodeOpts, get_env: GetEnv) -> Result<NodeSettings, String> {
         roots,
         include: o.include,
         kubelet,
+        no_ebpf: o.no_ebpf,
     })
 }

@@ -164,6 +164,36 @@ const CONTAINER_METRICS: &[(&str, &str, bool, Get)] = &[
         false,
         |c| c.counters.tasks.map(|n| n as f64),
     ),
+    (
+        "resource_tracker_container_processes_spawned",
+        "Processes started in the container (eBPF, every fork of a process).",
+        true,
+        |c| c.counters.life.map(|l| l.spawned as f64),
+    ),
+    (
+        "resource_tracker_container_processes_exited",
+        "Processes of the container whose last thread exited (eBPF).",
+        true,
+        |c| c.counters.life.map(|l| l.exited as f64),
+    ),
+    (
+        "resource_tracker_container_nonzero_exits",
+        "Processes of the container that exited with a non-zero status (eBPF).",
+        true,
+        |c| c.counters.life.map(|l| l.nonzero_exits as f64),
+    ),
+    (
+        "resource_tracker_container_signal_kills",
+        "Processes of the container ended by a signal (eBPF).",
+        true,
+        |c| c.counters.life.map(|l| l.signal_kills as f64),
+    ),
+    (
+        "resource_tracker_container_execs",
+        "Execs in the container (eBPF).",
+        true,
+        |c| c.counters.life.map(|l| l.execs as f64),
+    ),
 ];
 
 impl Collector for Exported {
@@ -195,7 +225,13 @@ impl Collector for Exported {
                 }
             }
         }
-        let agent: [(&str, &str, bool, f64); 5] = [
+        let agent: [(&str, &str, bool, f64); 6] = [
+            (
+                "resource_tracker_ebpf",
+                "1 when the node's BPF programs count each container's process life cycle.",
+                false,
+                f64::from(u8::from(snap.ebpf)),
+            ),
             (
                 "resource_tracker_containers",
                 "Containers tracked now.",
@@ -397,6 +433,7 @@ mod tests {
                     pod_uid: Some("u-1".into()),
                     container_id: Some("abc".into()),
                     qos: Some("burstable"),
+                    cgroup_id: None,
                 },
                 counters: CgroupCounters {
                     cpu_usage_ns: Some(1_500_000_000),

@@ -12,7 +12,7 @@ use tracker_common::Figures;
 use super::{EbpfEngine, Ledger, SWEEP};
 use crate::engine::{btf::Btf, procread};
 
-static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tracker"));
+pub(super) static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tracker"));
 
 /// Attached for the tree's life cycle. Threads retire through `SWEEP` at each sample
 /// once dead and off the CPU, or at `sched_process_free` if that comes first.
@@ -66,7 +66,7 @@ impl fmt::Display for EbpfUnavailable {
 /// of its own, chrooted to a directory that has no `sys`, that read fails at once;
 /// the thread ends with the loader and nothing else sees its root. Without
 /// CAP_SYS_CHROOT the loader is made the ordinary way.
-fn loader_without_btf() -> EbpfLoader<'static> {
+pub(super) fn loader_without_btf() -> EbpfLoader<'static> {
     std::thread::scope(|s| {
         s.spawn(|| {
             // SAFETY: unshare(CLONE_FS) gives this thread its own root and cwd, so
@@ -87,7 +87,7 @@ fn loader_without_btf() -> EbpfLoader<'static> {
 
 /// Root is no guarantee: a container or `capsh` may drop the capabilities, and the
 /// kernel's EPERM on the first map would then say nothing of why.
-fn has_cap_bpf() -> Result<(), String> {
+pub(super) fn has_cap_bpf() -> Result<(), String> {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     let eff = status
         .lines()
@@ -219,7 +219,7 @@ impl EbpfEngine {
 
 /// The error with its causes, as a privilege problem when the kernel said EPERM
 /// (decided on the error's kind, not on its text).
-fn classify(what: String, e: &(dyn std::error::Error + 'static)) -> EbpfUnavailable {
+pub(super) fn classify(what: String, e: &(dyn std::error::Error + 'static)) -> EbpfUnavailable {
     let msg = format!("{what}{}", crate::warn::error_chain(e));
     let eperm = std::iter::successors(e.source(), |c| c.source()).any(|c| {
         c.downcast_ref::<std::io::Error>()

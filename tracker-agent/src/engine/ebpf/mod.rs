@@ -27,6 +27,7 @@ use tracker_common::{
 
 mod ledger;
 mod load;
+pub mod node;
 mod records;
 
 use super::{

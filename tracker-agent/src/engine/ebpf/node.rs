@@ -1,0 +1,108 @@
+//! The node agent's process life cycle per cgroup, from the node programs
+//! (tracker-ebpf/src/node.rs): one program set for the whole host, attached to
+//! fork, exec and exit, counting into a per-CPU hash keyed by cgroup v2 id. Only
+//! these three are attached; the tree programs stay loaded and idle.
+
+use std::collections::HashMap as StdHashMap;
+
+use aya::{
+    maps::{MapData, PerCpuHashMap},
+    programs::RawTracePoint,
+    Ebpf,
+};
+use tracker_common::NodeCounts;
+
+use super::load::{classify, has_cap_bpf, loader_without_btf, EbpfUnavailable, OBJECT};
+use crate::engine::btf::Btf;
+
+const PROGRAMS: [(&str, &str); 3] = [
+    ("node_fork", "sched_process_fork"),
+    ("node_exec", "sched_process_exec"),
+    ("node_exit", "sched_process_exit"),
+];
+
+/// Scans a cgroup may stay unmatched by any tracked container before its counts
+/// are dropped: a new container is matched at the first scan after it is made.
+const UNMATCHED_SCANS: u32 = 3;
+
+pub struct NodeLife {
+    _bpf: Ebpf,
+    counts: PerCpuHashMap<MapData, u64, NodeCounts>,
+    unmatched: StdHashMap<u64, u32>,
+}
+
+impl NodeLife {
+    pub fn load() -> Result<NodeLife, EbpfUnavailable> {
+        has_cap_bpf().map_err(EbpfUnavailable::NoPrivilege)?;
+        let path = "/sys/kernel/btf/vmlinux";
+        let data =
+            std::fs::read(path).map_err(|e| EbpfUnavailable::NoBtf(format!("{path}: {e}")))?;
+        let offsets = Btf::parse(&data)
+            .and_then(|b| b.offsets())
+            .map_err(|e| EbpfUnavailable::NoBtf(format!("{path}: {e}")))?;
+        drop(data);
+        let mut bpf = loader_without_btf()
+            .btf(None)
+            .override_global("OFFSETS", &offsets, true)
+            .load(OBJECT)
+            .map_err(|e| classify(String::new(), &e))?;
+        for (name, tp) in PROGRAMS {
+            let prog: &mut RawTracePoint = bpf
+                .program_mut(name)
+                .ok_or_else(|| EbpfUnavailable::Load(format!("program {name} missing")))?
+                .try_into()
+                .map_err(|e: aya::programs::ProgramError| {
+                    EbpfUnavailable::Load(format!("{name}: {e}"))
+                })?;
+            prog.load().map_err(|e| classify(format!("{name}: "), &e))?;
+            prog.attach(tp)
+                .map_err(|e| classify(format!("attach {name}: "), &e))?;
+        }
+        let map = bpf
+            .take_map("NODE_COUNTS")
+            .ok_or_else(|| EbpfUnavailable::Load("map NODE_COUNTS missing".into()))?;
+        let counts = PerCpuHashMap::try_from(map)
+            .map_err(|e| EbpfUnavailable::Load(format!("NODE_COUNTS: {e}")))?;
+        // SAFETY: malloc_trim has no preconditions; the BTF's freed heap goes back.
+        unsafe { libc::malloc_trim(0) };
+        Ok(NodeLife {
+            _bpf: bpf,
+            counts,
+            unmatched: StdHashMap::new(),
+        })
+    }
+
+    /// Every counted cgroup's totals (summed over CPUs). Cgroups no tracked
+    /// container has matched for a few scans (host services, containers gone) are
+    /// dropped from the kernel's map, which keeps it bounded.
+    pub fn read(&mut self, tracked: &dyn Fn(u64) -> bool) -> StdHashMap<u64, NodeCounts> {
+        let mut out = StdHashMap::new();
+        let mut drop_keys = Vec::new();
+        for item in self.counts.iter() {
+            let Ok((id, per_cpu)) = item else { continue };
+            let mut sum = NodeCounts::default();
+            for c in per_cpu.iter() {
+                sum.spawned += c.spawned;
+                sum.exited += c.exited;
+                sum.execs += c.execs;
+                sum.nonzero_exits += c.nonzero_exits;
+                sum.signal_kills += c.signal_kills;
+            }
+            if tracked(id) {
+                self.unmatched.remove(&id);
+                out.insert(id, sum);
+            } else {
+                let n = self.unmatched.entry(id).or_insert(0);
+                *n += 1;
+                if *n >= UNMATCHED_SCANS {
+                    drop_keys.push(id);
+                }
+            }
+        }
+        for id in drop_keys {
+            let _ = self.counts.remove(&id);
+            self.unmatched.remove(&id);
+        }
+        out
+    }
+}

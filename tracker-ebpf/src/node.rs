@@ -1,0 +1,85 @@
+//! The node agent's programs: for every task on the host, the process life cycle
+//! counted per cgroup (`bpf_get_current_cgroup_id`: the v2 cgroup of the task the
+//! tracepoint runs in). One hash update per fork, exec and process exit, whatever
+//! the number of containers.
+
+use aya_ebpf::{
+    bindings::BPF_NOEXIST,
+    helpers::bpf_get_current_cgroup_id,
+    macros::{map, raw_tracepoint},
+    maps::PerCpuHashMap,
+    programs::RawTracePointContext,
+};
+use tracker_common::{NodeCounts, MAX_NODE_CGROUPS};
+
+use super::{field, off};
+
+#[map]
+static NODE_COUNTS: PerCpuHashMap<u64, NodeCounts> =
+    PerCpuHashMap::with_max_entries(MAX_NODE_CGROUPS, 0);
+
+#[inline(always)]
+fn bump(f: impl FnOnce(&mut NodeCounts)) {
+    // SAFETY: a helper without arguments.
+    let id = unsafe { bpf_get_current_cgroup_id() };
+    if let Some(p) = NODE_COUNTS.get_ptr_mut(&id) {
+        // SAFETY: this CPU's copy of a hash value, valid for the program's run.
+        f(unsafe { &mut *p });
+        return;
+    }
+    let mut c = NodeCounts::default();
+    f(&mut c);
+    // A full map loses this count only; user space removes cgroups that are gone.
+    let _ = NODE_COUNTS.insert(&id, &c, BPF_NOEXIST as u64);
+}
+
+/// sched_process_fork(parent, child), run in the parent: the child starts in the
+/// parent's cgroup.
+#[raw_tracepoint(tracepoint = "sched_process_fork")]
+pub fn node_fork(ctx: RawTracePointContext) -> u32 {
+    let child: *const u8 = ctx.arg(1);
+    let o = off();
+    // SAFETY: `child` is the tracepoint's task argument.
+    let (tid, tgid): (u32, u32) = unsafe { (field(child, o.task_pid), field(child, o.task_tgid)) };
+    if tid == tgid {
+        bump(|c| c.spawned += 1);
+    }
+    0
+}
+
+#[raw_tracepoint(tracepoint = "sched_process_exec")]
+pub fn node_exec(_ctx: RawTracePointContext) -> u32 {
+    bump(|c| c.execs += 1);
+    0
+}
+
+/// sched_process_exit(p[, group_dead]), run in the exiting thread: a process
+/// counts when its last thread leaves, with how it ended (`exit_code`: the signal
+/// in the low 7 bits, else the status in bits 8–15).
+#[raw_tracepoint(tracepoint = "sched_process_exit")]
+pub fn node_exit(ctx: RawTracePointContext) -> u32 {
+    let task: *const u8 = ctx.arg(0);
+    let o = off();
+    // SAFETY: `task` is the tracepoint's task argument (current).
+    let signal: *const u8 = unsafe { field::<u64>(task, o.task_signal) as *const u8 };
+    let group_dead = if o.exit_has_group_dead != 0 {
+        ctx.arg::<u64>(1) & 0xff != 0
+    } else {
+        // SAFETY: `signal` of the current, exiting task is still allocated.
+        unsafe { field::<i32>(signal, o.signal_live) == 0 }
+    };
+    if !group_dead {
+        return 0;
+    }
+    // SAFETY: as above.
+    let code: i32 = unsafe { field(task, o.task_exit_code) };
+    bump(|c| {
+        c.exited += 1;
+        if code & 0x7f != 0 {
+            c.signal_kills += 1;
+        } else if (code >> 8) & 0xff != 0 {
+            c.nonzero_exits += 1;
+        }
+    });
+    0
+}
