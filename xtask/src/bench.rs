@@ -18,7 +18,7 @@ use crate::measure::{count_procs, read, stat, unrelated_sleepers};
 pub const PEERS_MARK: &str = "## Peers, side by side";
 
 /// Runs a command and returns the workload's `elapsed_secs` from its stdout.
-fn workload_secs(cmd: &mut Command) -> anyhow::Result<f64> {
+pub fn workload_secs(cmd: &mut Command) -> anyhow::Result<f64> {
     let o = cmd
         .stderr(Stdio::null())
         .output()

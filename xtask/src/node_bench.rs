@@ -243,6 +243,33 @@ pub fn run(dir: &Path, quick: bool) -> anyhow::Result<()> {
             "| {name} | {n} | {procs} | **{c:.2}** ({clo:.2}–{chi:.2}) | {r:.1} | {size} |"
         );
     }
+    // The programs run on every fork, exec and exit of the host: a fork/exec storm's
+    // own elapsed time with the agent running against without, interleaved.
+    let storm_reps = if quick { 3 } else { 7 };
+    let (mut off, mut on) = (Vec::new(), Vec::new());
+    for _ in 0..storm_reps {
+        off.push(crate::bench::workload_secs(Command::new(&w).args(["forkstorm", "3000"]))?);
+        let agent = Bg(std::os::unix::process::CommandExt::process_group(
+            Command::new(&tr)
+                .args(["node", "-i", "1"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null()),
+            0,
+        )
+        .spawn()
+        .context("the agent")?);
+        std::thread::sleep(Duration::from_millis(1500));
+        on.push(crate::bench::workload_secs(Command::new(&w).args(["forkstorm", "3000"]))?);
+        drop(agent);
+    }
+    let ratios: Vec<f64> = on.iter().zip(&off).map(|(a, b)| a / b).collect();
+    let (r, rlo, rhi) = stat(ratios);
+    let (a, _, _) = stat(off);
+    let (b, _, _) = stat(on);
+    let _ = writeln!(
+        md,
+        "\nOn every process of the host: `workload forkstorm 3000` (3,000 fork + exec + exit) took {a:.3} s alone and {b:.3} s with the agent's BPF programs attached: ratio **{r:.3}** ({rlo:.3}–{rhi:.3}), median of {storm_reps}, interleaved."
+    );
     let path = crate::root().join("docs/benchmarks.md");
     let old = std::fs::read_to_string(&path).unwrap_or_default();
     let without = match section(&old) {
