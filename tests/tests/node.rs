@@ -261,6 +261,14 @@ fn containers_are_the_kernels_figures() {
     let label3 = format!("container_id=\"{}\"", cid(3));
     let kills = value(&text, "resource_tracker_container_oom_kills_total", &label3).unwrap_or(0.0);
     assert!(kills >= 1.0, "the OOM kill was not seen:\n{text}");
+    // ... and, from eBPF, whom it killed.
+    let victims = value(
+        &text,
+        "resource_tracker_container_oom_victims_total",
+        &format!("{label3},qos=\"guaranteed\",namespace=\"\",pod=\"\",container=\"\",image=\"\",command=\"workload\""),
+    )
+    .unwrap_or(0.0);
+    assert_eq!(victims, kills, "OOM victims by command:\n{text}");
     bg.signal(libc::SIGTERM);
     assert!(bg.wait_for(Duration::from_secs(5)).success());
 

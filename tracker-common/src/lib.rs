@@ -214,3 +214,39 @@ pub const MAX_NODE_CGROUPS: u32 = 16_384;
 #[cfg(feature = "user")]
 // SAFETY: repr(C), Copy, only u64s, no padding.
 unsafe impl aya::Pod for NodeCounts {}
+
+/// Offsets the node programs read, resolved from the running kernel's BTF by user
+/// space (a read-only global of the node programs).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NodeOffsets {
+    /// `task_struct.cgroups` (the css_set).
+    pub task_cgroups: u32,
+    /// `css_set.dfl_cgrp` (the v2 cgroup).
+    pub css_set_dfl_cgrp: u32,
+    /// `cgroup.kn`.
+    pub cgroup_kn: u32,
+    /// `kernfs_node.id` (the cgroup's id, its directory's inode).
+    pub kernfs_node_id: u32,
+    /// 1 when `mark_victim` passes the victim's task (6.8+); 0: only its pid.
+    pub mark_victim_has_task: u32,
+    pub _pad: u32,
+}
+
+/// One OOM kill, as the node programs see it at `mark_victim`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OomVictim {
+    /// The victim's cgroup v2 id; 0 when the kernel passes only a pid.
+    pub cgroup_id: u64,
+    pub pid: u32,
+    pub _pad: u32,
+    pub comm: [u8; 16],
+}
+
+#[cfg(feature = "user")]
+// SAFETY: repr(C), Copy, integers and a byte array, explicit padding.
+unsafe impl aya::Pod for NodeOffsets {}
+#[cfg(feature = "user")]
+// SAFETY: as above.
+unsafe impl aya::Pod for OomVictim {}

@@ -7,16 +7,36 @@ use aya_ebpf::{
     bindings::BPF_NOEXIST,
     helpers::bpf_get_current_cgroup_id,
     macros::{map, raw_tracepoint},
-    maps::PerCpuHashMap,
+    maps::{PerCpuHashMap, RingBuf},
     programs::RawTracePointContext,
 };
-use tracker_common::{NodeCounts, MAX_NODE_CGROUPS};
+use tracker_common::{NodeCounts, NodeOffsets, OomVictim, MAX_NODE_CGROUPS};
 
 use super::{field, off};
 
 #[map]
 static NODE_COUNTS: PerCpuHashMap<u64, NodeCounts> =
     PerCpuHashMap::with_max_entries(MAX_NODE_CGROUPS, 0);
+
+#[no_mangle]
+static NODE_OFFSETS: NodeOffsets = NodeOffsets {
+    task_cgroups: 0,
+    css_set_dfl_cgrp: 0,
+    cgroup_kn: 0,
+    kernfs_node_id: 0,
+    mark_victim_has_task: 0,
+    _pad: 0,
+};
+
+/// OOM victims for user space; rare, so small.
+#[map]
+static NODE_OOM: RingBuf = RingBuf::with_byte_size(16 * 1024, 0);
+
+#[inline(always)]
+fn node_off() -> &'static NodeOffsets {
+    // SAFETY: as `off()`: the value user space wrote into .rodata, read volatile.
+    unsafe { &*core::ptr::read_volatile(&&NODE_OFFSETS) }
+}
 
 #[inline(always)]
 fn bump(f: impl FnOnce(&mut NodeCounts)) {
@@ -81,5 +101,35 @@ pub fn node_exit(ctx: RawTracePointContext) -> u32 {
             c.nonzero_exits += 1;
         }
     });
+    0
+}
+
+/// mark_victim(task, uid) (6.8+; older kernels pass only the pid): the task the OOM
+/// killer chose, with its command and its own cgroup (the current task may be
+/// another's, the one whose allocation failed).
+#[raw_tracepoint(tracepoint = "mark_victim")]
+pub fn node_oom(ctx: RawTracePointContext) -> u32 {
+    let n = node_off();
+    let o = off();
+    let mut v = OomVictim::default();
+    if n.mark_victim_has_task != 0 {
+        let task: *const u8 = ctx.arg(0);
+        // SAFETY: `task` is the tracepoint's task argument; the chain of pointers is
+        // read through the fault-tolerant helper, a bad one gives 0.
+        unsafe {
+            v.pid = field(task, o.task_tgid);
+            v.comm = field(task, o.task_comm);
+            let cset: *const u8 = field::<u64>(task, n.task_cgroups) as *const u8;
+            let cgrp: *const u8 = field::<u64>(cset, n.css_set_dfl_cgrp) as *const u8;
+            let kn: *const u8 = field::<u64>(cgrp, n.cgroup_kn) as *const u8;
+            v.cgroup_id = field(kn, n.kernfs_node_id);
+        }
+    } else {
+        v.pid = ctx.arg::<u64>(0) as u32;
+    }
+    if let Some(mut e) = NODE_OOM.reserve::<OomVictim>(0) {
+        e.write(v);
+        e.submit(0);
+    }
     0
 }

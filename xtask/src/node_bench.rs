@@ -248,7 +248,9 @@ pub fn run(dir: &Path, quick: bool) -> anyhow::Result<()> {
     let storm_reps = if quick { 3 } else { 7 };
     let (mut off, mut on) = (Vec::new(), Vec::new());
     for _ in 0..storm_reps {
-        off.push(crate::bench::workload_secs(Command::new(&w).args(["forkstorm", "3000"]))?);
+        off.push(crate::bench::workload_secs(
+            Command::new(&w).args(["forkstorm", "3000"]),
+        )?);
         let agent = Bg(std::os::unix::process::CommandExt::process_group(
             Command::new(&tr)
                 .args(["node", "-i", "1"])
@@ -259,7 +261,9 @@ pub fn run(dir: &Path, quick: bool) -> anyhow::Result<()> {
         .spawn()
         .context("the agent")?);
         std::thread::sleep(Duration::from_millis(1500));
-        on.push(crate::bench::workload_secs(Command::new(&w).args(["forkstorm", "3000"]))?);
+        on.push(crate::bench::workload_secs(
+            Command::new(&w).args(["forkstorm", "3000"]),
+        )?);
         drop(agent);
     }
     let ratios: Vec<f64> = on.iter().zip(&off).map(|(a, b)| a / b).collect();

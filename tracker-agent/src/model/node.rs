@@ -49,6 +49,8 @@ pub struct ContainerSample {
     pub nonzero_exits: Option<u64>,
     pub signal_kills: Option<u64>,
     pub execs: Option<u64>,
+    /// Commands of the processes the OOM killer chose in the interval (eBPF).
+    pub oom_victims: Vec<String>,
 }
 
 /// A container as last read: what it is and its counters.
@@ -57,6 +59,10 @@ pub struct Current {
     pub found: Found,
     pub counters: CgroupCounters,
     pub names: Option<ContainerName>,
+    /// OOM kills by the victim's command since the agent began (eBPF).
+    pub oom_commands: Vec<(String, u64)>,
+    /// Commands of the processes OOM-killed since the previous reading.
+    pub oom_victims: Vec<String>,
 }
 
 /// The node now: every container's latest counters (what `/metrics` exports; a
@@ -162,6 +168,7 @@ impl NodeModel {
                     nonzero_exits: life(c, p, |l| l.nonzero_exits),
                     signal_kills: life(c, p, |l| l.signal_kills),
                     execs: life(c, p, |l| l.execs),
+                    oom_victims: cur.oom_victims.clone(),
                 });
             }
             next.insert(cur.found.rel.clone(), (c.clone(), at));
@@ -196,6 +203,8 @@ mod tests {
                 ..Default::default()
             },
             names: None,
+            oom_commands: Vec::new(),
+            oom_victims: Vec::new(),
         }
     }
 

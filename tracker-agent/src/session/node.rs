@@ -24,6 +24,9 @@ use crate::{
     warn::{say, warn_once},
 };
 
+/// Commands a container's OOM-victim series are kept for (bounded cardinality).
+const MAX_OOM_COMMANDS: usize = 16;
+
 fn unix_now() -> f64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -139,6 +142,9 @@ pub fn run(st: NodeSettings) -> anyhow::Result<i32> {
         let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;
         let mut int = signal(SignalKind::interrupt()).context("SIGINT handler")?;
         let mut model = NodeModel::default();
+        // OOM kills by command per container (cgroup path), for the containers alive.
+        let mut oom: std::collections::HashMap<String, std::collections::BTreeMap<String, u64>> =
+            std::collections::HashMap::new();
         let mut reader = Reader::new(h);
         let mut tick = tokio::time::interval(Duration::from_secs_f64(st.interval));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -167,6 +173,8 @@ pub fn run(st: NodeSettings) -> anyhow::Result<i32> {
             let ids: std::collections::HashSet<u64> =
                 found.iter().filter_map(|f| f.cgroup_id).collect();
             let counts = life.as_mut().map(|l| l.read(&|id| ids.contains(&id)));
+            let victims = life.as_mut().map(|l| l.victims()).unwrap_or_default();
+            oom.retain(|rel, _| found.iter().any(|f| &f.rel == rel));
             for f in found {
                 match reader.read(&f.rel) {
                     Some(mut counters) => {
@@ -178,10 +186,24 @@ pub fn run(st: NodeSettings) -> anyhow::Result<i32> {
                         }
                         let n = known.of(f.pod_uid.as_deref(), f.container_id.as_deref());
                         unnamed |= n.is_none() && f.pod_uid.is_some();
+                        let new: Vec<String> = victims
+                            .iter()
+                            .filter(|v| v.cgroup_id != 0 && Some(v.cgroup_id) == f.cgroup_id)
+                            .map(|v| v.comm.clone())
+                            .collect();
+                        let cmds = oom.entry(f.rel.clone()).or_default();
+                        for c in &new {
+                            if cmds.contains_key(c) || cmds.len() < MAX_OOM_COMMANDS {
+                                *cmds.entry(c.clone()).or_insert(0) += 1;
+                            }
+                        }
+                        let oom_commands = cmds.iter().map(|(k, v)| (k.clone(), *v)).collect();
                         read.push(Current {
                             found: f,
                             counters,
                             names: n,
+                            oom_commands,
+                            oom_victims: new,
                         });
                     }
                     None => vanished += 1,

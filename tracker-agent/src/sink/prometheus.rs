@@ -225,6 +225,30 @@ impl Collector for Exported {
                 }
             }
         }
+        // The OOM killer's victims by command: one series per command seen, at most
+        // MAX_OOM_COMMANDS per container (the session keeps the first ones).
+        let by_cmd: Vec<(Vec<(&str, String)>, f64)> = snap
+            .containers
+            .iter()
+            .flat_map(|c| {
+                c.oom_commands.iter().map(move |(cmd, n)| {
+                    let mut l = labels(c);
+                    l.push(("command", esc(cmd)));
+                    (l, *n as f64)
+                })
+            })
+            .collect();
+        if !by_cmd.is_empty() {
+            let mut m = enc.encode_descriptor(
+                "resource_tracker_container_oom_victims",
+                "Processes of the container the OOM killer chose, by command (eBPF).",
+                None,
+                ConstCounter::new(0f64).metric_type(),
+            )?;
+            for (l, v) in &by_cmd {
+                ConstCounter::new(*v).encode(m.encode_family(l)?)?;
+            }
+        }
         let agent: [(&str, &str, bool, f64); 6] = [
             (
                 "resource_tracker_ebpf",
@@ -441,6 +465,8 @@ mod tests {
                     ..Default::default()
                 },
                 names: None,
+                oom_commands: vec![("work\"er".into(), 2)],
+                oom_victims: Vec::new(),
             }],
             agent_cpu_secs: 0.25,
             ..Default::default()
@@ -465,6 +491,11 @@ mod tests {
         assert!(
             om.ends_with("# EOF\n") && om.contains("# TYPE container_cpu_usage_seconds counter\n"),
             "{om}"
+        );
+        assert!(
+            text.contains("resource_tracker_container_oom_victims_total{")
+                && text.contains("command=\"work\\\"er\"} 2"),
+            "{text}"
         );
         // Gone from the snapshot: gone from the endpoint.
         s.lock().unwrap().containers.clear();

@@ -6,11 +6,11 @@
 use std::collections::HashMap as StdHashMap;
 
 use aya::{
-    maps::{MapData, PerCpuHashMap},
+    maps::{MapData, PerCpuHashMap, RingBuf},
     programs::RawTracePoint,
     Ebpf,
 };
-use tracker_common::NodeCounts;
+use tracker_common::{NodeCounts, NodeOffsets, OomVictim};
 
 use super::load::{classify, has_cap_bpf, loader_without_btf, EbpfUnavailable, OBJECT};
 use crate::engine::btf::Btf;
@@ -28,7 +28,33 @@ const UNMATCHED_SCANS: u32 = 3;
 pub struct NodeLife {
     _bpf: Ebpf,
     counts: PerCpuHashMap<MapData, u64, NodeCounts>,
+    /// OOM victims (None where `mark_victim` could not be attached).
+    oom: Option<RingBuf<MapData>>,
     unmatched: StdHashMap<u64, u32>,
+}
+
+/// One OOM kill: the victim's cgroup v2 id (0: unknown) and command.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Victim {
+    pub cgroup_id: u64,
+    pub pid: u32,
+    pub comm: String,
+}
+
+/// The node programs' offsets for this kernel.
+fn node_offsets(btf: &Btf) -> Result<NodeOffsets, crate::engine::btf::BtfError> {
+    let need = |s: &str, f: &str| {
+        btf.offset_of(s, f)?
+            .ok_or_else(|| crate::engine::btf::BtfError::Missing(format!("{s}.{f}")))
+    };
+    Ok(NodeOffsets {
+        task_cgroups: need("task_struct", "cgroups")?,
+        css_set_dfl_cgrp: need("css_set", "dfl_cgrp")?,
+        cgroup_kn: need("cgroup", "kn")?,
+        kernfs_node_id: need("kernfs_node", "id")?,
+        mark_victim_has_task: u32::from(btf.tracepoint_args("mark_victim").unwrap_or(1) >= 2),
+        _pad: 0,
+    })
 }
 
 impl NodeLife {
@@ -37,13 +63,14 @@ impl NodeLife {
         let path = "/sys/kernel/btf/vmlinux";
         let data =
             std::fs::read(path).map_err(|e| EbpfUnavailable::NoBtf(format!("{path}: {e}")))?;
-        let offsets = Btf::parse(&data)
-            .and_then(|b| b.offsets())
+        let (offsets, node) = Btf::parse(&data)
+            .and_then(|b| Ok((b.offsets()?, node_offsets(&b)?)))
             .map_err(|e| EbpfUnavailable::NoBtf(format!("{path}: {e}")))?;
         drop(data);
         let mut bpf = loader_without_btf()
             .btf(None)
             .override_global("OFFSETS", &offsets, true)
+            .override_global("NODE_OFFSETS", &node, true)
             .load(OBJECT)
             .map_err(|e| classify(String::new(), &e))?;
         for (name, tp) in PROGRAMS {
@@ -58,6 +85,16 @@ impl NodeLife {
             prog.attach(tp)
                 .map_err(|e| classify(format!("attach {name}: "), &e))?;
         }
+        // OOM victims are a bonus: a kernel without the tracepoint keeps the counts.
+        let oom = match attach_oom(&mut bpf) {
+            Ok(()) => bpf
+                .take_map("NODE_OOM")
+                .and_then(|m| RingBuf::try_from(m).ok()),
+            Err(e) => {
+                log::warn!("eBPF: no OOM victims' commands ({e})");
+                None
+            }
+        };
         let map = bpf
             .take_map("NODE_COUNTS")
             .ok_or_else(|| EbpfUnavailable::Load("map NODE_COUNTS missing".into()))?;
@@ -68,8 +105,32 @@ impl NodeLife {
         Ok(NodeLife {
             _bpf: bpf,
             counts,
+            oom,
             unmatched: StdHashMap::new(),
         })
+    }
+
+    /// The OOM kills since the previous call.
+    pub fn victims(&mut self) -> Vec<Victim> {
+        let mut out = Vec::new();
+        let Some(ring) = self.oom.as_mut() else {
+            return out;
+        };
+        while let Some(item) = ring.next() {
+            if item.len() < std::mem::size_of::<OomVictim>() {
+                continue;
+            }
+            // SAFETY: the record is an OomVictim written by the program (checked
+            // size; read unaligned, the ring gives no alignment promise).
+            let v: OomVictim = unsafe { std::ptr::read_unaligned(item.as_ptr().cast()) };
+            let end = v.comm.iter().position(|&b| b == 0).unwrap_or(v.comm.len());
+            out.push(Victim {
+                cgroup_id: v.cgroup_id,
+                pid: v.pid,
+                comm: String::from_utf8_lossy(&v.comm[..end]).into_owned(),
+            });
+        }
+        out
     }
 
     /// Every counted cgroup's totals (summed over CPUs). Cgroups no tracked
@@ -105,4 +166,16 @@ impl NodeLife {
         }
         out
     }
+}
+
+fn attach_oom(bpf: &mut Ebpf) -> Result<(), String> {
+    let prog: &mut RawTracePoint = bpf
+        .program_mut("node_oom")
+        .ok_or("program node_oom missing")?
+        .try_into()
+        .map_err(|e: aya::programs::ProgramError| e.to_string())?;
+    prog.load().map_err(|e| crate::warn::error_chain(&e))?;
+    prog.attach("mark_victim")
+        .map_err(|e| crate::warn::error_chain(&e))?;
+    Ok(())
 }
