@@ -9,6 +9,7 @@ pub mod node;
 pub mod reading;
 pub mod sample;
 pub mod sampler;
+pub mod stats;
 pub mod summary;
 
 pub use host::{CloudInfo, Discovered, Identity};

@@ -353,6 +353,22 @@ mod tests {
         });
         sum.cloud = Some(crate::model::CloudInfo::default());
         sum.streaming = Some(StreamReport::default());
+        let mut u = crate::model::stats::UsageAccum::default();
+        u.add(&Sample {
+            process: Some(ProcessSample {
+                gpu_usage: Some(0.5),
+                gpu_vram_mib: Some(100.0),
+                gpu_utilized: Some(1),
+                ..Default::default()
+            }),
+            cpu: CpuSample {
+                process_cores_used: Some(1.0),
+                ..Default::default()
+            },
+            ..Default::default()
+        });
+        sum.stats = u.stats();
+        sum.recommendation = u.recommendation();
         let mut got = BTreeSet::new();
         paths("", &serde_json::to_value(&sum).unwrap(), &mut got);
         assert_eq!(

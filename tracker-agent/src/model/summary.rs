@@ -9,6 +9,7 @@ use super::{
     host::CloudInfo,
     meta::JobMeta,
     sample::{HostInfo, Sample},
+    stats::{Recommendation, RunStatsOut, UsageAccum},
 };
 use crate::engine::TreeTotals;
 
@@ -26,11 +27,14 @@ pub struct RunStats {
     pub user_ns: u64,
     pub sys_ns: u64,
     pub max_tracker_rss_mib: f64,
+    /// The tree's usage, for the statistics and the recommendation.
+    pub usage: UsageAccum,
 }
 
 impl RunStats {
     pub fn add(&mut self, s: &Sample, now: &TreeTotals, user_ns: u64, sys_ns: u64, self_cpu: f64) {
         self.samples += 1;
+        self.usage.add(s);
         if let Some(c) = s.cpu.process_cores_used {
             self.peak_cores = self.peak_cores.max(c);
         }
@@ -93,6 +97,11 @@ pub struct Summary {
     pub cloud: Option<CloudInfo>,
     /// Sentinel streaming, when SENTINEL_API_TOKEN was set.
     pub streaming: Option<StreamReport>,
+    /// The Python package's `stats()` over the tree's samples; null without a tree.
+    pub stats: Option<RunStatsOut>,
+    /// What the run needs (`recommend_resources()`), and whether the server was
+    /// shared; null without a tree.
+    pub recommendation: Option<Recommendation>,
 }
 
 /// How streaming went; in the summary as `streaming`.
@@ -178,6 +187,8 @@ impl Summary {
             host: HostInfo::default(),
             cloud: None,
             streaming: None,
+            stats: stats.usage.stats(),
+            recommendation: stats.usage.recommendation(),
         }
     }
 }

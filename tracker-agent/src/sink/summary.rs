@@ -104,6 +104,20 @@ fn human(sum: &Summary) -> String {
         sum.tracker_cpu_secs * 1e3,
         sum.tracker_max_rss_mib
     ));
+    if let Some(r) = &sum.recommendation {
+        let gpu = match (r.gpu, r.vram_mib) {
+            (0, _) => "no GPU".to_string(),
+            (g, v) => format!("{g} GPU, {v} MiB VRAM"),
+        };
+        s.push_str(&format!(
+            "resource-tracker: recommended {} CPU, {} MiB memory ({} peak ×1.2), {gpu}; {} server; {}\n",
+            r.cpu,
+            r.memory_mib,
+            r.memory_source,
+            r.allocation,
+            r.metaflow
+        ));
+    }
     if !sum.top_commands.is_empty() {
         let tops: Vec<String> = sum
             .top_commands

@@ -1,0 +1,132 @@
+//! The summary's `stats` and `recommendation` beside the Python resource-tracker
+//! 0.5.0's own code run on the same run's CSV: its `stats()` specs through its
+//! TinyDataFrame, its `round_memory`, Python's `round`, its allocation check's
+//! thresholds. Its one unit slip (MiB divided by 1024 again before `round_memory`)
+//! is left out on purpose.
+
+use std::process::Command;
+
+use serde_json::Value;
+use tracker_tests::{
+    e2e::{ci, py_peers_python},
+    read_json, tracker, workload, Scratch,
+};
+
+const PY: &str = r#"
+import inspect, json, sys
+from statistics import mean
+from resource_tracker import ResourceTracker
+from resource_tracker.tiny_data_frame import TinyDataFrame
+from resource_tracker.report import round_memory
+from resource_tracker.column_maps import SERVER_ALLOCATION_CHECKS
+csv, interval = sys.argv[1], float(sys.argv[2])
+df = TinyDataFrame(csv_file_path=csv)
+specs = inspect.signature(ResourceTracker.stats).parameters["specs"].default
+st = df.stats(specs)
+st["timestamp"]["duration"] += interval
+rec = {
+    "cpu": max(1, round(st["process_cpu_usage"]["mean"])),
+    "memory": round_memory(mib=st["process_memory_mib"]["max"] * 1.2),
+}
+shared = False
+for c in SERVER_ALLOCATION_CHECKS[:2]:
+    sysc = "system_" + ("cpu_usage" if c["system_column"] == "cpu_usage" else "memory_used_mib")
+    s, p = mean(df[sysc]), mean(df["process_" + c["process_column"]])
+    absolute = 512 if c["process_column"] == "memory_mib" else c["absolute"]
+    shared = shared or s > p * c["percent"] or s > p + absolute
+rec["allocation"] = "shared" if shared else "dedicated"
+print(json.dumps({"stats": st, "rec": rec}))
+"#;
+
+#[test]
+fn stats_and_recommendation_agree_with_the_python_package() {
+    let py = py_peers_python();
+    if !py.exists() {
+        assert!(!ci(), "CI is set but {} is missing", py.display());
+        eprintln!(
+            "SKIPPED: {} missing (scripts/setup.sh makes it)",
+            py.display()
+        );
+        return;
+    }
+    let s = Scratch::new("recommend");
+    let w = workload().display().to_string();
+    let job = format!("{w} burner 1 1500 & {w} memory 300 1 1500; wait");
+    let st = Command::new(tracker())
+        .args(["-q", "-f", "csv", "-i", "0.5", "-o"])
+        .arg(s.path("run.csv"))
+        .arg("--summary")
+        .arg(s.path("s.json"))
+        .args(["--", "/bin/sh", "-c", &job])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let sum = read_json(&s.path("s.json"));
+    let o = Command::new(&py)
+        .args(["-c", PY])
+        .arg(s.path("run.csv"))
+        .arg("0.5")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let py: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let ours = &sum["stats"];
+    let close = |a: &Value, b: &Value, tol: f64, what: &str| {
+        let (a, b) = (
+            a.as_f64().unwrap_or(f64::NAN),
+            b.as_f64().unwrap_or(f64::NAN),
+        );
+        assert!((a - b).abs() <= tol, "{what}: ours {a}, Python {b}");
+    };
+    for (col, tol) in [("process_cpu_usage", 0.011), ("process_memory_mib", 0.011)] {
+        for agg in ["mean", "max"] {
+            close(
+                &ours[col][agg],
+                &py["stats"][col][agg],
+                tol,
+                &format!("{col}.{agg}"),
+            );
+        }
+    }
+    close(
+        &ours["system_disk_space_used_gb"],
+        &py["stats"]["system_disk_space_used_gb"]["max"],
+        0.011,
+        "disk used",
+    );
+    close(
+        &ours["system_net_recv_bytes"],
+        &py["stats"]["system_net_recv_bytes"]["sum"],
+        0.0,
+        "net recv",
+    );
+    close(
+        &ours["system_net_sent_bytes"],
+        &py["stats"]["system_net_sent_bytes"]["sum"],
+        0.0,
+        "net sent",
+    );
+    // The first interval stands for Python's nominal one (they differ by the timer's jitter).
+    close(
+        &ours["duration_secs"],
+        &py["stats"]["timestamp"]["duration"],
+        0.05,
+        "duration",
+    );
+    let rec = &sum["recommendation"];
+    assert_eq!(rec["cpu"], py["rec"]["cpu"], "{rec} {}", py["rec"]);
+    assert_eq!(
+        rec["memory_mib"], py["rec"]["memory"],
+        "{rec} {}",
+        py["rec"]
+    );
+    assert_eq!(
+        rec["allocation"], py["rec"]["allocation"],
+        "{rec} {}",
+        py["rec"]
+    );
+    assert_eq!(rec["gpu"], 0);
+    // 300 MiB held: the peak × 1.2 is over 256 MiB.
+    assert!(rec["memory_mib"].as_u64().unwrap() >= 512, "{rec}");
+    eprintln!("ours {ours} {rec}\nPython {}", py);
+}
