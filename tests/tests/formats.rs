@@ -578,6 +578,10 @@ fn terminal_output_and_quiet() {
     assert!(samples.len() >= 2, "samples on stderr: {err}");
     assert!(samples.iter().all(|x| x["timestamp_secs"].is_number()));
     assert!(err.lines().any(|l| !l.starts_with('{')), "a summary: {err}");
+    assert!(
+        err.contains("resource-tracker: recommended 1 CPU, 128 MiB memory"),
+        "the recommendation line: {err}"
+    );
     // -q: nothing on the terminal (the eBPF fallback notice aside, where eBPF is
     // not available).
     let err = ok(&tracker_in(
