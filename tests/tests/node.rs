@@ -792,3 +792,96 @@ fn process_life_cycle_per_container() {
     assert_eq!(sum(&a, "processes_exited"), 301);
     assert_eq!(sum(&b, "signal_kills"), 1);
 }
+
+/// GPU per container through the real NVML code path (the fake library of the GPU
+/// tests): a process of the container listed on a GPU counts for that container.
+#[test]
+fn gpu_per_container() {
+    if !require(is_root(), "the node tests make cgroups and need root")
+        || !require(
+            tracker_tests::e2e::have("gcc"),
+            "gcc is missing (the fake libnvidia-ml.so.1)",
+        )
+    {
+        return;
+    }
+    let s = Scratch::new("nodegpu");
+    let lib = s.path("lib");
+    std::fs::create_dir_all(&lib).unwrap();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/fake_nvml.c");
+    let st = Command::new("gcc")
+        .args(["-shared", "-fPIC", "-O1", "-o"])
+        .arg(lib.join("libnvidia-ml.so.1"))
+        .arg(&src)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let c = FakeContainer::new(&format!("kubepods/burstable/pod{UID1}/{}", cid(8)));
+    let mut sleeper = Bg::spawn(
+        Command::new(workload())
+            .arg("incgroup")
+            .arg(c.join_arg())
+            .args(["--", "/bin/sleep", "30"]),
+        "a process in the container",
+    );
+    let scen = s.path("scenario");
+    std::fs::write(
+        &scen,
+        format!(
+            "gpus 1\ndriver 550.54.15\ncuda 12040\nname 0 NVIDIA Fake\nuuid 0 GPU-0\nbusid 0 00000000:3B:00.0\nutil 0 40\nmem 0 42949672960 10737418240\nproc 0 {} 2147483648 30\nproc 0 1 1048576 5\n",
+            sleeper.pid()
+        ),
+    )
+    .unwrap();
+    let port = free_port();
+    let mut agent = Bg::spawn(
+        Command::new(tracker())
+            .args([
+                "node",
+                "--no-ebpf",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "-i",
+                "0.2",
+            ])
+            .env("LD_LIBRARY_PATH", &lib)
+            .env("FAKE_NVML_SCENARIO", &scen)
+            .stderr(std::fs::File::create(s.path("err")).unwrap()),
+        "node agent",
+    );
+    let t0 = Instant::now();
+    let label = format!("container_id=\"{}\"", cid(8));
+    let text = loop {
+        let text = get(port, "/metrics", "*/*")
+            .map(|r| r.1)
+            .unwrap_or_default();
+        if value(&text, "container_accelerator_memory_used_bytes", &label).is_some_and(|v| v > 0.0)
+        {
+            break text;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "no GPU for the container:\n{text}\n{}",
+            std::fs::read_to_string(s.path("err")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(
+        value(&text, "container_accelerator_memory_used_bytes", &label),
+        Some(2147483648.0)
+    );
+    assert_eq!(
+        value(&text, "resource_tracker_container_gpu_usage", &label),
+        Some(0.3)
+    );
+    assert_eq!(
+        value(&text, "resource_tracker_container_gpus_utilized", &label),
+        Some(1.0)
+    );
+    // pid 1 is in no container: counted nowhere.
+    assert!(!text.contains("1048576"), "{text}");
+    agent.signal(libc::SIGTERM);
+    assert!(agent.wait_for(Duration::from_secs(5)).success());
+    sleeper.signal(libc::SIGKILL);
+    sleeper.wait_for(Duration::from_secs(5));
+}

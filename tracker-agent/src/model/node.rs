@@ -51,6 +51,11 @@ pub struct ContainerSample {
     pub execs: Option<u64>,
     /// Commands of the processes the OOM killer chose in the interval (eBPF).
     pub oom_victims: Vec<String>,
+    /// GPUs used (Σ of the utilisation fraction per GPU), VRAM held and GPUs with
+    /// use above zero; null without an NVIDIA GPU.
+    pub gpu_usage: Option<f64>,
+    pub gpu_vram_mib: Option<f64>,
+    pub gpu_utilized: Option<u64>,
 }
 
 /// A container as last read: what it is and its counters.
@@ -63,6 +68,8 @@ pub struct Current {
     pub oom_commands: Vec<(String, u64)>,
     /// Commands of the processes OOM-killed since the previous reading.
     pub oom_victims: Vec<String>,
+    /// The container's GPU use (NVIDIA); None without a GPU collector.
+    pub gpu: Option<crate::model::ProcessGpu>,
 }
 
 /// The node now: every container's latest counters (what `/metrics` exports; a
@@ -169,6 +176,9 @@ impl NodeModel {
                     signal_kills: life(c, p, |l| l.signal_kills),
                     execs: life(c, p, |l| l.execs),
                     oom_victims: cur.oom_victims.clone(),
+                    gpu_usage: cur.gpu.map(|g| g.gpu_usage),
+                    gpu_vram_mib: cur.gpu.map(|g| g.gpu_vram_mib),
+                    gpu_utilized: cur.gpu.map(|g| g.gpu_utilized),
                 });
             }
             next.insert(cur.found.rel.clone(), (c.clone(), at));
@@ -205,6 +215,7 @@ mod tests {
             names: None,
             oom_commands: Vec::new(),
             oom_victims: Vec::new(),
+            gpu: None,
         }
     }
 

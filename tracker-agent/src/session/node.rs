@@ -142,6 +142,8 @@ pub fn run(st: NodeSettings) -> anyhow::Result<i32> {
         let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;
         let mut int = signal(SignalKind::interrupt()).context("SIGINT handler")?;
         let mut model = NodeModel::default();
+        // NVIDIA GPUs through NVML, probed once.
+        let mut gpus = crate::collect::gpu::GpuCollector::new(&st.roots);
         // OOM kills by command per container (cgroup path), for the containers alive.
         let mut oom: std::collections::HashMap<String, std::collections::BTreeMap<String, u64>> =
             std::collections::HashMap::new();
@@ -174,6 +176,21 @@ pub fn run(st: NodeSettings) -> anyhow::Result<i32> {
                 found.iter().filter_map(|f| f.cgroup_id).collect();
             let counts = life.as_mut().map(|l| l.read(&|id| ids.contains(&id)));
             let victims = life.as_mut().map(|l| l.victims()).unwrap_or_default();
+            // GPU processes to containers by the last component of their cgroup
+            // path, which holds the container id (the rest depends on the reader's
+            // cgroup namespace).
+            let gpu_by = gpus.active().then(|| {
+                let by_name: std::collections::HashMap<&str, &str> = found
+                    .iter()
+                    .filter_map(|f| Some((f.rel.rsplit('/').next()?, f.rel.as_str())))
+                    .collect();
+                gpus.sample_groups(&|pid| {
+                    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+                    text.lines()
+                        .filter_map(|l| l.rsplit('/').next())
+                        .find_map(|last| by_name.get(last).map(|r| r.to_string()))
+                })
+            });
             oom.retain(|rel, _| found.iter().any(|f| &f.rel == rel));
             for f in found {
                 match reader.read(&f.rel) {
@@ -198,12 +215,16 @@ pub fn run(st: NodeSettings) -> anyhow::Result<i32> {
                             }
                         }
                         let oom_commands = cmds.iter().map(|(k, v)| (k.clone(), *v)).collect();
+                        let gpu = gpu_by
+                            .as_ref()
+                            .map(|g| g.get(&f.rel).copied().unwrap_or_default());
                         read.push(Current {
                             found: f,
                             counters,
                             names: n,
                             oom_commands,
                             oom_victims: new,
+                            gpu,
                         });
                     }
                     None => vanished += 1,

@@ -165,6 +165,24 @@ const CONTAINER_METRICS: &[(&str, &str, bool, Get)] = &[
         |c| c.counters.tasks.map(|n| n as f64),
     ),
     (
+        "resource_tracker_container_gpu_usage",
+        "GPUs the container used: the sum over GPUs of its utilisation fraction (NVML).",
+        false,
+        |c| c.gpu.map(|g| g.gpu_usage),
+    ),
+    (
+        "container_accelerator_memory_used_bytes",
+        "GPU memory held by the container's processes, all GPUs (NVML).",
+        false,
+        |c| c.gpu.map(|g| g.gpu_vram_mib * 1048576.0),
+    ),
+    (
+        "resource_tracker_container_gpus_utilized",
+        "GPUs on which the container's utilisation was above zero (NVML).",
+        false,
+        |c| c.gpu.map(|g| g.gpu_utilized as f64),
+    ),
+    (
         "resource_tracker_container_processes_spawned",
         "Processes started in the container (eBPF, every fork of a process).",
         true,
@@ -467,6 +485,7 @@ mod tests {
                 names: None,
                 oom_commands: vec![("work\"er".into(), 2)],
                 oom_victims: Vec::new(),
+                gpu: None,
             }],
             agent_cpu_secs: 0.25,
             ..Default::default()

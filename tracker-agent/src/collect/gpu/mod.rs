@@ -56,6 +56,20 @@ impl GpuCollector {
         (out, tree)
     }
 
+    /// The GPU use of each group of processes (the node agent's containers);
+    /// NVIDIA only: NVML lists the processes of a GPU, while AMD's per-process
+    /// figures would mean reading every process's fdinfo, a cost that grows with
+    /// the node's processes.
+    pub fn sample_groups(
+        &mut self,
+        group_of: &dyn Fn(u32) -> Option<String>,
+    ) -> BTreeMap<String, ProcessGpu> {
+        match self.nvidia.as_mut() {
+            Some(n) => n.sample_groups(group_of),
+            None => BTreeMap::new(),
+        }
+    }
+
     /// `host_gpu_model` (the most common name), `host_gpu_count` and
     /// `host_gpu_memory_mib` (Σ VRAM), from the reading at start; null without GPUs.
     pub fn host_fields(&self, h: &mut HostInfo) {

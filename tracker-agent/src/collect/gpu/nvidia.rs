@@ -175,10 +175,31 @@ impl NvidiaCollector {
             read_dynamic(&d, &dev.label, &mut g);
             out.push(g);
             if !tree.is_empty() {
-                use_.add_gpu(tree_use(&d, dev, tree));
+                let by = group_use(&d, dev, &|pid| tree.contains(&pid).then_some(()));
+                if let Some(u) = by.get(&()) {
+                    use_.add_gpu(*u);
+                }
             }
         }
         use_
+    }
+
+    /// Each group's use of every GPU (the node agent: a group is a container);
+    /// `group_of` places a GPU process, None leaves it out.
+    pub fn sample_groups(
+        &mut self,
+        group_of: &dyn Fn(u32) -> Option<String>,
+    ) -> BTreeMap<String, ProcessGpu> {
+        let mut out: BTreeMap<String, ProcessGpu> = BTreeMap::new();
+        for dev in &mut self.devs {
+            let Ok(d) = self.nvml.device_by_index(dev.index) else {
+                continue;
+            };
+            for (k, u) in group_use(&d, dev, group_of) {
+                out.entry(k).or_default().add_gpu(u);
+            }
+        }
+        out
     }
 }
 
@@ -210,10 +231,14 @@ fn read_dynamic(d: &Device<'_>, label: &str, g: &mut GpuSample) {
     g.frequency_mhz = get(label, "frequency_mhz", d.clock_info(Clock::Graphics)).map(f64::from);
 }
 
-/// (utilisation fraction of this GPU, VRAM bytes) of the tree's processes.
-fn tree_use(d: &Device<'_>, dev: &mut Dev, tree: &HashSet<u32>) -> (f64, u64) {
+/// (utilisation fraction of this GPU, VRAM bytes) of each group's processes.
+fn group_use<K: Ord + Clone>(
+    d: &Device<'_>,
+    dev: &mut Dev,
+    group_of: &dyn Fn(u32) -> Option<K>,
+) -> BTreeMap<K, (f64, u64)> {
     // A process may be in both lists (compute and graphics) with the same memory.
-    let mut mem: HashMap<u32, u64> = HashMap::new();
+    let mut mem: HashMap<u32, (K, u64)> = HashMap::new();
     // A process that starts between NVML's count call and its fill call makes the
     // list too small (InsufficientSize): ask once more.
     let retry = |f: &dyn Fn() -> Result<Vec<ProcessInfo>, NvmlError>| match f() {
@@ -233,27 +258,32 @@ fn tree_use(d: &Device<'_>, dev: &mut Dev, tree: &HashSet<u32>) -> (f64, u64) {
         let Some(list) = get(&dev.label, what, list) else {
             continue;
         };
-        for p in list.into_iter().filter(|p| tree.contains(&p.pid)) {
+        for p in list {
+            let Some(k) = group_of(p.pid) else { continue };
             let b = match p.used_gpu_memory {
                 UsedGpuMemory::Used(b) => b,
                 UsedGpuMemory::Unavailable => 0,
             };
-            let e = mem.entry(p.pid).or_default();
-            *e = (*e).max(b);
+            let e = mem.entry(p.pid).or_insert((k, 0));
+            e.1 = e.1.max(b);
         }
     }
-    let vram = mem.values().sum();
+    let mut out: BTreeMap<K, (f64, u64)> = BTreeMap::new();
+    for (k, b) in mem.into_values() {
+        out.entry(k).or_insert((0.0, 0)).1 += b;
+    }
 
-    // Latest sample per tree pid in the window since the last call.
-    let mut latest: BTreeMap<u32, (u64, u32)> = BTreeMap::new();
+    // Latest sample per pid of a group in the window since the last call.
+    let mut latest: BTreeMap<u32, (K, u64, u32)> = BTreeMap::new();
     match d.process_utilization_stats(dev.last_ts) {
         Ok(samples) => {
             for s in samples {
                 dev.last_ts = dev.last_ts.max(s.timestamp);
-                if tree.contains(&s.pid) {
-                    let e = latest.entry(s.pid).or_insert((0, 0));
-                    if s.timestamp >= e.0 {
-                        *e = (s.timestamp, s.sm_util);
+                if let Some(k) = group_of(s.pid) {
+                    let e = latest.entry(s.pid).or_insert((k, 0, 0));
+                    if s.timestamp >= e.1 {
+                        e.1 = s.timestamp;
+                        e.2 = s.sm_util;
                     }
                 }
             }
@@ -262,8 +292,14 @@ fn tree_use(d: &Device<'_>, dev: &mut Dev, tree: &HashSet<u32>) -> (f64, u64) {
         Err(NvmlError::NotFound) => {}
         Err(e) => failed(&dev.label, "process utilization", &e),
     }
-    let sm: u32 = latest.values().map(|&(_, u)| u).sum();
-    ((f64::from(sm) / 100.0).min(1.0), vram)
+    let mut sm: BTreeMap<K, u32> = BTreeMap::new();
+    for (k, _, u) in latest.into_values() {
+        *sm.entry(k).or_default() += u;
+    }
+    for (k, u) in sm {
+        out.entry(k).or_insert((0.0, 0)).0 = (f64::from(u) / 100.0).min(1.0);
+    }
+    out
 }
 
 /// A reading: None on error, warned once per field and device.
