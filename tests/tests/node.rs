@@ -733,7 +733,26 @@ fn process_life_cycle_per_container() {
     let bad = FakeContainer::new(&format!("kubepods/besteffort/pod{UID3}/{}", cid(6)));
     // Let the agent match both before anything runs in them.
     std::thread::sleep(Duration::from_millis(500));
-    assert!(swarm.run(&["swarm", "300", "200", "4", "fork"]).success());
+    // --pre: the CPU the joining process used before it joined (it is the swarm's
+    // root, and its whole CPU counts for the cgroup it is freed in).
+    let pre = s.path("pre");
+    let st = Command::new(workload())
+        .arg("incgroup")
+        .arg(swarm.join_arg())
+        .arg("--pre")
+        .arg(&pre)
+        .arg("--")
+        .arg(workload())
+        .args(["swarm", "300", "200", "4", "fork"])
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let pre: Vec<f64> = std::fs::read_to_string(&pre)
+        .unwrap()
+        .split_whitespace()
+        .map(|v| v.parse::<f64>().unwrap() / 1e9)
+        .collect();
     let st = Command::new(workload())
         .arg("incgroup")
         .arg(bad.join_arg())
@@ -763,6 +782,47 @@ fn process_life_cycle_per_container() {
         0.0
     );
     assert_eq!(at("resource_tracker_container_signal_kills_total", &a), 0.0);
+    // The CPU of the swarm's processes by command, against the cgroup's: counted
+    // when the kernel frees each task (an RCU callback, seconds later here).
+    let t0 = Instant::now();
+    let text = loop {
+        let (_, t) = get(port, "/metrics", "*/*").unwrap();
+        let n = value(
+            &t,
+            "resource_tracker_container_command_processes_total",
+            &format!("container_id=\"{a}\""),
+        );
+        if n == Some(301.0) || t0.elapsed() > Duration::from_secs(20) {
+            break t;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    let by_cmd = value(
+        &text,
+        "resource_tracker_container_command_cpu_seconds_total",
+        &format!("container_id=\"{a}\""),
+    )
+    .unwrap_or(0.0);
+    // The truth: the cgroup's, plus the root's CPU before it joined (known to
+    // within the join itself).
+    let (lo, hi) = (swarm.cpu_secs() + pre[0], swarm.cpu_secs() + pre[1]);
+    assert!(
+        by_cmd >= lo * 0.995 && by_cmd <= hi * 1.005,
+        "command CPU {by_cmd} s, cgroup + pre-join {lo}..{hi} s:\n{text}"
+    );
+    let truth = lo;
+    assert_eq!(
+        value(
+            &text,
+            "resource_tracker_container_command_processes_total",
+            &format!("container_id=\"{a}\"")
+        ),
+        Some(301.0)
+    );
+    eprintln!(
+        "top command CPU {by_cmd:.4} s, cgroup {truth:.4} s after {:?}",
+        t0.elapsed()
+    );
     // sh and its killed sleep.
     assert_eq!(
         at("resource_tracker_container_processes_spawned_total", &b),

@@ -233,6 +233,26 @@ pub struct NodeOffsets {
     pub _pad: u32,
 }
 
+/// Key of the node programs' CPU by command: a cgroup and a command name.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct CommandKey {
+    pub cgroup_id: u64,
+    pub comm: [u8; 16],
+}
+
+/// CPU of the threads freed under one command in one cgroup, and how many were
+/// processes' leaders.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CommandCpu {
+    pub cpu_ns: u64,
+    pub processes: u64,
+}
+
+/// (cgroup, command) pairs the node programs can count at once.
+pub const MAX_NODE_COMMANDS: u32 = 16_384;
+
 /// One OOM kill, as the node programs see it at `mark_victim`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -250,3 +270,9 @@ unsafe impl aya::Pod for NodeOffsets {}
 #[cfg(feature = "user")]
 // SAFETY: as above.
 unsafe impl aya::Pod for OomVictim {}
+#[cfg(feature = "user")]
+// SAFETY: repr(C), Copy, a u64 and a byte array, no padding.
+unsafe impl aya::Pod for CommandKey {}
+#[cfg(feature = "user")]
+// SAFETY: repr(C), Copy, only u64s.
+unsafe impl aya::Pod for CommandCpu {}

@@ -10,7 +10,9 @@ use aya_ebpf::{
     maps::{PerCpuHashMap, RingBuf},
     programs::RawTracePointContext,
 };
-use tracker_common::{NodeCounts, NodeOffsets, OomVictim, MAX_NODE_CGROUPS};
+use tracker_common::{
+    CommandCpu, CommandKey, NodeCounts, NodeOffsets, OomVictim, MAX_NODE_CGROUPS, MAX_NODE_COMMANDS,
+};
 
 use super::{field, off};
 
@@ -27,6 +29,11 @@ static NODE_OFFSETS: NodeOffsets = NodeOffsets {
     mark_victim_has_task: 0,
     _pad: 0,
 };
+
+/// CPU of freed threads by (cgroup, command), one copy per CPU.
+#[map]
+static NODE_COMMANDS: PerCpuHashMap<CommandKey, CommandCpu> =
+    PerCpuHashMap::with_max_entries(MAX_NODE_COMMANDS, 0);
 
 /// OOM victims for user space; rare, so small.
 #[map]
@@ -101,6 +108,52 @@ pub fn node_exit(ctx: RawTracePointContext) -> u32 {
             c.nonzero_exits += 1;
         }
     });
+    0
+}
+
+/// sched_process_free(p): a thread's CPU is final only from its last context
+/// switch on (at its exit it may still lack the last stretch: all of it, for a short
+/// one), so it is added here, when the kernel frees the task, by the task's own
+/// cgroup and command (the current task is another, this is an RCU callback). A
+/// zombie nobody reaps is not freed, and not counted.
+#[raw_tracepoint(tracepoint = "sched_process_free")]
+pub fn node_free(ctx: RawTracePointContext) -> u32 {
+    let task: *const u8 = ctx.arg(0);
+    let n = node_off();
+    let o = off();
+    // SAFETY: `task` is the tracepoint's task argument, valid for its whole run;
+    // its css_set is released after this tracepoint. Pointers are read through the
+    // fault-tolerant helper.
+    let (key, cpu_ns, leader) = unsafe {
+        let cset: *const u8 = field::<u64>(task, n.task_cgroups) as *const u8;
+        let cgrp: *const u8 = field::<u64>(cset, n.css_set_dfl_cgrp) as *const u8;
+        let kn: *const u8 = field::<u64>(cgrp, n.cgroup_kn) as *const u8;
+        let key = CommandKey {
+            cgroup_id: field(kn, n.kernfs_node_id),
+            comm: field(task, o.task_comm),
+        };
+        let (pid, tgid): (u32, u32) = (field(task, o.task_pid), field(task, o.task_tgid));
+        (
+            key,
+            field::<u64>(task, o.task_sum_exec_runtime),
+            pid == tgid,
+        )
+    };
+    match NODE_COMMANDS.get_ptr_mut(&key) {
+        Some(p) => {
+            // SAFETY: this CPU's copy of a hash value, valid for the program's run.
+            let c = unsafe { &mut *p };
+            c.cpu_ns += cpu_ns;
+            c.processes += u64::from(leader);
+        }
+        None => {
+            let c = CommandCpu {
+                cpu_ns,
+                processes: u64::from(leader),
+            };
+            let _ = NODE_COMMANDS.insert(&key, &c, BPF_NOEXIST as u64);
+        }
+    }
     0
 }
 

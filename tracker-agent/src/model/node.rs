@@ -56,6 +56,16 @@ pub struct ContainerSample {
     pub gpu_usage: Option<f64>,
     pub gpu_vram_mib: Option<f64>,
     pub gpu_utilized: Option<u64>,
+    /// The commands whose ended processes used the most CPU since the agent began
+    /// (eBPF): at most 5, most first.
+    pub top_commands: Vec<TopCommand>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct TopCommand {
+    pub command: String,
+    pub cpu_secs: f64,
+    pub processes: u64,
 }
 
 /// A container as last read: what it is and its counters.
@@ -70,6 +80,9 @@ pub struct Current {
     pub oom_victims: Vec<String>,
     /// The container's GPU use (NVIDIA); None without a GPU collector.
     pub gpu: Option<crate::model::ProcessGpu>,
+    /// The commands whose ended processes used the most CPU: (command, CPU
+    /// seconds, processes), since the agent began (eBPF).
+    pub top_commands: Vec<(String, f64, u64)>,
 }
 
 /// The node now: every container's latest counters (what `/metrics` exports; a
@@ -179,6 +192,15 @@ impl NodeModel {
                     gpu_usage: cur.gpu.map(|g| g.gpu_usage),
                     gpu_vram_mib: cur.gpu.map(|g| g.gpu_vram_mib),
                     gpu_utilized: cur.gpu.map(|g| g.gpu_utilized),
+                    top_commands: cur
+                        .top_commands
+                        .iter()
+                        .map(|(c, s, n)| TopCommand {
+                            command: c.clone(),
+                            cpu_secs: *s,
+                            processes: *n,
+                        })
+                        .collect(),
                 });
             }
             next.insert(cur.found.rel.clone(), (c.clone(), at));
@@ -216,6 +238,7 @@ mod tests {
             oom_commands: Vec::new(),
             oom_victims: Vec::new(),
             gpu: None,
+            top_commands: Vec::new(),
         }
     }
 

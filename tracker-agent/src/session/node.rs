@@ -24,6 +24,9 @@ use crate::{
     warn::{say, warn_once},
 };
 
+/// Commands by CPU exported per container (bounded cardinality).
+const TOP_COMMANDS: usize = 5;
+
 /// Commands a container's OOM-victim series are kept for (bounded cardinality).
 const MAX_OOM_COMMANDS: usize = 16;
 
@@ -176,6 +179,10 @@ pub fn run(st: NodeSettings) -> anyhow::Result<i32> {
                 found.iter().filter_map(|f| f.cgroup_id).collect();
             let counts = life.as_mut().map(|l| l.read(&|id| ids.contains(&id)));
             let victims = life.as_mut().map(|l| l.victims()).unwrap_or_default();
+            let tops = life
+                .as_mut()
+                .map(|l| l.commands(&|id| ids.contains(&id), TOP_COMMANDS))
+                .unwrap_or_default();
             // GPU processes to containers by the last component of their cgroup
             // path, which holds the container id (the rest depends on the reader's
             // cgroup namespace).
@@ -218,7 +225,12 @@ pub fn run(st: NodeSettings) -> anyhow::Result<i32> {
                         let gpu = gpu_by
                             .as_ref()
                             .map(|g| g.get(&f.rel).copied().unwrap_or_default());
+                        let top_commands = f
+                            .cgroup_id
+                            .and_then(|id| tops.get(&id).cloned())
+                            .unwrap_or_default();
                         read.push(Current {
+                            top_commands,
                             found: f,
                             counters,
                             names: n,

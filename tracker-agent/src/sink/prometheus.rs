@@ -267,6 +267,39 @@ impl Collector for Exported {
                 ConstCounter::new(*v).encode(m.encode_family(l)?)?;
             }
         }
+        // The top commands by CPU of ended processes (at most 5 per container).
+        for (name, help, pick) in [
+            (
+                "resource_tracker_container_command_cpu_seconds",
+                "CPU of the container's ended processes, by command, for its top commands (eBPF).",
+                0usize,
+            ),
+            (
+                "resource_tracker_container_command_processes",
+                "The container's ended processes, by command, for its top commands (eBPF).",
+                1,
+            ),
+        ] {
+            let series: Vec<(Vec<(&str, String)>, f64)> = snap
+                .containers
+                .iter()
+                .flat_map(|c| {
+                    c.top_commands.iter().map(move |(cmd, secs, n)| {
+                        let mut l = labels(c);
+                        l.push(("command", esc(cmd)));
+                        (l, if pick == 0 { *secs } else { *n as f64 })
+                    })
+                })
+                .collect();
+            if series.is_empty() {
+                continue;
+            }
+            let mut m =
+                enc.encode_descriptor(name, help, None, ConstCounter::new(0f64).metric_type())?;
+            for (l, v) in &series {
+                ConstCounter::new(*v).encode(m.encode_family(l)?)?;
+            }
+        }
         let agent: [(&str, &str, bool, f64); 6] = [
             (
                 "resource_tracker_ebpf",
@@ -486,6 +519,7 @@ mod tests {
                 oom_commands: vec![("work\"er".into(), 2)],
                 oom_victims: Vec::new(),
                 gpu: None,
+                top_commands: vec![("make".into(), 1.5, 3)],
             }],
             agent_cpu_secs: 0.25,
             ..Default::default()

@@ -10,15 +10,16 @@ use aya::{
     programs::RawTracePoint,
     Ebpf,
 };
-use tracker_common::{NodeCounts, NodeOffsets, OomVictim};
+use tracker_common::{CommandCpu, CommandKey, NodeCounts, NodeOffsets, OomVictim};
 
 use super::load::{classify, has_cap_bpf, loader_without_btf, EbpfUnavailable, OBJECT};
 use crate::engine::btf::Btf;
 
-const PROGRAMS: [(&str, &str); 3] = [
+const PROGRAMS: [(&str, &str); 4] = [
     ("node_fork", "sched_process_fork"),
     ("node_exec", "sched_process_exec"),
     ("node_exit", "sched_process_exit"),
+    ("node_free", "sched_process_free"),
 ];
 
 /// Scans a cgroup may stay unmatched by any tracked container before its counts
@@ -28,6 +29,7 @@ const UNMATCHED_SCANS: u32 = 3;
 pub struct NodeLife {
     _bpf: Ebpf,
     counts: PerCpuHashMap<MapData, u64, NodeCounts>,
+    commands: PerCpuHashMap<MapData, CommandKey, CommandCpu>,
     /// OOM victims (None where `mark_victim` could not be attached).
     oom: Option<RingBuf<MapData>>,
     unmatched: StdHashMap<u64, u32>,
@@ -100,14 +102,59 @@ impl NodeLife {
             .ok_or_else(|| EbpfUnavailable::Load("map NODE_COUNTS missing".into()))?;
         let counts = PerCpuHashMap::try_from(map)
             .map_err(|e| EbpfUnavailable::Load(format!("NODE_COUNTS: {e}")))?;
+        let map = bpf
+            .take_map("NODE_COMMANDS")
+            .ok_or_else(|| EbpfUnavailable::Load("map NODE_COMMANDS missing".into()))?;
+        let commands = PerCpuHashMap::try_from(map)
+            .map_err(|e| EbpfUnavailable::Load(format!("NODE_COMMANDS: {e}")))?;
         // SAFETY: malloc_trim has no preconditions; the BTF's freed heap goes back.
         unsafe { libc::malloc_trim(0) };
         Ok(NodeLife {
             _bpf: bpf,
             counts,
+            commands,
             oom,
             unmatched: StdHashMap::new(),
         })
+    }
+
+    /// The CPU of ended processes by command, for each tracked cgroup: the `top`
+    /// commands by CPU, (command, CPU seconds, processes). Call after [`read`]: the
+    /// entries of cgroups it dropped go too.
+    pub fn commands(
+        &mut self,
+        tracked: &dyn Fn(u64) -> bool,
+        top: usize,
+    ) -> StdHashMap<u64, Vec<(String, f64, u64)>> {
+        let mut by: StdHashMap<u64, Vec<(String, f64, u64)>> = StdHashMap::new();
+        let mut gone = Vec::new();
+        for item in self.commands.iter() {
+            let Ok((k, per_cpu)) = item else { continue };
+            if !tracked(k.cgroup_id) {
+                if !self.unmatched.contains_key(&k.cgroup_id) {
+                    gone.push(k);
+                }
+                continue;
+            }
+            let (mut ns, mut n) = (0u64, 0u64);
+            for c in per_cpu.iter() {
+                ns += c.cpu_ns;
+                n += c.processes;
+            }
+            let end = k.comm.iter().position(|&b| b == 0).unwrap_or(k.comm.len());
+            let comm = String::from_utf8_lossy(&k.comm[..end]).into_owned();
+            by.entry(k.cgroup_id)
+                .or_default()
+                .push((comm, ns as f64 / 1e9, n));
+        }
+        for k in gone {
+            let _ = self.commands.remove(&k);
+        }
+        for v in by.values_mut() {
+            v.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+            v.truncate(top);
+        }
+        by
     }
 
     /// The OOM kills since the previous call.
