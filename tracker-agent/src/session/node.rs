@@ -147,6 +147,11 @@ pub fn run(st: NodeSettings) -> anyhow::Result<i32> {
         let mut model = NodeModel::default();
         // NVIDIA GPUs through NVML, probed once.
         let mut gpus = crate::collect::gpu::GpuCollector::new(&st.roots);
+        if gpus.active() && !crate::engine::ebpf::in_host_pid_ns() {
+            // NVML's pids are the host's; /proc here is another namespace's.
+            say("GPU per container needs the host's PID namespace (hostPID): not attributed");
+        }
+        let gpu_pids_ok = crate::engine::ebpf::in_host_pid_ns();
         // OOM kills by command per container (cgroup path), for the containers alive.
         let mut oom: std::collections::HashMap<String, std::collections::BTreeMap<String, u64>> =
             std::collections::HashMap::new();
@@ -186,7 +191,7 @@ pub fn run(st: NodeSettings) -> anyhow::Result<i32> {
             // GPU processes to containers by the last component of their cgroup
             // path, which holds the container id (the rest depends on the reader's
             // cgroup namespace).
-            let gpu_by = gpus.active().then(|| {
+            let gpu_by = (gpus.active() && gpu_pids_ok).then(|| {
                 let by_name: std::collections::HashMap<&str, &str> = found
                     .iter()
                     .filter_map(|f| Some((f.rel.rsplit('/').next()?, f.rel.as_str())))

@@ -28,7 +28,7 @@ const INIT_PID_NS_INO: u64 = 0xEFFF_FFFC;
 
 /// True when this process is in the host's PID namespace, where the kernel's pids and
 /// /proc's agree. An unreadable namespace link (no /proc) counts as the host's.
-fn in_host_pid_ns() -> bool {
+pub(crate) fn in_host_pid_ns() -> bool {
     use std::os::unix::fs::MetadataExt;
     std::fs::metadata("/proc/self/ns/pid").map_or(true, |m| m.ino() == INIT_PID_NS_INO)
 }

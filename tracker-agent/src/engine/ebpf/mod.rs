@@ -27,6 +27,7 @@ use tracker_common::{
 
 mod ledger;
 mod load;
+pub(crate) use load::in_host_pid_ns;
 pub mod node;
 mod records;
 
