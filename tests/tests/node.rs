@@ -823,6 +823,11 @@ fn process_life_cycle_per_container() {
         "top command CPU {by_cmd:.4} s, cgroup {truth:.4} s after {:?}",
         t0.elapsed()
     );
+    // Nothing the programs counted was lost.
+    assert!(
+        text.contains("\nresource_tracker_lost_events_total 0"),
+        "{text}"
+    );
     // sh and its killed sleep.
     assert_eq!(
         at("resource_tracker_container_processes_spawned_total", &b),

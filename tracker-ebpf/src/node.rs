@@ -7,7 +7,7 @@ use aya_ebpf::{
     bindings::BPF_NOEXIST,
     helpers::bpf_get_current_cgroup_id,
     macros::{map, raw_tracepoint},
-    maps::{PerCpuHashMap, RingBuf},
+    maps::{PerCpuArray, PerCpuHashMap, RingBuf},
     programs::RawTracePointContext,
 };
 use tracker_common::{
@@ -35,6 +35,18 @@ static NODE_OFFSETS: NodeOffsets = NodeOffsets {
 static NODE_COMMANDS: PerCpuHashMap<CommandKey, CommandCpu> =
     PerCpuHashMap::with_max_entries(MAX_NODE_COMMANDS, 0);
 
+/// Counts the node programs could not keep (a full map or ring), per CPU.
+#[map]
+static NODE_LOST: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+
+#[inline(always)]
+fn lost() {
+    if let Some(p) = NODE_LOST.get_ptr_mut(0) {
+        // SAFETY: this CPU's slot, valid for the program's run.
+        unsafe { *p += 1 };
+    }
+}
+
 /// OOM victims for user space; rare, so small.
 #[map]
 static NODE_OOM: RingBuf = RingBuf::with_byte_size(16 * 1024, 0);
@@ -56,8 +68,11 @@ fn bump(f: impl FnOnce(&mut NodeCounts)) {
     }
     let mut c = NodeCounts::default();
     f(&mut c);
-    // A full map loses this count only; user space removes cgroups that are gone.
-    let _ = NODE_COUNTS.insert(&id, &c, BPF_NOEXIST as u64);
+    // A full map loses this count only (counted); user space removes cgroups that
+    // are gone.
+    if NODE_COUNTS.insert(&id, &c, BPF_NOEXIST as u64).is_err() {
+        lost();
+    }
 }
 
 /// sched_process_fork(parent, child), run in the parent: the child starts in the
@@ -151,7 +166,9 @@ pub fn node_free(ctx: RawTracePointContext) -> u32 {
                 cpu_ns,
                 processes: u64::from(leader),
             };
-            let _ = NODE_COMMANDS.insert(&key, &c, BPF_NOEXIST as u64);
+            if NODE_COMMANDS.insert(&key, &c, BPF_NOEXIST as u64).is_err() {
+                lost();
+            }
         }
     }
     0
@@ -180,9 +197,12 @@ pub fn node_oom(ctx: RawTracePointContext) -> u32 {
     } else {
         v.pid = ctx.arg::<u64>(0) as u32;
     }
-    if let Some(mut e) = NODE_OOM.reserve::<OomVictim>(0) {
-        e.write(v);
-        e.submit(0);
+    match NODE_OOM.reserve::<OomVictim>(0) {
+        Some(mut e) => {
+            e.write(v);
+            e.submit(0);
+        }
+        None => lost(),
     }
     0
 }

@@ -273,6 +273,11 @@ pub fn run(st: NodeSettings) -> anyhow::Result<i32> {
                 agent_cpu_secs: selfcost::cpu_secs(),
                 agent_rss_bytes: (selfcost::rss_mib() * 1048576.0) as u64,
                 ebpf: life.is_some(),
+                lost_events: life.as_ref().map_or(0, |l| l.lost()),
+                bpf_run_secs: life
+                    .as_ref()
+                    .and_then(|l| l.run_time())
+                    .map(|d| d.as_secs_f64()),
                 scans,
                 vanished,
             };

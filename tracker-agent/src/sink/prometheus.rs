@@ -300,7 +300,22 @@ impl Collector for Exported {
                 ConstCounter::new(*v).encode(m.encode_family(l)?)?;
             }
         }
-        let agent: [(&str, &str, bool, f64); 6] = [
+        if let Some(t) = snap.bpf_run_secs {
+            let c = ConstCounter::new(t);
+            c.encode(enc.encode_descriptor(
+                "resource_tracker_agent_bpf_run_seconds",
+                "Run time of the agent's BPF programs (kernel BPF statistics on).",
+                None,
+                c.metric_type(),
+            )?)?;
+        }
+        let agent: [(&str, &str, bool, f64); 7] = [
+            (
+                "resource_tracker_lost_events",
+                "Counts the BPF programs could not keep (a full map or ring).",
+                true,
+                snap.lost_events as f64,
+            ),
             (
                 "resource_tracker_ebpf",
                 "1 when the node's BPF programs count each container's process life cycle.",

@@ -6,7 +6,7 @@
 use std::collections::HashMap as StdHashMap;
 
 use aya::{
-    maps::{MapData, PerCpuHashMap, RingBuf},
+    maps::{MapData, PerCpuArray, PerCpuHashMap, RingBuf},
     programs::RawTracePoint,
     Ebpf,
 };
@@ -30,6 +30,7 @@ pub struct NodeLife {
     _bpf: Ebpf,
     counts: PerCpuHashMap<MapData, u64, NodeCounts>,
     commands: PerCpuHashMap<MapData, CommandKey, CommandCpu>,
+    lost: PerCpuArray<MapData, u64>,
     /// OOM victims (None where `mark_victim` could not be attached).
     oom: Option<RingBuf<MapData>>,
     unmatched: StdHashMap<u64, u32>,
@@ -107,12 +108,18 @@ impl NodeLife {
             .ok_or_else(|| EbpfUnavailable::Load("map NODE_COMMANDS missing".into()))?;
         let commands = PerCpuHashMap::try_from(map)
             .map_err(|e| EbpfUnavailable::Load(format!("NODE_COMMANDS: {e}")))?;
+        let map = bpf
+            .take_map("NODE_LOST")
+            .ok_or_else(|| EbpfUnavailable::Load("map NODE_LOST missing".into()))?;
+        let lost = PerCpuArray::try_from(map)
+            .map_err(|e| EbpfUnavailable::Load(format!("NODE_LOST: {e}")))?;
         // SAFETY: malloc_trim has no preconditions; the BTF's freed heap goes back.
         unsafe { libc::malloc_trim(0) };
         Ok(NodeLife {
             _bpf: bpf,
             counts,
             commands,
+            lost,
             oom,
             unmatched: StdHashMap::new(),
         })
@@ -155,6 +162,30 @@ impl NodeLife {
             v.truncate(top);
         }
         by
+    }
+
+    /// Counts the programs could not keep (a full map or ring) since the start.
+    pub fn lost(&self) -> u64 {
+        self.lost.get(&0, 0).map(|v| v.iter().sum()).unwrap_or(0)
+    }
+
+    /// The programs' own run time so far; None unless the kernel's BPF statistics
+    /// are on (`kernel.bpf_stats_enabled`).
+    pub fn run_time(&self) -> Option<std::time::Duration> {
+        if !std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled")
+            .is_ok_and(|s| s.trim() == "1")
+        {
+            return None;
+        }
+        let names: Vec<&str> = PROGRAMS.iter().map(|p| p.0).chain(["node_oom"]).collect();
+        Some(
+            self._bpf
+                .programs()
+                .filter(|(n, _)| names.contains(n))
+                .filter_map(|(_, p)| p.info().ok())
+                .map(|i| i.run_time())
+                .sum(),
+        )
     }
 
     /// The OOM kills since the previous call.
