@@ -24,6 +24,9 @@ use crate::{
     warn::{say, warn_once},
 };
 
+/// The commands' map is read at every COMMAND_SCANS-th scan.
+const COMMAND_SCANS: u64 = 5;
+
 /// Commands by CPU exported per container (bounded cardinality).
 const TOP_COMMANDS: usize = 5;
 
@@ -145,6 +148,7 @@ pub fn run(st: NodeSettings) -> anyhow::Result<i32> {
         let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;
         let mut int = signal(SignalKind::interrupt()).context("SIGINT handler")?;
         let mut model = NodeModel::default();
+        let mut tops = std::collections::HashMap::new();
         // NVIDIA GPUs through NVML, probed once.
         let mut gpus = crate::collect::gpu::GpuCollector::new(&st.roots);
         if gpus.active() && !crate::engine::ebpf::in_host_pid_ns() {
@@ -184,10 +188,14 @@ pub fn run(st: NodeSettings) -> anyhow::Result<i32> {
                 found.iter().filter_map(|f| f.cgroup_id).collect();
             let counts = life.as_mut().map(|l| l.read(&|id| ids.contains(&id)));
             let victims = life.as_mut().map(|l| l.victims()).unwrap_or_default();
-            let tops = life
-                .as_mut()
-                .map(|l| l.commands(&|id| ids.contains(&id), TOP_COMMANDS))
-                .unwrap_or_default();
+            // Walking the commands' map costs two syscalls a key: every few
+            // scans is enough for counters scraped every 10 s or so.
+            if scans % COMMAND_SCANS == 1 {
+                tops = life
+                    .as_mut()
+                    .map(|l| l.commands(&|id| ids.contains(&id), TOP_COMMANDS))
+                    .unwrap_or_default();
+            }
             // GPU processes to containers by the last component of their cgroup
             // path, which holds the container id (the rest depends on the reader's
             // cgroup namespace).
