@@ -12,6 +12,7 @@ use std::{
 };
 
 use tracker_tests::{
+    containers::FakeContainer,
     e2e::{have, is_root, require},
     free_port, tracker, workload, Scratch,
 };
@@ -63,42 +64,6 @@ fn get(port: u16, path: &str) -> Option<(u16, String)> {
         out.split(' ').nth(1)?.parse().ok()?,
         out.split_once("\r\n\r\n")?.1.to_string(),
     ))
-}
-
-/// A container cgroup, as in tests/tests/node.rs, holding one burner.
-fn fake_container(rel: &str) -> Vec<PathBuf> {
-    let base = Path::new("/sys/fs/cgroup");
-    let hs: Vec<PathBuf> = if base.join("cgroup.controllers").exists() {
-        vec![base.to_path_buf()]
-    } else {
-        ["cpuacct", "cpu", "memory", "blkio", "pids", "unified"]
-            .iter()
-            .map(|c| base.join(c))
-            .filter(|d| d.join("cgroup.procs").exists())
-            .collect()
-    };
-    hs.iter()
-        .map(|h| {
-            let d = h.join(rel);
-            std::fs::create_dir_all(&d).unwrap();
-            d
-        })
-        .collect()
-}
-
-fn remove(dirs: &[PathBuf], levels: usize) {
-    for d in dirs {
-        let mut x = d.clone();
-        for _ in 0..levels {
-            for _ in 0..50 {
-                if std::fs::remove_dir(&x).is_ok() || !x.exists() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            x.pop();
-        }
-    }
 }
 
 struct Container(String);
@@ -168,7 +133,7 @@ fn the_image_runs_with_the_daemonsets_privileges() {
     // The DaemonSet's own command: the host's containers on /metrics.
     let uid = "9d4f3a1b-5e6f-4b8c-9d0e-4f5a6b7c8d9e";
     let id = "ab".repeat(32);
-    let dirs = fake_container(&format!("kubepods/burstable/pod{uid}/{id}"));
+    let c = FakeContainer::new(&format!("kubepods/burstable/pod{uid}/{id}"));
     let port = free_port();
     let name = format!("rt-test-{}", std::process::id());
     let _c = Container(name.clone());
@@ -181,11 +146,7 @@ fn the_image_runs_with_the_daemonsets_privileges() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let join = dirs
-        .iter()
-        .map(|d| d.display().to_string())
-        .collect::<Vec<_>>()
-        .join(":");
+    let join = c.join_arg();
     let exited = |text: &str| {
         text.lines()
             .find(|l| {
@@ -232,6 +193,6 @@ fn the_image_runs_with_the_daemonsets_privileges() {
         .unwrap();
     assert!(!String::from_utf8_lossy(&o.stderr).contains("panicked"));
     drop(_c);
-    remove(&dirs, 4);
+    drop(c);
     let _ = Command::new("podman").args(["rmi", "-f", &tag]).output();
 }
