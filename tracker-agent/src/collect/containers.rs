@@ -261,7 +261,7 @@ fn walk(dir: &Path, rel: &str, depth: usize, f: &mut dyn FnMut(&str)) {
 /// Reads cgroup files with one reused buffer.
 pub struct Reader {
     h: Hierarchies,
-    buf: String,
+    bytes: Vec<u8>,
 }
 
 fn value(text: &str, key: &str) -> Option<u64> {
@@ -298,7 +298,7 @@ impl Reader {
     pub fn new(h: Hierarchies) -> Reader {
         Reader {
             h,
-            buf: String::new(),
+            bytes: Vec::with_capacity(4096),
         }
     }
 
@@ -312,14 +312,13 @@ impl Reader {
 
     /// The file's text, or None (gone, not enabled).
     fn text(&mut self, base: Option<&PathBuf>, rel: &str, file: &str) -> Option<&str> {
-        use std::io::Read as _;
+        // open, one read, close: `read_to_string` would add a statx and an lseek
+        // per file (measured with strace: 6 system calls a file, now 3), and a
+        // node reads about ten files per container per interval.
         let path = base?.join(rel).join(file);
-        self.buf.clear();
-        std::fs::File::open(path)
-            .ok()?
-            .read_to_string(&mut self.buf)
-            .ok()?;
-        Some(&self.buf)
+        let f = std::fs::File::open(path).ok()?;
+        super::pread_all(&f, &mut self.bytes, false).ok()?;
+        std::str::from_utf8(&self.bytes).ok()
     }
 
     fn number(&mut self, base: Option<&PathBuf>, rel: &str, file: &str) -> Option<u64> {

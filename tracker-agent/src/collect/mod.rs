@@ -162,7 +162,7 @@ impl CachedFile {
 }
 
 /// Reads from offset 0 to the end into `buf` (keeping its capacity between calls).
-fn pread_all(f: &File, buf: &mut Vec<u8>, records: bool) -> io::Result<()> {
+pub(crate) fn pread_all(f: &File, buf: &mut Vec<u8>, records: bool) -> io::Result<()> {
     let cap = buf.capacity().max(4096);
     buf.clear();
     buf.resize(cap, 0);

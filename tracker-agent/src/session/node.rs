@@ -149,6 +149,7 @@ pub fn run(st: NodeSettings) -> anyhow::Result<i32> {
         let mut int = signal(SignalKind::interrupt()).context("SIGINT handler")?;
         let mut model = NodeModel::default();
         let mut tops = std::collections::HashMap::new();
+        let mut id_cache: std::collections::HashMap<String, u64> = std::collections::HashMap::new();
         // NVIDIA GPUs through NVML, probed once.
         let mut gpus = crate::collect::gpu::GpuCollector::new(&st.roots);
         if gpus.active() && !crate::engine::ebpf::in_host_pid_ns() {
@@ -180,9 +181,18 @@ pub fn run(st: NodeSettings) -> anyhow::Result<i32> {
             let mut unnamed = false;
             let mut found = found;
             if life.is_some() {
+                // A directory keeps its inode for its life: looked up once.
+                let mut next = std::collections::HashMap::with_capacity(found.len());
                 for f in &mut found {
-                    f.cgroup_id = reader.cgroup_id(&f.rel);
+                    f.cgroup_id = match id_cache.get(&f.rel) {
+                        Some(id) => Some(*id),
+                        None => reader.cgroup_id(&f.rel),
+                    };
+                    if let Some(id) = f.cgroup_id {
+                        next.insert(f.rel.clone(), id);
+                    }
                 }
+                id_cache = next;
             }
             let ids: std::collections::HashSet<u64> =
                 found.iter().filter_map(|f| f.cgroup_id).collect();
