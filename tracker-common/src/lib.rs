@@ -53,10 +53,6 @@ pub const GRAVEYARD_KEY: u32 = 1 << 31;
 /// it, at every start; the syscalls per sample shrink.
 pub const PROBE_BATCH: usize = 24;
 
-/// Set in the probe's return value when a reading found the ring full: the members
-/// it could not read are read from /proc.
-pub const PROBE_MISSED: u32 = 1 << 31;
-
 /// A thread's figures that only grow, as the kernel keeps them; in a tree's totals,
 /// the sum over its retired threads.
 #[repr(C)]
@@ -210,6 +206,11 @@ pub struct Offsets {
     /// 1 when `sched_process_exit` passes `group_dead` as its 2nd argument (6.16+).
     pub exit_has_group_dead: u32,
     pub signal_live: u32,
+    /// `task->ioac.rchar` when rchar, wchar, read_bytes and write_bytes sit at +0, +8,
+    /// +32 and +40 (CONFIG_TASK_XACCT and CONFIG_TASK_IO_ACCOUNTING both on, as in
+    /// every major distribution), so one read takes all four; else `NO_FIELD`, and
+    /// the programs report no I/O.
+    pub task_io_block: u32,
     /// `task->exit_state` (`EXIT_ZOMBIE`/`EXIT_DEAD` bits).
     pub task_exit_state: u32,
     /// `task->mm`.

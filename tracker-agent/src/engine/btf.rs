@@ -346,6 +346,22 @@ impl<'a> Btf<'a> {
         let s = "signal_struct";
         let exit_args = self.tracepoint_args("sched_process_exit")?;
         let (mm_rss_stat, rss_stride, rss_count) = self.rss_layout()?;
+        // The programs read utime and stime together, and the four I/O counters.
+        if self.required(t, "stime")? != self.required(t, "utime")? + 8 {
+            return Err(BtfError::Missing(
+                "task_struct.stime right after utime".into(),
+            ));
+        }
+        let io = [
+            self.optional(t, "ioac.rchar")?,
+            self.optional(t, "ioac.wchar")?,
+            self.optional(t, "ioac.read_bytes")?,
+            self.optional(t, "ioac.write_bytes")?,
+        ];
+        let task_io_block = match io {
+            [r, w, rb, wb] if r != NO_FIELD && w == r + 8 && rb == r + 32 && wb == r + 40 => r,
+            _ => NO_FIELD,
+        };
         Ok(Offsets {
             task_pid: self.required(t, "pid")?,
             task_tgid: self.required(t, "tgid")?,
@@ -370,6 +386,7 @@ impl<'a> Btf<'a> {
             signal_maxrss: self.required(s, "maxrss")?,
             exit_has_group_dead: u32::from(exit_args >= 2),
             signal_live: self.required(s, "live")?,
+            task_io_block,
             task_exit_state: self.required(t, "exit_state")?,
             task_mm: self.required(t, "mm")?,
             mm_rss_stat,
@@ -426,6 +443,8 @@ mod tests {
         if fmt.contains("group_dead") {
             assert_eq!(o.exit_has_group_dead, 1);
         }
+        // Both I/O configs on here: one read takes the four counters.
+        assert_eq!(o.task_io_block, o.task_io_rchar, "{o:?}");
         // 6.2+: an array of percpu_counter, whose `count` follows its raw spinlock.
         assert_ne!(o.mm_rss_stat, tracker_common::NO_FIELD, "{o:?}");
         assert!(o.rss_stride >= 16 && o.rss_count >= 4, "{o:?}");

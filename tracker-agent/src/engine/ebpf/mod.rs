@@ -28,8 +28,8 @@ use aya::{
 };
 use tracker_common::{
     Event, Figures, LiveReading, TaskInfo, TreeStats, EVENT_EXEC, EVENT_EXIT,
-    EVENT_FLAG_SHARED_TID, EVENT_FORK, GRAVEYARD_KEY, PROBE_BATCH, PROBE_MISSED,
-    READING_FLAG_EXITED, READING_FLAG_ZOMBIE, TASK_FLAG_EXITED, TASK_FLAG_ROOT,
+    EVENT_FLAG_SHARED_TID, EVENT_FORK, GRAVEYARD_KEY, PROBE_BATCH, READING_FLAG_EXITED,
+    READING_FLAG_ZOMBIE, TASK_FLAG_EXITED, TASK_FLAG_ROOT,
 };
 
 mod ledger;
@@ -241,9 +241,8 @@ impl EbpfEngine {
     }
 
     /// Runs the probe over `keys` (at most `PROBE_BATCH`): retires those dead and off
-    /// the CPU, sends READING records for the others. Its mask: bit i for key i still
-    /// a member, and `PROBE_MISSED`.
-    fn probe(&mut self, keys: &[u32]) -> anyhow::Result<u32> {
+    /// the CPU, sends READING records for the others.
+    fn probe(&mut self, keys: &[u32]) -> anyhow::Result<()> {
         let prog: &mut RawTracePoint = self
             .bpf
             .program_mut(PROBE)
@@ -253,7 +252,8 @@ impl EbpfEngine {
         for (i, &k) in keys.iter().take(PROBE_BATCH).enumerate() {
             opts.args[i / 2] |= u64::from(k) << (32 * (i % 2));
         }
-        Ok(prog.test_run(opts)?.return_value)
+        prog.test_run(opts)?;
+        Ok(())
     }
 
     /// At the end of a run: retires every member that has exited, which is possible
@@ -266,21 +266,17 @@ impl EbpfEngine {
             if exited.is_empty() || t0.elapsed() >= limit {
                 break;
             }
-            let mut kept = 0;
             for batch in exited.chunks(PROBE_BATCH) {
-                match self.probe(batch) {
-                    Ok(mask) => kept += (mask & !PROBE_MISSED).count_ones(),
-                    Err(e) => {
-                        log::warn!("running the probe program failed: {e}; exits are counted when the kernel frees them");
-                        return t0.elapsed();
-                    }
+                if let Err(e) = self.probe(batch) {
+                    log::warn!("running the probe program failed: {e}; exits are counted when the kernel frees them");
+                    return t0.elapsed();
                 }
             }
-            // Some are still on a CPU, or the RCU free retired them meanwhile; the
-            // next listing tells which.
-            if kept > 0 {
-                std::thread::sleep(Duration::from_micros(200));
+            // Those left are still on a CPU; the next listing tells.
+            if self.listing().exited.is_empty() {
+                break;
             }
+            std::thread::sleep(Duration::from_micros(200));
         }
         t0.elapsed()
     }
@@ -321,9 +317,10 @@ impl EbpfEngine {
                 Some(self.ledger.retire(ev)?)
             }
             EVENT_EXEC => {
-                // A non-leader exec: the old leader waits under a key of its own,
-                // and the exec'ing thread's old tid leaves the map.
+                // A non-leader exec: the exec'ing thread's entry moved to the
+                // leader's tid, and the old leader waits under a key of its own.
                 if ev.tid != ev.pid {
+                    self.roster.remove(&ev.tid);
                     self.enrol(GRAVEYARD_KEY | ev.pid, ev.pid);
                     self.enrol(ev.pid, ev.pid);
                 }
@@ -361,14 +358,7 @@ impl EbpfEngine {
         let mut ok = true;
         for batch in keys.chunks(PROBE_BATCH) {
             match self.probe(batch) {
-                Ok(mask) => {
-                    log::trace!("probe {batch:?}: {mask:#x}");
-                    for (i, k) in batch.iter().enumerate() {
-                        if mask & (1 << i) == 0 {
-                            self.roster.remove(k);
-                        }
-                    }
-                }
+                Ok(()) => {}
                 Err(e) => {
                     crate::warn::warn_once(
                         "ebpf.probe",
@@ -387,12 +377,24 @@ impl EbpfEngine {
             return None;
         }
         // Members still here without a reading: not seen by the kernel yet (a root
-        // before its exec, members of an attached tree) or missed on a full ring.
+        // before its exec, members of an attached tree), missed on a full ring, or
+        // retired with their EXIT record lost on a full ring. Only those still in the
+        // map are read from /proc: a retired zombie's /proc files outlive it until
+        // its reaper comes, and with records lost its figures are in the kernel's
+        // totals already.
         let mut rest: StdHashMap<u32, Vec<u32>> = StdHashMap::new();
+        let mut gone = Vec::new();
         for (&key, m) in &self.roster {
-            if m.read_in != self.pass && key & GRAVEYARD_KEY == 0 {
-                rest.entry(m.tgid).or_default().push(key);
+            if m.read_in == self.pass || key & GRAVEYARD_KEY != 0 {
+                continue;
             }
+            match self.tasks.get(&key, 0) {
+                Ok(info) if info.tree == self.tree => rest.entry(info.tgid).or_default().push(key),
+                _ => gone.push(key),
+            }
+        }
+        for key in gone {
+            self.roster.remove(&key);
         }
         Some(rest)
     }
@@ -407,6 +409,7 @@ impl EbpfEngine {
         read_now: &mut Figures,
     ) -> HashSet<u32> {
         let mut alive = HashSet::new();
+        let mut gone = Vec::new();
         let buf = &mut self.buf;
         for (&tgid, tids) in live {
             let files = &mut self.files;
@@ -418,7 +421,10 @@ impl EbpfEngine {
                     .read(tgid, tid, Kind::Schedstat, buf)
                     .and_then(|_| buf.split_ascii_whitespace().next()?.parse::<u64>().ok())
                 else {
-                    // Gone from /proc before retiring: its last reading stands.
+                    // Gone from /proc before retiring: its last reading stands, and
+                    // its retirement comes as a record (or, were that lost, in the
+                    // kernel's totals), so the probe need not ask for it again.
+                    gone.push(tid);
                     continue;
                 };
                 // Each thread's own I/O: a process's /proc/PID/io also holds its
@@ -459,6 +465,9 @@ impl EbpfEngine {
             }
         }
         self.files.sweep();
+        for tid in gone {
+            self.roster.remove(&tid);
+        }
         alive
     }
 
