@@ -48,9 +48,10 @@ pub const TASK_FLAG_ROOT: u32 = 4;
 /// a non-leader exec displaced waits here, keyed by its tgid, until it retires.
 pub const GRAVEYARD_KEY: u32 = 1 << 31;
 
-/// Tids the sweep program takes per run, two per `u64` argument. The verifier's time
-/// grows with it (~1 ms a tid here, at every start), the syscalls per exit shrink.
-pub const SWEEP_BATCH: usize = 8;
+/// Keys the probe program takes per run, two per `u64` argument (the kernel passes at
+/// most 12 arguments to a raw tracepoint's test run). The verifier's time grows with
+/// it, at every start; the syscalls per sample shrink.
+pub const PROBE_BATCH: usize = 24;
 
 /// A thread's figures that only grow, as the kernel keeps them; in a tree's totals,
 /// the sum over its retired threads.
@@ -116,6 +117,39 @@ pub const EVENT_FLAG_GROUP_DEAD: u32 = 1;
 /// EXIT record of an old leader that a non-leader exec displaced: its tid is now
 /// another member's, whose reading stays.
 pub const EVENT_FLAG_SHARED_TID: u32 = 2;
+/// FORK record of a thread (not shown as a process event; it makes the thread a
+/// member user space reads).
+pub const EVENT_FLAG_THREAD: u32 = 4;
+
+/// A live member's figures now, sent by the probe program (see [`LiveReading`]).
+pub const EVENT_READING: u32 = 4;
+
+/// READING of a thread that has passed `sched_process_exit` but is still on a CPU.
+pub const READING_FLAG_EXITED: u32 = 1;
+/// READING of a leader that is a zombie (or dead): its process is no longer live,
+/// as /proc/PID/stat would say `Z`.
+pub const READING_FLAG_ZOMBIE: u32 = 2;
+
+/// One member's figures, read by the probe program at user space's demand: what
+/// /proc/PID/task/TID/schedstat, /proc/PID/task/TID/io and (for a leader)
+/// /proc/PID/stat would show, from the same kernel fields, in one record.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LiveReading {
+    /// `EVENT_READING`.
+    pub kind: u32,
+    /// The member's key (its tid).
+    pub tid: u32,
+    /// Its tgid.
+    pub pid: u32,
+    /// `READING_FLAG_*` bits.
+    pub flags: u32,
+    /// Leader only: the process's resident pages as /proc/PID/stat counts them
+    /// (file + anon + shmem of its mm); 0 for other threads.
+    pub rss_pages: u64,
+    /// CPU (`se.sum_exec_runtime`), tick times and I/O of this thread alone.
+    pub fig: Figures,
+}
 
 /// One record of the ordered event stream (ring buffer). FORK is sent for new
 /// processes, EXEC for each exec, EXIT for every thread when it retires (after its
@@ -172,7 +206,23 @@ pub struct Offsets {
     /// 1 when `sched_process_exit` passes `group_dead` as its 2nd argument (6.16+).
     pub exit_has_group_dead: u32,
     pub signal_live: u32,
-    pub _pad: u32,
+    /// `task->ioac.rchar` when rchar, wchar, read_bytes and write_bytes sit at +0, +8,
+    /// +32 and +40 (CONFIG_TASK_XACCT and CONFIG_TASK_IO_ACCOUNTING both on, as in
+    /// every major distribution), so one read takes all four; else `NO_FIELD`, and
+    /// the programs report no I/O.
+    pub task_io_block: u32,
+    /// `task->exit_state` (`EXIT_ZOMBIE`/`EXIT_DEAD` bits).
+    pub task_exit_state: u32,
+    /// `task->mm`.
+    pub task_mm: u32,
+    /// `mm->rss_stat[0]`, or `NO_FIELD` where its layout is not understood (RSS is
+    /// then read from /proc).
+    pub mm_rss_stat: u32,
+    /// Bytes from one `rss_stat` counter to the next (a `percpu_counter` since 6.2,
+    /// an `atomic_long_t` before).
+    pub rss_stride: u32,
+    /// Offset of the counter's value in one element (`percpu_counter.count`).
+    pub rss_count: u32,
 }
 
 /// `TASK_DEAD` in `task->__state`: set just before the final context switch.
@@ -183,12 +233,13 @@ pub const NO_FIELD: u32 = u32::MAX;
 
 #[cfg(feature = "user")]
 mod pod {
-    // SAFETY: all four are repr(C), Copy, made of integers (or of `Figures`, itself
+    // SAFETY: all five are repr(C), Copy, made of integers (or of `Figures`, itself
     // only u64s), with explicit padding.
     unsafe impl aya::Pod for super::TaskInfo {}
     unsafe impl aya::Pod for super::TreeStats {}
     unsafe impl aya::Pod for super::Event {}
     unsafe impl aya::Pod for super::Offsets {}
+    unsafe impl aya::Pod for super::LiveReading {}
 }
 
 /// The node agent's per-cgroup process life cycle, counted by the node programs

@@ -250,6 +250,11 @@ impl<'a> Btf<'a> {
 
     /// Byte offset of a dotted member path, e.g. `("task_struct", "se.sum_exec_runtime")`.
     pub fn offset_of(&self, strukt: &str, path: &str) -> Result<Option<u32>, BtfError> {
+        Ok(self.member_at(strukt, path)?.map(|(off, _)| off))
+    }
+
+    /// Byte offset and type id of a dotted member path.
+    fn member_at(&self, strukt: &str, path: &str) -> Result<Option<(u32, u32)>, BtfError> {
         let mut id = self.find_struct(strukt)?;
         let mut bits = 0u32;
         for part in path.split('.') {
@@ -266,7 +271,44 @@ impl<'a> Btf<'a> {
                 "{strukt}.{path} is a bitfield"
             )));
         }
-        Ok(Some(bits / 8))
+        Ok(Some((bits / 8, id)))
+    }
+
+    /// Where `mm_struct.rss_stat`'s counters are: (offset of the first, bytes from
+    /// one to the next, offset of the value in one), or `NO_FIELD`s. An array of
+    /// `percpu_counter` since 6.2 (the value is its `count`), before that a
+    /// `struct mm_rss_stat` holding an array of `atomic_long_t`.
+    fn rss_layout(&self) -> Result<(u32, u32, u32), BtfError> {
+        const NONE: (u32, u32, u32) = (NO_FIELD, 0, 0);
+        let Some((mut off, mut id)) = self.member_at("mm_struct", "rss_stat")? else {
+            return Ok(NONE);
+        };
+        let mut t = self.ty(self.strip(id)?)?;
+        if t.kind == KIND_STRUCT {
+            let Some((bits, ty)) = self.member(self.strip(id)?, "count")? else {
+                return Ok(NONE);
+            };
+            off += bits / 8;
+            id = ty;
+            t = self.ty(self.strip(id)?)?;
+        }
+        // An array's body: element type, index type, element count.
+        if t.kind != KIND_ARRAY || u32_at(self.tsec, t.body + 8)? < 4 {
+            return Ok(NONE);
+        }
+        let elem_id = self.strip(u32_at(self.tsec, t.body)?)?;
+        let elem = self.ty(elem_id)?;
+        match elem.kind {
+            KIND_STRUCT if self.str_at(elem.name) == b"percpu_counter" => {
+                match self.member(elem_id, "count")? {
+                    Some((bits, _)) if bits % 8 == 0 => Ok((off, elem.size_or_type, bits / 8)),
+                    _ => Ok(NONE),
+                }
+            }
+            // atomic_long_t: a struct of one `counter`.
+            KIND_STRUCT if elem.size_or_type == 8 => Ok((off, 8, 0)),
+            _ => Ok(NONE),
+        }
     }
 
     fn required(&self, strukt: &str, path: &str) -> Result<u32, BtfError> {
@@ -303,6 +345,23 @@ impl<'a> Btf<'a> {
         let t = "task_struct";
         let s = "signal_struct";
         let exit_args = self.tracepoint_args("sched_process_exit")?;
+        let (mm_rss_stat, rss_stride, rss_count) = self.rss_layout()?;
+        // The programs read utime and stime together, and the four I/O counters.
+        if self.required(t, "stime")? != self.required(t, "utime")? + 8 {
+            return Err(BtfError::Missing(
+                "task_struct.stime right after utime".into(),
+            ));
+        }
+        let io = [
+            self.optional(t, "ioac.rchar")?,
+            self.optional(t, "ioac.wchar")?,
+            self.optional(t, "ioac.read_bytes")?,
+            self.optional(t, "ioac.write_bytes")?,
+        ];
+        let task_io_block = match io {
+            [r, w, rb, wb] if r != NO_FIELD && w == r + 8 && rb == r + 32 && wb == r + 40 => r,
+            _ => NO_FIELD,
+        };
         Ok(Offsets {
             task_pid: self.required(t, "pid")?,
             task_tgid: self.required(t, "tgid")?,
@@ -327,7 +386,12 @@ impl<'a> Btf<'a> {
             signal_maxrss: self.required(s, "maxrss")?,
             exit_has_group_dead: u32::from(exit_args >= 2),
             signal_live: self.required(s, "live")?,
-            _pad: 0,
+            task_io_block,
+            task_exit_state: self.required(t, "exit_state")?,
+            task_mm: self.required(t, "mm")?,
+            mm_rss_stat,
+            rss_stride,
+            rss_count,
         })
     }
 }
@@ -379,6 +443,11 @@ mod tests {
         if fmt.contains("group_dead") {
             assert_eq!(o.exit_has_group_dead, 1);
         }
+        // Both I/O configs on here: one read takes the four counters.
+        assert_eq!(o.task_io_block, o.task_io_rchar, "{o:?}");
+        // 6.2+: an array of percpu_counter, whose `count` follows its raw spinlock.
+        assert_ne!(o.mm_rss_stat, tracker_common::NO_FIELD, "{o:?}");
+        assert!(o.rss_stride >= 16 && o.rss_count >= 4, "{o:?}");
         // Every SMP kernel has on_cpu, which the sweep relies on.
         assert_ne!(o.task_on_cpu, tracker_common::NO_FIELD);
         assert_eq!(btf.offset_of("task_struct", "no_such_field").unwrap(), None);

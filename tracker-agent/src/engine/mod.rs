@@ -53,7 +53,7 @@ impl Engine {
     /// Live processes of the tree (eBPF: the task map; procfs: the last walk).
     pub fn live_pids(&self) -> HashSet<u32> {
         match self {
-            Engine::Ebpf(e) => e.live_tasks().into_keys().collect(),
+            Engine::Ebpf(e) => e.live_pids(),
             Engine::Procfs(e) => e.live_pids().collect(),
         }
     }

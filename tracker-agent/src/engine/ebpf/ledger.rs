@@ -1,9 +1,9 @@
 //! The per-thread ledger: retired threads' final figures from their EXIT records,
 //! and each live thread's last reading until its record arrives.
 
-use std::collections::HashMap as StdHashMap;
-
 use tracker_common::{Event, Figures, EVENT_FLAG_GROUP_DEAD, EVENT_FLAG_SHARED_TID};
+
+use super::IdMap;
 
 /// Raises each figure of `f` to at least `floor`'s.
 pub(super) fn at_least(f: &mut Figures, floor: &Figures) {
@@ -22,9 +22,9 @@ pub(super) fn at_least(f: &mut Figures, floor: &Figures) {
 pub(super) struct Ledger {
     retired: Figures,
     /// Live readings carry no tick times (the split comes from /proc/PID/stat).
-    live: StdHashMap<u32, Figures>,
+    live: IdMap<Figures>,
     /// CPU of a process's retired threads, until its last thread retires.
-    proc_cpu: StdHashMap<u32, u64>,
+    proc_cpu: IdMap<u64>,
 }
 
 /// Bounds the per-process accumulators (a thread retiring after its process's last

@@ -9,12 +9,12 @@ use aya::{
 };
 use tracker_common::Figures;
 
-use super::{EbpfEngine, Ledger, SWEEP};
+use super::{EbpfEngine, Ledger, PROBE};
 use crate::engine::{btf::Btf, procread};
 
 pub(super) static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tracker"));
 
-/// Attached for the tree's life cycle. Threads retire through `SWEEP` at each sample
+/// Attached for the tree's life cycle. Threads retire through `PROBE` at each sample
 /// once dead and off the CPU, or at `sched_process_free` if that comes first.
 const TRACEPOINTS: [&str; 4] = [
     "sched_process_fork",
@@ -131,6 +131,7 @@ impl EbpfEngine {
         drop(data);
         let t_parsed = t0.elapsed();
         log::debug!("kernel offsets: {offsets:?}");
+        let rss_in_kernel = offsets.mm_rss_stat != tracker_common::NO_FIELD;
         let mut bpf = loader_without_btf()
             .btf(None)
             .override_global("OFFSETS", &offsets, true)
@@ -139,7 +140,7 @@ impl EbpfEngine {
             .load(OBJECT)
             .map_err(|e| classify(String::new(), &e))?;
         let t_maps = t0.elapsed();
-        for name in TRACEPOINTS.into_iter().chain([SWEEP]) {
+        for name in TRACEPOINTS.into_iter().chain([PROBE]) {
             let prog: &mut RawTracePoint = bpf
                 .program_mut(name)
                 .ok_or_else(|| {
@@ -211,6 +212,13 @@ impl EbpfEngine {
             buf: String::new(),
             files: procread::FileCache::default(),
             live_max_rss_kib: 0,
+            roster: Default::default(),
+            pass: 0,
+            readings: Vec::new(),
+            keys: Vec::new(),
+            lost_seen: 0,
+            live_pids: Default::default(),
+            rss_in_kernel,
             _stats_fd: stats_fd,
             load_ms: t0.elapsed().as_secs_f64() * 1e3,
         })

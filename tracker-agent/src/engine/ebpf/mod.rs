@@ -2,15 +2,21 @@
 //! reads their totals.
 //!
 //! Every thread of the tree retires in the kernel once dead and off the CPU (the
-//! sweep program, run here at each sample, or its RCU free), with an EXIT record
-//! that carries its final CPU and I/O. Live threads, listed by the
-//! kernel's own task map (so cost follows the tree, not the host), are read from
-//! /proc. A per-thread ledger joins the two: a thread counts with its last live
-//! reading until its record arrives, then with its final figures, so totals never go
-//! back and nothing is counted twice, whatever the order of exits, reaping and reads.
+//! probe program, run here at each sample, or its RCU free), with an EXIT record
+//! that carries its final CPU and I/O. Live threads are read by the same probe, which
+//! sends a READING record per member with the fields /proc would show (CPU, I/O,
+//! and for a leader its state and RSS): one syscall per 24 members instead of ~3
+//! /proc reads each. User space knows the members from the ring's FORK records, so
+//! it never walks the task map (a scan of all its buckets, 65,536 by default, took
+//! ~13 % of a sample). A per-thread ledger joins readings and exits: a thread counts
+//! with its last live reading until its record arrives, then with its final
+//! figures, so totals never go back and nothing is counted twice, whatever the order
+//! of exits, reaping and reads. Members the kernel cannot read (attached with
+//! `--pid`, or a root before its exec) are read from /proc as before.
 
 use std::{
-    collections::HashMap as StdHashMap,
+    collections::{HashMap as StdHashMap, HashSet},
+    hash::{BuildHasherDefault, Hasher},
     os::fd::OwnedFd,
     time::{Duration, Instant},
 };
@@ -21,8 +27,9 @@ use aya::{
     Ebpf,
 };
 use tracker_common::{
-    Event, Figures, TaskInfo, TreeStats, EVENT_EXEC, EVENT_EXIT, GRAVEYARD_KEY, SWEEP_BATCH,
-    TASK_FLAG_EXITED, TASK_FLAG_ROOT,
+    Event, Figures, LiveReading, TaskInfo, TreeStats, EVENT_EXEC, EVENT_EXIT,
+    EVENT_FLAG_SHARED_TID, EVENT_FORK, GRAVEYARD_KEY, PROBE_BATCH, READING_FLAG_EXITED,
+    READING_FLAG_ZOMBIE, TASK_FLAG_EXITED, TASK_FLAG_ROOT,
 };
 
 mod ledger;
@@ -36,10 +43,32 @@ use super::{
     ProcEvent, ReadOpts, TreeTotals,
 };
 use ledger::{at_least, Ledger};
-use records::{decode_event, proc_event};
+use records::{decode, proc_event, Record};
 
 /// Run on demand (`BPF_PROG_TEST_RUN`), never attached.
-const SWEEP: &str = "sweep";
+const PROBE: &str = "probe";
+
+/// Tids and tgids are small, distinct integers: hashing them as they are is enough
+/// (SipHash showed in the per-sample profile).
+#[derive(Default)]
+pub(super) struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        // Spread the low bits a little, so that consecutive pids fill buckets evenly.
+        self.0.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8) | u64::from(b);
+        }
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.0 = u64::from(n);
+    }
+}
+
+pub(super) type IdMap<V> = StdHashMap<u32, V, BuildHasherDefault<IdHasher>>;
 
 /// The task map's members of one tree.
 #[derive(Debug, Default)]
@@ -48,6 +77,23 @@ struct Listing {
     live: StdHashMap<u32, Vec<u32>>,
     /// Keys of members that have exited and wait to retire.
     exited: Vec<u32>,
+}
+
+/// A member user space reads, by its key in the task map.
+#[derive(Clone, Copy, Debug)]
+struct Member {
+    tgid: u32,
+    /// The reading pass that last got a READING record for it.
+    read_in: u32,
+}
+
+/// One process's share of a pass's readings.
+#[derive(Clone, Copy, Debug, Default)]
+struct ProcGauge {
+    /// The leader's reading: (zombie, resident pages).
+    leader: Option<(bool, u64)>,
+    /// Threads read that have not exited.
+    threads: u64,
 }
 
 pub struct EbpfEngine {
@@ -68,6 +114,20 @@ pub struct EbpfEngine {
     files: procread::FileCache,
     /// Largest RSS seen of live members (KiB), since they may exit between readings.
     live_max_rss_kib: u64,
+    /// Members by key, from the registration and the ring's FORK and EXEC records.
+    roster: IdMap<Member>,
+    /// Bumped at each reading pass.
+    pass: u32,
+    /// This pass's READING records.
+    readings: Vec<LiveReading>,
+    /// Scratch: the roster's keys for this pass.
+    keys: Vec<u32>,
+    /// Lost records already answered by re-listing the members from the task map.
+    lost_seen: u64,
+    /// Processes live at the last reading (for the GPU collector).
+    live_pids: HashSet<u32>,
+    /// The running kernel's `mm->rss_stat` layout is known: the probe reads RSS.
+    rss_in_kernel: bool,
     _stats_fd: Option<OwnedFd>,
     /// BPF run-time statistics are being collected (ours or the sysctl).
     stats_enabled: bool,
@@ -89,6 +149,7 @@ impl EbpfEngine {
             task: 0,
         };
         self.tasks.insert(pid, info, 0)?;
+        self.enrol(pid, pid);
         if existing {
             // Programs are attached already: a fork after this point is seen by the
             // kernel; one before it is found here.
@@ -103,6 +164,7 @@ impl EbpfEngine {
                     };
                     // NOEXIST (1): the kernel may have inserted it already.
                     let _ = self.tasks.insert(tid, info, 1);
+                    self.enrol(tid, tgid);
                 }
             }
         }
@@ -130,7 +192,8 @@ impl EbpfEngine {
         Ok(t)
     }
 
-    /// Members not retired yet, from the kernel's task map.
+    /// Members not retired yet, from the kernel's task map. A walk of every bucket:
+    /// only for the end of a run and after lost records, never per sample.
     fn listing(&self) -> Listing {
         let mut l = Listing::default();
         for item in self.tasks.iter() {
@@ -151,35 +214,48 @@ impl EbpfEngine {
         l
     }
 
-    /// Live members as (tgid → tids).
-    pub fn live_tasks(&self) -> StdHashMap<u32, Vec<u32>> {
-        self.listing().live
+    fn enrol(&mut self, key: u32, tgid: u32) {
+        self.roster
+            .entry(key)
+            .or_insert(Member { tgid, read_in: 0 })
+            .tgid = tgid;
     }
 
-    /// Retires the given exited members that are off the CPU (their figures final);
-    /// returns how many it retired. Their EXIT records are in the ring.
-    fn sweep(&mut self, keys: &[u32]) -> usize {
-        let Some(prog) = self.bpf.program_mut(SWEEP) else {
-            return 0;
-        };
-        let Ok(prog) = <&mut RawTracePoint>::try_from(prog) else {
-            return 0;
-        };
-        let mut retired = 0;
-        for batch in keys.chunks(SWEEP_BATCH) {
-            let mut opts = RawTracePointRunOptions::new();
-            for (i, &k) in batch.iter().enumerate() {
-                opts.args[i / 2] |= u64::from(k) << (32 * (i % 2));
-            }
-            match prog.test_run(opts) {
-                Ok(r) => retired += r.return_value as usize,
-                Err(e) => {
-                    log::warn!("running the sweep program failed: {e}; exits are counted when the kernel frees them");
-                    return retired;
-                }
+    /// Records were lost (FORKs among them, perhaps): the members are listed again
+    /// from the task map.
+    fn relist(&mut self) {
+        let l = self.listing();
+        for (tgid, tids) in l.live {
+            for tid in tids {
+                self.enrol(tid, tgid);
             }
         }
-        retired
+        for key in l.exited {
+            if key & GRAVEYARD_KEY != 0 {
+                self.enrol(key, key & !GRAVEYARD_KEY);
+            }
+        }
+    }
+
+    /// Processes live at the last reading.
+    pub fn live_pids(&self) -> HashSet<u32> {
+        self.live_pids.clone()
+    }
+
+    /// Runs the probe over `keys` (at most `PROBE_BATCH`): retires those dead and off
+    /// the CPU, sends READING records for the others.
+    fn probe(&mut self, keys: &[u32]) -> anyhow::Result<()> {
+        let prog: &mut RawTracePoint = self
+            .bpf
+            .program_mut(PROBE)
+            .ok_or_else(|| anyhow::anyhow!("program {PROBE} missing"))?
+            .try_into()?;
+        let mut opts = RawTracePointRunOptions::new();
+        for (i, &k) in keys.iter().take(PROBE_BATCH).enumerate() {
+            opts.args[i / 2] |= u64::from(k) << (32 * (i % 2));
+        }
+        prog.test_run(opts)?;
+        Ok(())
     }
 
     /// At the end of a run: retires every member that has exited, which is possible
@@ -192,11 +268,17 @@ impl EbpfEngine {
             if exited.is_empty() || t0.elapsed() >= limit {
                 break;
             }
-            // Fewer retired than listed: some are still on a CPU, or the RCU free
-            // retired them meanwhile; the next listing tells which.
-            if self.sweep(&exited) < exited.len() {
-                std::thread::sleep(Duration::from_micros(200));
+            for batch in exited.chunks(PROBE_BATCH) {
+                if let Err(e) = self.probe(batch) {
+                    log::warn!("running the probe program failed: {e}; exits are counted when the kernel frees them");
+                    return t0.elapsed();
+                }
             }
+            // Those left are still on a CPU; the next listing tells.
+            if self.listing().exited.is_empty() {
+                break;
+            }
+            std::thread::sleep(Duration::from_micros(200));
         }
         t0.elapsed()
     }
@@ -205,18 +287,45 @@ impl EbpfEngine {
     /// show (forks, execs and process exits).
     pub fn drain(&mut self, ring: &mut RingBuf<MapData>, shown: &mut dyn FnMut(ProcEvent)) {
         while let Some(item) = ring.next() {
-            if let Some(ev) = decode_event(&item).and_then(|ev| self.absorb(&ev)) {
-                shown(ev);
+            let rec = decode(&item);
+            drop(item);
+            match rec {
+                Some(Record::Event(ev)) => {
+                    if let Some(ev) = self.absorb(&ev) {
+                        shown(ev);
+                    }
+                }
+                Some(Record::Reading(r)) => self.take_reading(r),
+                None => {}
             }
         }
     }
 
-    /// Takes one ring record into the ledger; returns the event to show, if any
-    /// (forks, execs and process exits; a thread's own retirement is internal).
+    /// Takes one ring record into the ledger and the roster; returns the event to
+    /// show, if any (process forks, execs and process exits; a thread's own birth and
+    /// retirement are internal).
     fn absorb(&mut self, ev: &Event) -> Option<ProcEvent> {
         let cpu = match ev.kind {
-            EVENT_EXIT => Some(self.ledger.retire(ev)?),
+            EVENT_FORK => {
+                self.enrol(ev.tid, ev.pid);
+                None
+            }
+            EVENT_EXIT => {
+                if ev.flags & EVENT_FLAG_SHARED_TID == 0 {
+                    self.roster.remove(&ev.tid);
+                } else {
+                    self.roster.remove(&(GRAVEYARD_KEY | ev.pid));
+                }
+                Some(self.ledger.retire(ev)?)
+            }
             EVENT_EXEC => {
+                // A non-leader exec: the exec'ing thread's entry moved to the
+                // leader's tid, and the old leader waits under a key of its own.
+                if ev.tid != ev.pid {
+                    self.roster.remove(&ev.tid);
+                    self.enrol(GRAVEYARD_KEY | ev.pid, ev.pid);
+                    self.enrol(ev.pid, ev.pid);
+                }
                 self.ledger.exec(ev);
                 None
             }
@@ -225,37 +334,86 @@ impl EbpfEngine {
         proc_event(ev, cpu)
     }
 
-    /// The tree's totals now. `ring` is drained into the ledger before the listing
-    /// and again after the live members were read (a member that retires in between
-    /// is then counted with its final figures, not missed); `shown` gets the events
-    /// it held.
-    pub fn read(
+    fn take_reading(&mut self, r: LiveReading) {
+        // A reading of a member that retired since is superseded by its EXIT record,
+        // which the ring orders after it.
+        if let Some(m) = self.roster.get_mut(&r.tid) {
+            m.read_in = self.pass;
+            self.ledger.reading(r.tid, r.fig);
+            self.readings.push(r);
+        }
+    }
+
+    /// Reads every member in the roster through the probe, draining the ring after
+    /// each run (so that readings never crowd out exit records). Returns the members
+    /// it could not read, by tgid, for /proc; `None` when the probe cannot run.
+    fn read_kernel(
         &mut self,
-        opts: ReadOpts,
-        mut ring: Option<&mut RingBuf<MapData>>,
+        ring: &mut RingBuf<MapData>,
         shown: &mut dyn FnMut(ProcEvent),
-    ) -> anyhow::Result<TreeTotals> {
-        // Room for the sweep's records: what the ring holds now is of threads that
-        // have left the map already, so taking it before the listing is safe.
-        if let Some(r) = ring.as_deref_mut() {
-            self.drain(r, shown);
+    ) -> Option<StdHashMap<u32, Vec<u32>>> {
+        self.pass = self.pass.wrapping_add(1);
+        self.readings.clear();
+        let mut keys = std::mem::take(&mut self.keys);
+        keys.clear();
+        keys.extend(self.roster.keys().copied());
+        let mut ok = true;
+        for batch in keys.chunks(PROBE_BATCH) {
+            match self.probe(batch) {
+                Ok(()) => {}
+                Err(e) => {
+                    crate::warn::warn_once(
+                        "ebpf.probe",
+                        format_args!(
+                            "running the probe program failed: {e}; members are read from /proc"
+                        ),
+                    );
+                    ok = false;
+                    break;
+                }
+            }
+            self.drain(ring, shown);
         }
-        // The kernel's totals before the listing: a thread retires into the totals
-        // before it leaves the map, so each is in one of the two (used when records
-        // were lost).
-        let k = self.kernel_stats()?;
-        let Listing { live, exited } = self.listing();
-        // Exited members off the CPU retire now, into this sample.
-        if !exited.is_empty() {
-            self.sweep(&exited);
+        self.keys = keys;
+        if !ok {
+            return None;
         }
-        let mut t = TreeTotals {
-            pss_bytes: opts.pss.then_some(0),
-            ..Default::default()
-        };
-        let mut read_now = Figures::default();
+        // Members still here without a reading: not seen by the kernel yet (a root
+        // before its exec, members of an attached tree), missed on a full ring, or
+        // retired with their EXIT record lost on a full ring. Only those still in the
+        // map are read from /proc: a retired zombie's /proc files outlive it until
+        // its reaper comes, and with records lost its figures are in the kernel's
+        // totals already.
+        let mut rest: StdHashMap<u32, Vec<u32>> = StdHashMap::new();
+        let mut gone = Vec::new();
+        for (&key, m) in &self.roster {
+            if m.read_in == self.pass || key & GRAVEYARD_KEY != 0 {
+                continue;
+            }
+            match self.tasks.get(&key, 0) {
+                Ok(info) if info.tree == self.tree => rest.entry(info.tgid).or_default().push(key),
+                _ => gone.push(key),
+            }
+        }
+        for key in gone {
+            self.roster.remove(&key);
+        }
+        Some(rest)
+    }
+
+    /// Reads the given members from /proc: CPU from schedstat, I/O per thread and
+    /// the process's state, ticks and RSS from stat. Returns the processes found live.
+    fn read_proc(
+        &mut self,
+        live: &StdHashMap<u32, Vec<u32>>,
+        opts: ReadOpts,
+        t: &mut TreeTotals,
+        read_now: &mut Figures,
+    ) -> HashSet<u32> {
+        let mut alive = HashSet::new();
+        let mut gone = Vec::new();
         let buf = &mut self.buf;
-        for (&tgid, tids) in &live {
+        for (&tgid, tids) in live {
             let files = &mut self.files;
             let st = files
                 .read(tgid, tgid, Kind::Stat, buf)
@@ -265,7 +423,10 @@ impl EbpfEngine {
                     .read(tgid, tid, Kind::Schedstat, buf)
                     .and_then(|_| buf.split_ascii_whitespace().next()?.parse::<u64>().ok())
                 else {
-                    // Gone from /proc before retiring: its last reading stands.
+                    // Gone from /proc before retiring: its last reading stands, and
+                    // its retirement comes as a record (or, were that lost, in the
+                    // kernel's totals), so the probe need not ask for it again.
+                    gone.push(tid);
                     continue;
                 };
                 // Each thread's own I/O: a process's /proc/PID/io also holds its
@@ -290,6 +451,7 @@ impl EbpfEngine {
             if st.state == b'Z' || st.state == b'X' {
                 continue;
             }
+            alive.insert(tgid);
             t.live_procs += 1;
             if tgid == self.root {
                 t.root_alive = true;
@@ -305,6 +467,114 @@ impl EbpfEngine {
             }
         }
         self.files.sweep();
+        for tid in gone {
+            self.roster.remove(&tid);
+        }
+        alive
+    }
+
+    /// The gauges of this pass's kernel readings: live processes and threads, RSS.
+    /// `proc_alive` are the processes /proc found live (a thread the kernel read may
+    /// belong to one whose leader it could not).
+    fn gauges(
+        &mut self,
+        opts: ReadOpts,
+        t: &mut TreeTotals,
+        read_now: &mut Figures,
+        proc_alive: &HashSet<u32>,
+    ) {
+        let mut procs: IdMap<ProcGauge> = IdMap::default();
+        for r in &self.readings {
+            read_now.add(&r.fig);
+            let g = procs.entry(r.pid).or_default();
+            if r.tid == r.pid {
+                g.leader = Some((r.flags & READING_FLAG_ZOMBIE != 0, r.rss_pages));
+            }
+            if r.flags & READING_FLAG_EXITED == 0 {
+                g.threads += 1;
+            }
+        }
+        for (&tgid, g) in &procs {
+            let rss_pages = match g.leader {
+                // As /proc/PID/stat would say `Z`: not live.
+                Some((true, _)) => continue,
+                Some((false, pages)) if self.rss_in_kernel => pages,
+                Some((false, _)) => procread::stat(tgid, &mut self.buf).map_or(0, |s| s.rss_pages),
+                // The leader was read from /proc, which counted the process.
+                None if proc_alive.contains(&tgid) => {
+                    t.live_threads += g.threads;
+                    continue;
+                }
+                // The leader retired (its threads live on): as a zombie leader.
+                None => continue,
+            };
+            self.live_pids.insert(tgid);
+            t.live_procs += 1;
+            t.live_threads += g.threads;
+            if tgid == self.root {
+                t.root_alive = true;
+            }
+            let rss = rss_pages * self.page;
+            t.rss_bytes += rss;
+            self.live_max_rss_kib = self.live_max_rss_kib.max(rss / 1024);
+            if opts.pss {
+                if let (Some(p), Some(acc)) = (
+                    procread::pss_bytes(tgid, &mut self.buf),
+                    t.pss_bytes.as_mut(),
+                ) {
+                    *acc += p;
+                }
+            }
+        }
+    }
+
+    /// The tree's totals now. `ring` is drained into the ledger before the members
+    /// are read, and after each probe run (a member that retires in between is then
+    /// counted with its final figures, not missed); `shown` gets the events it held.
+    pub fn read(
+        &mut self,
+        opts: ReadOpts,
+        mut ring: Option<&mut RingBuf<MapData>>,
+        shown: &mut dyn FnMut(ProcEvent),
+    ) -> anyhow::Result<TreeTotals> {
+        // Room for the probe's records, and the members forked since the last pass.
+        if let Some(r) = ring.as_deref_mut() {
+            self.drain(r, shown);
+        }
+        // The kernel's totals before the reading: a thread retires into the totals
+        // before it leaves the map, so each is in one of the two (used when records
+        // were lost).
+        let k = self.kernel_stats()?;
+        if k.lost_events > self.lost_seen {
+            self.lost_seen = k.lost_events;
+            self.relist();
+        }
+        let mut t = TreeTotals {
+            pss_bytes: opts.pss.then_some(0),
+            ..Default::default()
+        };
+        let mut read_now = Figures::default();
+        self.live_pids.clear();
+        let rest = match ring.as_deref_mut() {
+            Some(r) => self.read_kernel(r, shown),
+            None => None,
+        };
+        let rest = match rest {
+            Some(rest) => rest,
+            // Without the ring (or the probe) every member is read from /proc, and
+            // exited ones retire at their RCU free.
+            None => {
+                self.readings.clear();
+                self.listing().live
+            }
+        };
+        let proc_alive = if rest.is_empty() {
+            HashSet::new()
+        } else {
+            self.read_proc(&rest, opts, &mut t, &mut read_now)
+        };
+        self.live_pids.extend(proc_alive.iter().copied());
+        self.gauges(opts, &mut t, &mut read_now, &proc_alive);
         if let Some(r) = ring {
             self.drain(r, shown);
         }
@@ -312,7 +582,7 @@ impl EbpfEngine {
             self.ledger.total()
         } else {
             // Records were lost: the kernel's totals of threads retired before the
-            // listing, plus the threads listed. A thread retiring between the two
+            // reading, plus the threads read. A thread retiring between the two
             // readings is missed for one sample, never counted twice.
             let mut f = read_now;
             f.add(&k.fig);
