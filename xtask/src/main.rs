@@ -104,6 +104,6 @@ fn main() -> anyhow::Result<()> {
             let dir = build_release()?;
             soak::run(&dir, &args[1..])
         }
-        _ => bail!("usage: cargo xtask setup | test | run -- ARGS | bench [--quick] [--peers | --only-peers] | soak [--minutes N]"),
+        _ => bail!("usage: cargo xtask setup | test | run -- ARGS | bench [--quick] [--peers | --only-peers | --only-cost] | soak [--minutes N]"),
     }
 }
