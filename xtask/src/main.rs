@@ -105,6 +105,6 @@ fn main() -> anyhow::Result<()> {
             let dir = build_release()?;
             soak::run(&dir, &args[1..])
         }
-        _ => bail!("usage: cargo xtask setup | test | run -- ARGS | bench [--quick] [--peers | --only-peers | --node] | soak [--minutes N]"),
+        _ => bail!("usage: cargo xtask setup | test | run -- ARGS | bench [--quick] [--peers | --only-peers | --only-cost | --node] | soak [--minutes N]"),
     }
 }
