@@ -96,6 +96,24 @@ unsafe fn field<T: Copy + Default>(base: *const u8, offset: u32) -> T {
     bpf_probe_read_kernel(base.add(offset as usize) as *const T).unwrap_or_default()
 }
 
+/// At `sched_process_exit(p[, group_dead])`: whether `task` is its process's last
+/// thread, and its `signal` (still allocated while the task exits).
+///
+/// # Safety
+/// `task` must be the tracepoint's task argument (the current, exiting task).
+#[inline(always)]
+unsafe fn exit_group_dead(ctx: &RawTracePointContext, task: *const u8) -> (bool, *const u8) {
+    let o = off();
+    let signal: *const u8 = field::<u64>(task, o.task_signal) as *const u8;
+    let dead = if o.exit_has_group_dead != 0 {
+        ctx.arg::<u64>(1) & 0xff != 0
+    } else {
+        // Older kernels: `signal->live` was already decremented by this thread.
+        field::<i32>(signal, o.signal_live) == 0
+    };
+    (dead, signal)
+}
+
 #[inline(always)]
 fn stats(tree: u32) -> Option<&'static mut TreeStats> {
     let p = TREE_STATS.get_ptr_mut(tree)?;
@@ -260,14 +278,7 @@ pub fn sched_process_exit(ctx: RawTracePointContext) -> u32 {
     info.task = task as u64;
     let o = off();
     // SAFETY: `task` is the tracepoint's task argument (current).
-    let signal: *const u8 = unsafe { field::<u64>(task, o.task_signal) as *const u8 };
-    let group_dead = if o.exit_has_group_dead != 0 {
-        ctx.arg::<u64>(1) & 0xff != 0
-    } else {
-        // Older kernels: `signal->live` was already decremented by this thread.
-        // SAFETY: `signal` of the current, exiting task is still allocated.
-        unsafe { field::<i32>(signal, o.signal_live) == 0 }
-    };
+    let (group_dead, signal) = unsafe { exit_group_dead(&ctx, task) };
     if !group_dead {
         return 0;
     }

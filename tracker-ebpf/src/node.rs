@@ -14,7 +14,7 @@ use tracker_common::{
     CommandCpu, CommandKey, NodeCounts, NodeOffsets, OomVictim, MAX_NODE_CGROUPS, MAX_NODE_COMMANDS,
 };
 
-use super::{field, off};
+use super::{exit_group_dead, field, off};
 
 #[map]
 static NODE_COUNTS: PerCpuHashMap<u64, NodeCounts> =
@@ -103,13 +103,7 @@ pub fn node_exit(ctx: RawTracePointContext) -> u32 {
     let task: *const u8 = ctx.arg(0);
     let o = off();
     // SAFETY: `task` is the tracepoint's task argument (current).
-    let signal: *const u8 = unsafe { field::<u64>(task, o.task_signal) as *const u8 };
-    let group_dead = if o.exit_has_group_dead != 0 {
-        ctx.arg::<u64>(1) & 0xff != 0
-    } else {
-        // SAFETY: `signal` of the current, exiting task is still allocated.
-        unsafe { field::<i32>(signal, o.signal_live) == 0 }
-    };
+    let (group_dead, _) = unsafe { exit_group_dead(&ctx, task) };
     if !group_dead {
         return 0;
     }
