@@ -216,7 +216,8 @@ impl ProcfsEngine {
                 children_of(me, &mut self.buf, &mut roots);
             }
             let all = tree_from(&roots, &mut self.buf);
-            let set = all.keys().copied().collect();
+            let mut set: HashSet<u32> = all.keys().copied().collect();
+            set.remove(&std::process::id());
             return (all, set);
         }
         let all = scan();
@@ -239,6 +240,9 @@ impl ProcfsEngine {
         roots.retain(|p| all.contains_key(p));
         let mut set = HashSet::new();
         walk(&roots, &kids, &mut set);
+        // Attached to an ancestor of the tracker (a Python process tracking itself
+        // starts the tracker as its child): the observer is not part of the job.
+        set.remove(&std::process::id());
         (all, set)
     }
 

@@ -321,6 +321,14 @@ async fn run_loop(
     // The kernel wakes us only when the ring is a quarter full; otherwise it is
     // drained at each sample. (A 100 ms drain timer cost ~1 ms of CPU a second.)
     let mut status: Option<i32> = None;
+    // TRACKER_STOP_WITH_PARENT (set by the Python package): an attached or host-only
+    // tracker stops, as on SIGTERM, once the process that started it is gone (a
+    // killed interpreter must not leave a tracker running for ever). Checked at each
+    // sample: one getppid() call.
+    let parent = (t.command_root.is_none()
+        && std::env::var_os("TRACKER_STOP_WITH_PARENT").is_some_and(|v| v == "1"))
+    // SAFETY: getppid has no preconditions.
+    .then(|| unsafe { libc::getppid() });
     loop {
         tokio::select! {
             _ = tick(&ticker, next) => {
@@ -328,6 +336,11 @@ async fn run_loop(
                 let now = tokio::time::Instant::now();
                 while next <= now {
                     next += period;
+                }
+                // SAFETY: getppid has no preconditions.
+                if parent.is_some_and(|p| p != unsafe { libc::getppid() }) {
+                    log::info!("the process that started the tracker is gone: stopping");
+                    break; // the final sample is written below
                 }
                 emit(&mut lp, ring.as_mut().map(|r| r.get_mut()), sinks);
                 if let Some(Err(e)) = ticker.as_ref().map(|t| t.arm(next.into_std())) {

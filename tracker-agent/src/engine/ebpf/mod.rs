@@ -153,7 +153,14 @@ impl EbpfEngine {
         if existing {
             // Programs are attached already: a fork after this point is seen by the
             // kernel; one before it is found here.
+            // The tracker itself is left out when it descends from the root (a Python
+            // process tracking itself starts it as its child); its later threads are
+            // then forked by a non-member and stay out too.
+            let me = std::process::id();
             for (tgid, tids) in super::procfs::descendants_with_threads(pid) {
+                if tgid == me {
+                    continue;
+                }
                 for tid in tids {
                     let info = TaskInfo {
                         tgid,
