@@ -7,7 +7,7 @@ set -euo pipefail
 log() { echo "setup: $*" >&2; }
 
 # --- Debian packages (tests: sudo for the user-drop test, jq for output checks,
-# prometheus and podman for the node agent) ---
+# prometheus and podman for the node agent, chromium for the report) ---
 need_apt=()
 command -v sudo >/dev/null 2>&1 || need_apt+=(sudo)
 command -v jq >/dev/null 2>&1 || need_apt+=(jq)
@@ -19,6 +19,8 @@ command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)
 command -v podman >/dev/null 2>&1 || need_apt+=(podman)
 command -v runc >/dev/null 2>&1 || need_apt+=(runc)
 command -v objcopy >/dev/null 2>&1 || need_apt+=(binutils)
+# Headless Chromium opens the HTML reports in the report tests.
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     log "installing ${need_apt[*]}"
@@ -105,6 +107,23 @@ else
   "$moto_venv/bin/pip" install -q --disable-pip-version-check "${moto_pkgs[@]}"
   "$moto_venv/bin/python" -c 'import moto.server, boto3, flask, flask_cors'
   echo "$want_moto" > "$moto_venv/.installed"
+fi
+# --- maturin, Metaflow and pandas for the Python package (python/): the wheel is
+# built with this maturin, and the API and Metaflow tests install it beside Metaflow
+# and pandas into fresh virtual environments made from this one's python. ---
+pybuild_venv="$repo/target/py-build"
+pybuild_pkgs=("maturin==1.16.0" "metaflow==2.19.39" "pandas==3.1.1")
+want_pybuild="${pybuild_pkgs[*]}"
+if [ -x "$pybuild_venv/bin/maturin" ] && [ -f "$pybuild_venv/.installed" ] \
+  && [ "$(cat "$pybuild_venv/.installed")" = "$want_pybuild" ]; then
+  :
+else
+  log "creating $pybuild_venv with $want_pybuild"
+  rm -rf "$pybuild_venv"
+  python3 -m venv "$pybuild_venv"
+  "$pybuild_venv/bin/pip" install -q --disable-pip-version-check "${pybuild_pkgs[@]}"
+  "$pybuild_venv/bin/python" -c 'import metaflow, pandas'
+  echo "$want_pybuild" > "$pybuild_venv/.installed"
 fi
 # --- the Rust sibling 0.1.18 (the drop-in test runs it beside ours; the peers
 # benchmark uses the same copy) ---

@@ -1,0 +1,95 @@
+"""Finding the `resource-tracker` executable and running its one-shot commands."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+from typing import List, Optional, Sequence
+
+from .errors import BinaryNotFoundError, TrackerError
+
+DIST_NAME = "resource-tracker-ebpf"
+EXE = "resource-tracker"
+ENV_VAR = "RESOURCE_TRACKER_BINARY"
+
+
+def _from_distribution() -> Optional[Path]:
+    """The executable this package's wheel installed, wherever pip put the scripts
+    (a venv's bin/, ~/.local/bin with --user, a --prefix)."""
+    try:
+        from importlib.metadata import PackageNotFoundError, distribution
+    except ImportError:  # pragma: no cover - Python < 3.8
+        return None
+    try:
+        dist = distribution(DIST_NAME)
+    except PackageNotFoundError:
+        return None
+    for f in dist.files or ():
+        if f.name == EXE:
+            p = Path(str(dist.locate_file(f))).resolve()
+            if p.is_file() and os.access(p, os.X_OK):
+                return p
+    return None
+
+
+def find_binary(explicit: Optional[str] = None) -> Path:
+    """The tracker executable: `explicit`, else $RESOURCE_TRACKER_BINARY, else the one
+    installed with this package, else the scripts directory of this interpreter,
+    else PATH. Raises BinaryNotFoundError naming every place it looked."""
+    tried: List[str] = []
+    for label, cand in (
+        ("binary=", explicit),
+        (ENV_VAR, os.environ.get(ENV_VAR)),
+    ):
+        if cand:
+            p = Path(cand)
+            if p.is_file() and os.access(p, os.X_OK):
+                return p
+            tried.append(f"{label}{cand} (not an executable file)")
+    p = _from_distribution()
+    if p:
+        return p
+    tried.append(f"the files of the installed {DIST_NAME} distribution")
+    scripts = sysconfig.get_path("scripts")
+    if scripts:
+        p = Path(scripts) / EXE
+        if p.is_file() and os.access(p, os.X_OK):
+            return p
+        tried.append(str(p))
+    which = shutil.which(EXE)
+    if which:
+        return Path(which)
+    tried.append("PATH")
+    raise BinaryNotFoundError(
+        f"no `{EXE}` executable found (looked at: {'; '.join(tried)}). "
+        f"Install the {DIST_NAME} wheel into this environment ({sys.executable}) "
+        f"or set {ENV_VAR} to the binary's path."
+    )
+
+
+def run_once(binary: Path, args: Sequence[str], timeout: float = 120.0) -> str:
+    """Run a one-shot subcommand (e.g. `report`) and return its stdout; a failure,
+    a timeout or a signal is a TrackerError carrying the tool's own message."""
+    try:
+        cp = subprocess.run(
+            [str(binary), *args],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired as e:
+        # subprocess.run kills and reaps the child on timeout: nothing is left behind.
+        raise TrackerError(f"`{EXE} {' '.join(args)}` did not finish in {timeout:.0f} s") from e
+    except OSError as e:
+        raise BinaryNotFoundError(f"cannot execute {binary}: {e}") from e
+    if cp.returncode != 0:
+        why = cp.stderr.strip() or cp.stdout.strip() or "no message"
+        if cp.returncode < 0:
+            why = f"killed by signal {-cp.returncode}; {why}"
+        raise TrackerError(f"`{EXE} {' '.join(args)}` failed (exit {cp.returncode}): {why}")
+    return cp.stdout

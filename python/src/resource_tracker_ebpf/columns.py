@@ -1,0 +1,192 @@
+"""From the binary's JSON-lines samples (docs/schema.md) to the Python
+resource-tracker 0.5.0's tables, by the mapping docs/schema.md gives for the CSV's
+first 32 columns. Values are the JSON's, unrounded; nothing is measured here."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Iterable, List, Optional
+
+Row = Dict[str, Any]
+
+# The Python package 0.5.0's column names and order (its SystemTracker and
+# ProcessTracker), then what the binary knows beyond them.
+SYSTEM_COLUMNS = [
+    "timestamp",
+    "processes",
+    "utime",
+    "stime",
+    "cpu_usage",
+    "memory_free_mib",
+    "memory_used_mib",
+    "memory_buffers_mib",
+    "memory_cached_mib",
+    "memory_active_mib",
+    "memory_inactive_mib",
+    "disk_read_bytes",
+    "disk_write_bytes",
+    "disk_space_total_gb",
+    "disk_space_used_gb",
+    "disk_space_free_gb",
+    "net_recv_bytes",
+    "net_sent_bytes",
+    "gpu_usage",
+    "gpu_vram_mib",
+    "gpu_utilized",
+]
+SYSTEM_EXTRA = [
+    "steal_time",
+    "interval_secs",
+    "memory_total_mib",
+    "memory_available_mib",
+    "swap_total_mib",
+    "swap_used_mib",
+    "memory_unavailable_mib",
+    "cgroup_cpu_usage",
+]
+PROCESS_COLUMNS = [
+    "timestamp",
+    "pid",
+    "children",
+    "utime",
+    "stime",
+    "cpu_usage",
+    "memory_mib",
+    "disk_read_bytes",
+    "disk_write_bytes",
+    "gpu_usage",
+    "gpu_vram_mib",
+    "gpu_utilized",
+]
+PROCESS_EXTRA = [
+    "backend",
+    "cpu_secs_total",
+    "live_processes",
+    "live_threads",
+    "processes_spawned",
+    "processes_exited",
+    "memory_rss_mib",
+    "max_process_rss_mib",
+    "root_alive",
+    "rchar_bytes",
+    "wchar_bytes",
+    "untracked_tasks",
+]
+TRACKER_COLUMNS = [
+    "timestamp",
+    "cpu_secs",
+    "rss_mib",
+    "lost_events",
+    "lost_events_total",
+    "bpf_run_time_secs",
+]
+
+
+def _sum_interval(items: Iterable[Optional[int]]) -> Optional[int]:
+    """Σ of per-device interval bytes; None when no device has a reading yet (an
+    empty cell in the binary's CSV)."""
+    total: Optional[int] = None
+    for v in items:
+        if v is not None:
+            total = (total or 0) + v
+    return total
+
+
+def system_row(s: Row) -> Row:
+    cpu, mem = s.get("cpu") or {}, s.get("memory") or {}
+    disks = s.get("disk") or []
+    nets = s.get("network") or []
+    gpus = s.get("gpu") or []
+    mounts = [m for d in disks for m in d.get("mounts") or []]
+    total = sum(m["total_bytes"] for m in mounts)
+    avail = sum(m["available_bytes"] for m in mounts)
+    return {
+        "timestamp": s["timestamp_secs"],
+        "processes": cpu.get("process_count"),
+        "utime": cpu.get("utime_secs"),
+        "stime": cpu.get("stime_secs"),
+        "cpu_usage": cpu.get("utilization_pct"),
+        "memory_free_mib": mem.get("free_mib"),
+        "memory_used_mib": mem.get("used_mib"),
+        "memory_buffers_mib": mem.get("buffers_mib"),
+        "memory_cached_mib": mem.get("cached_mib"),
+        "memory_active_mib": mem.get("active_mib"),
+        "memory_inactive_mib": mem.get("inactive_mib"),
+        "disk_read_bytes": _sum_interval(d.get("read_bytes") for d in disks),
+        "disk_write_bytes": _sum_interval(d.get("write_bytes") for d in disks),
+        "disk_space_total_gb": total / 1e9,
+        "disk_space_used_gb": max(total - avail, 0) / 1e9,
+        "disk_space_free_gb": avail / 1e9,
+        "net_recv_bytes": _sum_interval(n.get("rx_bytes") for n in nets),
+        "net_sent_bytes": _sum_interval(n.get("tx_bytes") for n in nets),
+        "gpu_usage": sum(g.get("utilization_pct") or 0.0 for g in gpus) / 100.0,
+        "gpu_vram_mib": sum((g.get("vram_used_bytes") or 0) / 1048576.0 for g in gpus),
+        "gpu_utilized": sum(1 for g in gpus if (g.get("utilization_pct") or 0) > 0),
+        "steal_time": cpu.get("steal_time_secs"),
+        "interval_secs": s.get("interval_secs"),
+        "memory_total_mib": mem.get("total_mib"),
+        "memory_available_mib": mem.get("available_mib"),
+        "swap_total_mib": mem.get("swap_total_mib"),
+        "swap_used_mib": mem.get("swap_used_mib"),
+        "memory_unavailable_mib": mem.get("unavailable_mib"),
+        "cgroup_cpu_usage": cpu.get("cgroup_utilization_pct"),
+    }
+
+
+def process_row(s: Row) -> Optional[Row]:
+    """None for a host-only sample (no tracked tree)."""
+    p = s.get("process")
+    if not p:
+        return None
+    cpu = s.get("cpu") or {}
+    pss = p.get("memory_pss_mib")
+    return {
+        "timestamp": s["timestamp_secs"],
+        "pid": p["pid"],
+        "children": cpu.get("process_child_count"),
+        "utime": p["utime_secs"],
+        "stime": p["stime_secs"],
+        "cpu_usage": cpu.get("process_cores_used"),
+        # PSS when the tracker read it (pss=True), else RSS: what the summary's
+        # stats and recommendation use too.
+        "memory_mib": pss if pss is not None else p["memory_rss_mib"],
+        "disk_read_bytes": p["read_bytes"],
+        "disk_write_bytes": p["write_bytes"],
+        "gpu_usage": p.get("gpu_usage"),
+        "gpu_vram_mib": p.get("gpu_vram_mib"),
+        "gpu_utilized": p.get("gpu_utilized"),
+        "backend": p.get("backend"),
+        "cpu_secs_total": p.get("cpu_secs_total"),
+        "live_processes": p.get("live_processes"),
+        "live_threads": p.get("live_threads"),
+        "processes_spawned": p.get("processes_spawned"),
+        "processes_exited": p.get("processes_exited"),
+        "memory_rss_mib": p.get("memory_rss_mib"),
+        "max_process_rss_mib": p.get("max_process_rss_mib"),
+        "root_alive": p.get("root_alive"),
+        "rchar_bytes": p.get("rchar_bytes"),
+        "wchar_bytes": p.get("wchar_bytes"),
+        "untracked_tasks": p.get("untracked_tasks"),
+    }
+
+
+def tracker_row(s: Row) -> Row:
+    t = s.get("tracker") or {}
+    return {
+        "timestamp": s["timestamp_secs"],
+        "cpu_secs": t.get("cpu_secs"),
+        "rss_mib": t.get("rss_mib"),
+        "lost_events": t.get("lost_events"),
+        "lost_events_total": t.get("lost_events_total"),
+        "bpf_run_time_secs": t.get("bpf_run_time_secs"),
+    }
+
+
+def table(rows: List[Row], columns: List[str]) -> Any:
+    """A pandas DataFrame with exactly `columns` when pandas is importable, else the
+    rows as a list of dicts (each with every column, in order)."""
+    ordered = [{c: r.get(c) for c in columns} for r in rows]
+    try:
+        import pandas as pd
+    except ImportError:
+        return ordered
+    return pd.DataFrame(ordered, columns=columns)

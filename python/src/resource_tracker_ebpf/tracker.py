@@ -1,0 +1,802 @@
+"""ResourceTracker: the API of the Python resource-tracker 0.5.0, driven by the
+`resource-tracker` binary.
+
+The binary is started with `--pid` (this interpreter by default) and writes JSON
+lines, a summary and, with eBPF, the tree's process events into a private temporary
+directory. Between samples nothing runs in this interpreter: no thread, no child
+process of ours other than the binary; files are read only when data is asked for.
+"""
+
+from __future__ import annotations
+
+import atexit
+import gzip
+import json
+import logging
+import math
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import weakref
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+from . import columns as C
+from ._binary import find_binary, run_once
+from .errors import SnapshotError, TrackerDiedError, TrackerError
+
+logger = logging.getLogger("resource_tracker_ebpf")
+
+__version__ = "0.1.0"
+# Bumped when the snapshot's layout changes; from_snapshot() refuses other versions.
+SNAPSHOT_FORMAT = "resource-tracker-ebpf/snapshot"
+SNAPSHOT_VERSION = 1
+
+# Live trackers, stopped at interpreter exit so that no binary outlives the job.
+_live: "weakref.WeakSet[ResourceTracker]" = weakref.WeakSet()
+_said_procfs = False
+
+
+def _stop_all() -> None:
+    for t in list(_live):
+        try:
+            t.stop()
+        except Exception:  # noqa: BLE001 - nothing useful to do at exit
+            pass
+
+
+atexit.register(_stop_all)
+
+
+def _kill_and_reap(proc: subprocess.Popen, grace: float) -> None:
+    """SIGTERM, then SIGKILL after `grace` seconds; always reaps (no zombie)."""
+    if proc.poll() is not None:
+        return
+    try:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    except ProcessLookupError:
+        proc.wait()
+
+
+def _finalize(proc: Optional[subprocess.Popen], tmpdir: Optional[str]) -> None:
+    """Run when a tracker is garbage-collected: no binary or temporary file left."""
+    if proc is not None:
+        _kill_and_reap(proc, 2.0)
+    if tmpdir:
+        shutil.rmtree(tmpdir, ignore_errors=True)
+
+
+def _round2(x: float) -> float:
+    return round(x, 2)
+
+
+def round_memory(mib: float) -> int:
+    """The Python package's memory steps (128, 256, 512, 1024, 2048 MiB, then whole
+    GiB), as the binary's recommendation applies them (model/stats.rs)."""
+    for step in (128, 256, 512, 1024, 2048):
+        if mib <= step:
+            return step
+    return 1024 * math.ceil(mib / 1024)
+
+
+def aggregate_stats(stats: Sequence[Dict[str, Dict[str, Any]]]) -> Dict[str, Dict[str, Any]]:
+    """Several runs' stats() as one, by the Python package's rules: mean of the means
+    and of the durations, max of the maxes and of the sums."""
+    out: Dict[str, Dict[str, Any]] = {}
+    seen: Dict[str, Dict[str, List[float]]] = {}
+    for st in stats:
+        for col, aggs in st.items():
+            for agg, v in aggs.items():
+                if v is None:
+                    continue
+                if agg in ("mean", "duration"):
+                    seen.setdefault(col, {}).setdefault(agg, []).append(v)
+                elif agg in ("max", "sum"):
+                    cur = out.setdefault(col, {}).get(agg)
+                    out[col][agg] = v if cur is None else max(cur, v)
+                else:
+                    raise ValueError(f"unsupported aggregation {agg!r} in {col!r}")
+    for col, aggs in seen.items():
+        for agg, vals in aggs.items():
+            out.setdefault(col, {})[agg] = sum(vals) / len(vals)
+    return out
+
+
+def recommend_from_stats(stats: Dict[str, Dict[str, Any]]) -> Dict[str, int]:
+    """The recommendation rules of the binary's summary (docs/schema.md
+    `recommendation`), for stats combined across runs; a single run's come from the
+    binary itself."""
+    gpu_mean = stats["process_gpu_usage"]["mean"] or 0.0
+    gpu_max = stats["process_gpu_usage"]["max"] or 0.0
+    vram_max = stats["process_gpu_vram_mib"]["max"] or 0.0
+    return {
+        # Python's round(): ties to even, as the binary's round_even.
+        "cpu": max(1, round(stats["process_cpu_usage"]["mean"])),
+        "memory": round_memory(stats["process_memory_mib"]["max"] * 1.2),
+        "gpu": max(1, round(gpu_max)) if gpu_mean > 0 else 0,
+        "vram": round_memory(vram_max * 1.2) if vram_max > 0 else 0,
+    }
+
+
+def metaflow_resources(rec: Dict[str, int]) -> str:
+    """The recommendation as Metaflow's decorator, as the binary writes it."""
+    s = f"@resources(cpu={rec['cpu']}, memory={rec['memory']}"
+    if rec.get("gpu"):
+        s += f", gpu={rec['gpu']}"
+    return s + ")"
+
+
+def _stats_from_summary(st: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
+    """The binary's summary `stats` in the Python package's stats() shape. A column
+    the binary leaves null (no GPU) is 0, as the Python package reports it."""
+
+    def mm(v: Optional[Dict[str, float]]) -> Dict[str, float]:
+        return {"mean": v["mean"], "max": v["max"]} if v else {"mean": 0.0, "max": 0.0}
+
+    return {
+        "process_cpu_usage": mm(st.get("process_cpu_usage")),
+        "process_memory_mib": mm(st.get("process_memory_mib")),
+        "process_gpu_usage": mm(st.get("process_gpu_usage")),
+        "process_gpu_vram_mib": mm(st.get("process_gpu_vram_mib")),
+        "process_gpu_utilized": mm(st.get("process_gpu_utilized")),
+        "system_disk_space_used_gb": {"max": st.get("system_disk_space_used_gb") or 0.0},
+        "system_net_recv_bytes": {"sum": st.get("system_net_recv_bytes") or 0},
+        "system_net_sent_bytes": {"sum": st.get("system_net_sent_bytes") or 0},
+        "timestamp": {"duration": st["duration_secs"]},
+    }
+
+
+class ResourceTracker:
+    """Track a process tree (this interpreter by default) and the host with the
+    `resource-tracker` binary, in the background.
+
+    Args (the Python package 0.5.0's, then ours):
+        pid: root of the tree to track; default: this interpreter.
+        children: must be True: the binary always tracks the whole tree.
+        interval: seconds between samples (at least 0.1).
+        method: accepted for compatibility; no multiprocessing is involved.
+        autostart: start at once.
+        track_processes: False samples the host only.
+        track_system: accepted for compatibility: the host is always sampled.
+        discover_server: the summary's `host` is always read (no network).
+        discover_cloud: probe the cloud metadata services (network; default off here).
+        ebpf: None lets the binary choose (eBPF as root or with CAP_BPF+CAP_PERFMON,
+            else procfs, said once); False forces procfs.
+        pss: also read PSS (costs more); memory is then PSS, as in the Python package.
+        job_name, tags: written into the samples and summary.
+        recommend_server: ask Spare Cores Keeper at the end of the run (network).
+        binary: path of the executable (default: the one installed with this package).
+        extra_args: more command-line flags for the binary.
+        stop_timeout: seconds stop() waits for the binary's final sample before
+            killing it.
+    """
+
+    def __init__(
+        self,
+        pid: Optional[int] = None,
+        children: bool = True,
+        interval: float = 1,
+        method: Optional[str] = None,
+        autostart: bool = False,
+        track_processes: bool = True,
+        track_system: bool = True,
+        discover_server: bool = True,
+        discover_cloud: bool = False,
+        *,
+        ebpf: Optional[bool] = None,
+        pss: bool = False,
+        job_name: Optional[str] = None,
+        tags: Optional[Dict[str, str]] = None,
+        recommend_server: bool = False,
+        binary: Optional[str] = None,
+        extra_args: Sequence[str] = (),
+        stop_timeout: float = 10.0,
+    ):
+        if not children:
+            raise ValueError("children=False is not supported: the binary tracks the whole tree")
+        if not (isinstance(interval, (int, float)) and interval >= 0.1):
+            raise ValueError(f"interval must be a number of seconds >= 0.1, not {interval!r}")
+        self.pid = os.getpid() if pid is None else int(pid)
+        self.children = True
+        self.interval = float(interval)
+        self.method = method
+        self.autostart = autostart
+        self.track_processes = track_processes
+        self.track_system = track_system
+        self.discover_server = discover_server
+        self.discover_cloud = discover_cloud
+        self.ebpf = ebpf
+        self.pss = pss
+        self.job_name = job_name
+        self.tags = dict(tags or {})
+        self._recommend_server = recommend_server
+        self._binary_arg = binary
+        self.extra_args = list(extra_args)
+        self.stop_timeout = stop_timeout
+
+        self.start_time: Optional[float] = None
+        self.stop_time: Optional[float] = None
+        self._proc: Optional[subprocess.Popen] = None
+        self._tmpdir: Optional[str] = None
+        self._samples: List[Dict[str, Any]] = []
+        self._offset = 0
+        self._summary: Optional[Dict[str, Any]] = None
+        self._events: Optional[List[Dict[str, Any]]] = None
+        self._stderr_tail = ""
+        self._exit_code: Optional[int] = None
+        self._from_snapshot = False
+        self.binary_version: Optional[str] = None
+        if autostart:
+            self.start()
+
+    # --- life cycle -------------------------------------------------------------
+
+    def _path(self, name: str) -> Path:
+        assert self._tmpdir is not None
+        return Path(self._tmpdir) / name
+
+    def start(self) -> "ResourceTracker":
+        """Start the binary in the background."""
+        if self._from_snapshot:
+            raise TrackerError("a tracker restored from a snapshot cannot be started")
+        if self.running:
+            raise TrackerError("the tracker is already running")
+        if self.stop_time is not None:
+            raise TrackerError("the tracker was stopped: create a new one to track again")
+        binary = find_binary(self._binary_arg)
+        if self.track_processes and not Path(f"/proc/{self.pid}").is_dir():
+            raise TrackerError(f"no process with pid {self.pid} to track")
+        self._binary = binary
+        self._tmpdir = tempfile.mkdtemp(prefix="resource-tracker-py-")
+        args = [
+            str(binary),
+            "-i",
+            repr(self.interval),
+            "-f",
+            "json",
+            "-q",
+            "-o",
+            str(self._path("samples.jsonl")),
+            "--summary",
+            str(self._path("summary.json")),
+        ]
+        if self.track_processes:
+            args += ["--pid", str(self.pid)]
+            if self.ebpf is not False:
+                args += ["--events", str(self._path("events.jsonl"))]
+        if self.ebpf is False:
+            args.append("--no-ebpf")
+        if self.pss:
+            args.append("--pss")
+        if self.discover_cloud:
+            args.append("--discover")
+        if self.job_name:
+            args += ["--job-name", self.job_name]
+        for k, v in self.tags.items():
+            args += ["--tag", f"{k}={v}"]
+        if self._recommend_server:
+            args.append("--recommend-server")
+        args += self.extra_args
+        self._stderr = open(self._path("stderr.log"), "wb")
+        try:
+            self._proc = subprocess.Popen(
+                args,
+                stdin=subprocess.DEVNULL,
+                stdout=self._stderr,
+                stderr=self._stderr,
+                # Its own session: a terminal's Ctrl-C stops the job, not the tracker
+                # before stop() collects its final sample.
+                start_new_session=True,
+                close_fds=True,
+                # The binary stops by itself if this interpreter dies (SIGKILL, a
+                # crash): no tracker is left attached to a pid that is gone.
+                env={**os.environ, "TRACKER_STOP_WITH_PARENT": "1"},
+            )
+        except OSError as e:
+            self._stderr.close()
+            shutil.rmtree(self._tmpdir, ignore_errors=True)
+            raise TrackerError(f"cannot execute {binary}: {e}") from e
+        self.start_time = time.time()
+        self._finalizer = weakref.finalize(self, _finalize, self._proc, self._tmpdir)
+        _live.add(self)
+        # Bad arguments and a vanished pid fail within milliseconds: say so here
+        # rather than at the first read.
+        try:
+            self._proc.wait(timeout=0.05)
+        except subprocess.TimeoutExpired:
+            pass
+        else:
+            self._died("at start")
+        return self
+
+    def _read_stderr(self) -> str:
+        try:
+            txt = self._path("stderr.log").read_text(errors="replace")
+        except OSError:
+            return ""
+        lines = [l for l in txt.splitlines() if l.strip()]
+        return "\n".join(lines[-8:])
+
+    def _died(self, when: str) -> None:
+        """The binary exited without being asked to: reap it and raise."""
+        assert self._proc is not None
+        code = self._proc.wait()
+        self._exit_code = code
+        self.stop_time = time.time()
+        self._read_new()
+        _live.discard(self)
+        err = self._read_stderr()
+        how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+        raise TrackerDiedError(
+            f"the resource-tracker binary {how} {when}"
+            + (f": {err}" if err else "")
+            + f" ({len(self._samples)} sample(s) kept)"
+        )
+
+    def _check_alive(self) -> None:
+        if self._proc is not None and self.stop_time is None and self._proc.poll() is not None:
+            self._died("while tracking")
+
+    def stop(self) -> "ResourceTracker":
+        """Stop the binary: it writes a final sample for the partial interval and the
+        summary. Calling it again is harmless."""
+        if self._from_snapshot:
+            return self
+        if self._proc is None:
+            raise TrackerError("stop() called before start()")
+        if self.stop_time is not None:
+            return self
+        if self._proc.poll() is not None:
+            self._died("before stop()")
+        self._proc.send_signal(signal.SIGTERM)
+        try:
+            code = self._proc.wait(timeout=self.stop_timeout + self.interval)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+            self.stop_time = time.time()
+            _live.discard(self)
+            raise TrackerError(
+                f"the resource-tracker binary did not stop within {self.stop_timeout + self.interval:.1f} s "
+                "of SIGTERM and was killed"
+            )
+        self.stop_time = time.time()
+        self._exit_code = code
+        _live.discard(self)
+        self._stderr.close()
+        self._read_new()
+        if code != 0:
+            err = self._read_stderr()
+            raise TrackerDiedError(
+                f"the resource-tracker binary exited with code {code} when stopped"
+                + (f": {err}" if err else "")
+            )
+        self._load_summary()
+        self._load_events()
+        return self
+
+    def _load_summary(self) -> None:
+        p = self._path("summary.json")
+        try:
+            self._summary = json.loads(p.read_text())
+        except (OSError, ValueError) as e:
+            raise TrackerError(f"the binary's summary {p} could not be read: {e}") from e
+        global _said_procfs
+        if self._summary.get("backend") == "procfs" and not _said_procfs:
+            _said_procfs = True
+            logger.warning(
+                "resource-tracker: procfs backend (%s): short-lived processes may be missed",
+                self._summary.get("backend_reason") or "eBPF not available",
+            )
+
+    def _load_events(self) -> None:
+        p = self._path("events.jsonl")
+        ev: List[Dict[str, Any]] = []
+        try:
+            with open(p) as f:
+                for line in f:
+                    if line.endswith("\n"):
+                        ev.append(json.loads(line))
+        except FileNotFoundError:
+            pass
+        self._events = ev
+
+    def __enter__(self) -> "ResourceTracker":
+        if not self.running:
+            self.start()
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if self.running:
+            self.stop()
+        return False
+
+    def cleanup(self) -> None:
+        """Stop the binary if needed and remove the temporary files now."""
+        try:
+            if self.running:
+                self.stop()
+        finally:
+            fin = getattr(self, "_finalizer", None)
+            if fin is not None:
+                fin()
+
+    # --- reading ------------------------------------------------------------------
+
+    def _read_new(self) -> None:
+        """Parse the samples the binary appended since the last read; a line still
+        being written (no newline yet) waits for the next read."""
+        if self._tmpdir is None or self._from_snapshot:
+            return
+        try:
+            with open(self._path("samples.jsonl"), "rb") as f:
+                f.seek(self._offset)
+                chunk = f.read()
+        except FileNotFoundError:
+            return
+        end = chunk.rfind(b"\n")
+        if end < 0:
+            return
+        for line in chunk[: end + 1].splitlines():
+            if line.strip():
+                self._samples.append(json.loads(line))
+        self._offset += end + 1
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self.stop_time is None
+
+    @property
+    def samples(self) -> List[Dict[str, Any]]:
+        """Every sample as the binary wrote it (docs/schema.md): per-disk, per-GPU,
+        per-interface figures, the tree and the tracker's own cost."""
+        self._check_alive()
+        self._read_new()
+        return self._samples
+
+    @property
+    def n_samples(self) -> int:
+        return len(self.samples)
+
+    def wait_for_samples(self, n: int = 1, timeout: float = 5) -> None:
+        """Block until `n` samples are in, the binary dies, or `timeout` seconds pass
+        (each a clear exception)."""
+        if self.running:
+            deadline = time.monotonic() + timeout
+            while self.n_samples < n:
+                if time.monotonic() > deadline:
+                    raise TrackerError(f"timed out after {timeout} s waiting for {n} sample(s)")
+                time.sleep(min(self.interval / 10, 0.05))
+        elif self.n_samples < n:
+            raise TrackerError(
+                f"the tracker is not running and has {self.n_samples} sample(s), fewer than {n}"
+            )
+
+    @property
+    def summary(self) -> Optional[Dict[str, Any]]:
+        """The binary's run summary (docs/schema.md), once stopped."""
+        return self._summary
+
+    @property
+    def events(self) -> List[Dict[str, Any]]:
+        """Every fork, exec and exit of the tree (eBPF), once stopped."""
+        return list(self._events or [])
+
+    @property
+    def backend(self) -> Optional[str]:
+        """`ebpf` or `procfs`."""
+        if self._summary:
+            return self._summary.get("backend")
+        for s in self.samples:
+            if s.get("process"):
+                return s["process"].get("backend")
+        return None
+
+    @property
+    def exit_code(self) -> Optional[int]:
+        return self._exit_code
+
+    @property
+    def process_metrics(self) -> Any:
+        """The tree, one row per sample: the Python package's columns (timestamp, pid,
+        children, utime, stime, cpu_usage, memory_mib, disk_read_bytes,
+        disk_write_bytes, gpu_usage, gpu_vram_mib, gpu_utilized), then the binary's
+        own (backend, live_processes, processes_spawned, …). A pandas DataFrame when
+        pandas is installed, else a list of dicts."""
+        rows = [r for r in (C.process_row(s) for s in self.samples) if r is not None]
+        return C.table(rows, C.PROCESS_COLUMNS + C.PROCESS_EXTRA)
+
+    @property
+    def system_metrics(self) -> Any:
+        """The host, one row per sample, the Python package's columns then ours."""
+        return C.table([C.system_row(s) for s in self.samples], C.SYSTEM_COLUMNS + C.SYSTEM_EXTRA)
+
+    @property
+    def tracker_metrics(self) -> Any:
+        """The observer's own cost per sample: CPU seconds, RSS, lost events."""
+        return C.table([C.tracker_row(s) for s in self.samples], C.TRACKER_COLUMNS)
+
+    def get_combined_metrics(
+        self,
+        bytes: bool = False,
+        human_names: bool = False,
+        system_prefix: Optional[str] = None,
+        process_prefix: Optional[str] = None,
+        offset: Optional[int] = None,
+    ) -> Any:
+        """System and process rows side by side (`system_…`, `process_…`), the Python
+        package's 32 columns first, in its order. `bytes` converts MiB and GB columns to
+        bytes; `human_names` is accepted for compatibility and changes only the
+        prefixes' defaults."""
+        sp = system_prefix if system_prefix is not None else ("System " if human_names else "system_")
+        pp = process_prefix if process_prefix is not None else ("Process " if human_names else "process_")
+        rows = []
+        names: List[str] = ["timestamp"]
+        names += [sp + c for c in C.SYSTEM_COLUMNS[1:]]
+        names += [pp + c for c in C.PROCESS_COLUMNS[1:]]
+        names += [sp + c for c in C.SYSTEM_EXTRA] + [pp + c for c in C.PROCESS_EXTRA]
+        for s in self.samples[offset or 0 :]:
+            p = C.process_row(s)
+            if p is None and self.track_processes:
+                continue
+            sysr = C.system_row(s)
+            row = {"timestamp": sysr["timestamp"]}
+            for c in C.SYSTEM_COLUMNS[1:] + C.SYSTEM_EXTRA:
+                row[sp + c] = sysr[c]
+            for c in C.PROCESS_COLUMNS[1:] + C.PROCESS_EXTRA:
+                row[pp + c] = p.get(c) if p else None
+            if bytes:
+                for k in list(row):
+                    v = row[k]
+                    if v is None or isinstance(v, bool):
+                        continue
+                    if k.endswith("_mib"):
+                        row[k] = v * 1048576
+                    elif k.endswith("_gb"):
+                        row[k] = v * 1e9
+            rows.append(row)
+        return C.table(rows, names)
+
+    # --- answers --------------------------------------------------------------------
+
+    def stats(self) -> Dict[str, Dict[str, Any]]:
+        """The Python package's stats(): mean and max of the tree's CPU (cores), memory
+        (MiB), GPU usage, VRAM and GPUs in use; max disk space used (GB); Σ network
+        bytes; duration. Once stopped these are the binary's summary `stats`; while
+        running, the same rules over the samples so far."""
+        if self._summary is not None:
+            st = self._summary.get("stats")
+            if not st:
+                raise TrackerError("no tracked tree in this run: no stats")
+            return _stats_from_summary(st)
+        rows = [r for r in (C.process_row(s) for s in self.samples) if r is not None]
+        if not rows:
+            raise TrackerError("no samples collected (yet)")
+        sysrows = [C.system_row(s) for s in self.samples if s.get("process")]
+
+        def mm(col: str) -> Dict[str, float]:
+            vals = [r[col] for r in rows if r[col] is not None]
+            if not vals:
+                return {"mean": 0.0, "max": 0.0}
+            return {"mean": _round2(sum(vals) / len(vals)), "max": _round2(max(vals))}
+
+        first = self.samples[0]
+        return {
+            "process_cpu_usage": mm("cpu_usage"),
+            "process_memory_mib": mm("memory_mib"),
+            "process_gpu_usage": mm("gpu_usage"),
+            "process_gpu_vram_mib": mm("gpu_vram_mib"),
+            "process_gpu_utilized": mm("gpu_utilized"),
+            "system_disk_space_used_gb": {
+                "max": _round2(max(r["disk_space_used_gb"] for r in sysrows))
+            },
+            "system_net_recv_bytes": {"sum": sum(r["net_recv_bytes"] or 0 for r in sysrows)},
+            "system_net_sent_bytes": {"sum": sum(r["net_sent_bytes"] or 0 for r in sysrows)},
+            "timestamp": {
+                "duration": _round2(
+                    rows[-1]["timestamp"] - rows[0]["timestamp"] + (first.get("interval_secs") or 0)
+                )
+            },
+        }
+
+    def recommend_resources(self, historical_stats: Sequence[Dict[str, Any]] = ()) -> Dict[str, Any]:
+        """{"cpu", "memory" (MiB), "gpu", "vram" (MiB)}, the Python package's keys,
+        plus "allocation" and "metaflow" (`@resources(…)`). Without history this is
+        the binary's own recommendation; with history, the same rules over the runs
+        combined (mean of means, max of maxes)."""
+        if self._summary is not None and not historical_stats:
+            r = self._summary.get("recommendation")
+            if not r:
+                raise TrackerError("no tracked tree in this run: no recommendation")
+            return {
+                "cpu": r["cpu"],
+                "memory": r["memory_mib"],
+                "gpu": r["gpu"],
+                "vram": r["vram_mib"],
+                "allocation": r.get("allocation"),
+                "metaflow": r.get("metaflow"),
+            }
+        if self.running:
+            self.wait_for_samples(1, timeout=self.interval * 5)
+        st = self.stats()
+        if historical_stats:
+            st = aggregate_stats([st, *historical_stats])
+        rec: Dict[str, Any] = recommend_from_stats(st)
+        rec["metaflow"] = metaflow_resources(rec)
+        return rec
+
+    def recommend_server(self, **filters: Any) -> Dict[str, Any]:
+        """The cheapest cloud server that fits the recommendation, from Spare Cores
+        Keeper, as the binary asked it at the end of the run (network: only with
+        ResourceTracker(recommend_server=True)). Keeper's own filters are not passed
+        on (the binary builds the query)."""
+        if filters:
+            raise TypeError(f"recommend_server() takes no filters here: {sorted(filters)}")
+        if self._summary is None:
+            raise TrackerError("recommend_server() needs a stopped tracker (the binary asks at its end)")
+        for key in ("server_recommendation", "server_advice", "recommended_server"):
+            adv = self._summary.get(key) or (self._summary.get("recommendation") or {}).get(key)
+            if adv:
+                if adv.get("error") and not adv.get("server"):
+                    raise TrackerError(f"no server recommendation: {adv['error']}")
+                return adv
+        if not self._recommend_server:
+            raise TrackerError(
+                "no server recommendation in this run: create the tracker with "
+                "recommend_server=True (it asks Spare Cores Keeper over the network at the end)"
+            )
+        raise TrackerError(
+            "the binary's summary has no server recommendation: this resource-tracker "
+            "binary does not support --recommend-server yet"
+        )
+
+    def report(
+        self,
+        path: Optional[str] = None,
+        history: Sequence["ResourceTracker"] = (),
+        recommend_server: bool = False,
+        timeout: float = 120.0,
+    ) -> str:
+        """The binary's self-contained HTML report of this run (and of `history`, earlier
+        runs of the same job, for the statistics across runs): charts, statistics,
+        recommendations and, with eBPF, the process timeline. Written to `path` when
+        given; the HTML is returned."""
+        if self.running:
+            raise TrackerError("report() needs a stopped tracker: call stop() first")
+        if not self._samples:
+            raise TrackerError("no samples to report on")
+        binary = find_binary(self._binary_arg)
+        work = tempfile.mkdtemp(prefix="resource-tracker-report-")
+        try:
+            help_text = run_once(binary, ["report", "--help"], timeout=30)
+            events_flag = "--events" in help_text
+            args = ["report"]
+            for i, t in enumerate([self, *history]):
+                sp = Path(work) / f"run{i}.jsonl"
+                t._write_samples(sp)
+                args.append(str(sp))
+                if t._events:
+                    ep = Path(work) / f"run{i}-events.jsonl"
+                    with open(ep, "w") as f:
+                        for e in t._events:
+                            f.write(json.dumps(e) + "\n")
+                    # The report names a run's events file with --events or, in the
+                    # positional form, right after its samples.
+                    args += ["--events", str(ep)] if events_flag else [str(ep)]
+            out = Path(path) if path else Path(work) / "report.html"
+            args += ["-o", str(out)]
+            if recommend_server:
+                args.append("--recommend-server")
+            run_once(binary, args, timeout=timeout)
+            return out.read_text()
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+    def _write_samples(self, p: Path) -> None:
+        with open(p, "w") as f:
+            for s in self._samples:
+                f.write(json.dumps(s) + "\n")
+
+    # --- snapshots ------------------------------------------------------------------
+
+    def snapshot(self) -> Dict[str, Any]:
+        """Everything needed to rebuild this tracker's data elsewhere (a Metaflow
+        artifact, a file): settings, samples, summary and events."""
+        samples = self.samples
+        return {
+            "format": SNAPSHOT_FORMAT,
+            "version": SNAPSHOT_VERSION,
+            "package_version": __version__,
+            "metadata": {
+                "pid": self.pid,
+                "interval": self.interval,
+                "track_processes": self.track_processes,
+                "start_time": self.start_time,
+                "stop_time": self.stop_time,
+                "exit_code": self._exit_code,
+                "job_name": self.job_name,
+                "tags": self.tags,
+                "n_samples": len(samples),
+            },
+            "samples": list(samples),
+            "summary": self._summary,
+            "events": self._events,
+        }
+
+    @classmethod
+    def from_snapshot(cls, snap: Any) -> "ResourceTracker":
+        if not isinstance(snap, dict) or snap.get("format") != SNAPSHOT_FORMAT:
+            raise SnapshotError(
+                "not a resource-tracker-ebpf snapshot (a snapshot of the Python "
+                "resource-tracker package or another object?)"
+            )
+        if snap.get("version") != SNAPSHOT_VERSION:
+            raise SnapshotError(
+                f"snapshot version {snap.get('version')!r} (package {snap.get('package_version')}) "
+                f"is not the version {SNAPSHOT_VERSION} this package ({__version__}) reads"
+            )
+        try:
+            md = snap["metadata"]
+            samples = snap["samples"]
+            if not isinstance(samples, list) or len(samples) != md["n_samples"]:
+                raise SnapshotError(
+                    f"truncated snapshot: {len(samples) if isinstance(samples, list) else 'no'} "
+                    f"sample(s) of {md['n_samples']}"
+                )
+            t = cls(
+                pid=md["pid"],
+                interval=md["interval"],
+                track_processes=md["track_processes"],
+                job_name=md.get("job_name"),
+                tags=md.get("tags"),
+            )
+            t.start_time = md["start_time"]
+            t.stop_time = md["stop_time"]
+            t._exit_code = md.get("exit_code")
+            for s in samples:
+                s["timestamp_secs"]  # every sample has its time: a cheap shape check
+            t._samples = samples
+            t._summary = snap["summary"]
+            t._events = snap.get("events")
+        except SnapshotError:
+            raise
+        except (KeyError, TypeError, ValueError) as e:
+            raise SnapshotError(f"malformed or truncated snapshot: missing or bad {e}") from e
+        t._from_snapshot = True
+        return t
+
+    def dumps(self) -> str:
+        return json.dumps(self.snapshot())
+
+    @classmethod
+    def loads(cls, s: str) -> "ResourceTracker":
+        try:
+            snap = json.loads(s)
+        except ValueError as e:
+            raise SnapshotError(f"not a snapshot (truncated or not JSON): {e}") from e
+        return cls.from_snapshot(snap)
+
+    def dump(self, file: str) -> None:
+        """The snapshot as gzipped JSON."""
+        with gzip.open(file, "wt") as f:
+            f.write(self.dumps())
+
+    @classmethod
+    def load(cls, file: str) -> "ResourceTracker":
+        try:
+            with gzip.open(file, "rt") as f:
+                text = f.read()
+        except (OSError, EOFError, UnicodeDecodeError) as e:
+            raise SnapshotError(f"{file}: not a complete gzipped snapshot: {e}") from e
+        return cls.loads(text)
+
+    def __repr__(self) -> str:
+        state = "running" if self.running else ("stopped" if self.stop_time else "not started")
+        return f"<ResourceTracker pid={self.pid} interval={self.interval} {state} samples={len(self._samples)}>"
