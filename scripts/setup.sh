@@ -125,6 +125,15 @@ else
   "$pybuild_venv/bin/python" -c 'import metaflow, pandas'
   echo "$want_pybuild" > "$pybuild_venv/.installed"
 fi
+# The non-root Python test runs a venv of Debian's python3 as another user (a
+# python3 under /root cannot be executed by them): it needs ensurepip.
+if [ -x /usr/bin/python3 ] && ! /usr/bin/python3 -c 'import ensurepip' 2>/dev/null \
+  && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  log "installing python3-venv for /usr/bin/python3"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >/dev/null || log "apt-get update failed (continuing)"
+  apt-get install -y -qq python3-venv >/dev/null
+fi
 # --- the Rust sibling 0.1.18 (the drop-in test runs it beside ours; the peers
 # benchmark uses the same copy) ---
 rs_root="$repo/target/peers/rs"

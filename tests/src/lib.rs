@@ -318,4 +318,5 @@ pub fn closed_url() -> String {
 pub mod containers;
 pub mod e2e;
 pub mod http;
+pub mod python;
 pub mod sentinel;

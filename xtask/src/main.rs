@@ -1,4 +1,4 @@
-//! Project tasks: `cargo xtask setup | test | run -- ARGS | bench [--node] | soak`.
+//! Project tasks: `cargo xtask setup | test | wheel [--release] | run -- ARGS | bench [--node] | soak`.
 //!
 //! Every task runs `scripts/setup.sh` first (idempotent, fast when all is present), so
 //! each works on a fresh machine.
@@ -56,6 +56,26 @@ pub fn build_release() -> anyhow::Result<PathBuf> {
     Ok(root().join("target/release"))
 }
 
+/// The Python wheel (python/, maturin bin bindings) into target/wheels, built by
+/// the maturin of target/py-build (scripts/setup.sh). `dev` reuses the test build's
+/// artefacts (the binary is stripped in the wheel); `release` is for installing.
+pub fn build_wheel(release: bool) -> anyhow::Result<PathBuf> {
+    let out = root().join("target/wheels");
+    // One wheel at a time: the tests install the only one there.
+    if out.exists() {
+        std::fs::remove_dir_all(&out).with_context(|| format!("removing {}", out.display()))?;
+    }
+    let maturin = root().join("target/py-build/bin/maturin");
+    let mut cmd = Command::new(&maturin);
+    cmd.current_dir(root().join("python"))
+        .args(["build", "--quiet", "--profile"])
+        .arg(if release { "release" } else { "dev" })
+        .arg("-o")
+        .arg(&out);
+    sh(&mut cmd)?;
+    Ok(out)
+}
+
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
@@ -76,6 +96,8 @@ fn main() -> anyhow::Result<()> {
             ]))?;
             // The end-to-end tests run the binaries of the same profile.
             sh(cargo().args(["build", "--workspace", "--exclude", "tracker-ebpf"]))?;
+            // Built once here for every Python test (tests/tests/python_package.rs).
+            build_wheel(false)?;
             sh(cargo().args([
                 "test",
                 "--workspace",
@@ -84,6 +106,12 @@ fn main() -> anyhow::Result<()> {
                 "--",
                 "--test-threads=1",
             ]))
+        }
+        Some("wheel") => {
+            setup()?;
+            let out = build_wheel(args.iter().any(|a| a == "--release"))?;
+            eprintln!("xtask: wheel in {}", out.display());
+            Ok(())
         }
         Some("run") => {
             setup()?;
@@ -105,6 +133,6 @@ fn main() -> anyhow::Result<()> {
             let dir = build_release()?;
             soak::run(&dir, &args[1..])
         }
-        _ => bail!("usage: cargo xtask setup | test | run -- ARGS | bench [--quick] [--peers | --only-peers | --only-cost | --node] | soak [--minutes N]"),
+        _ => bail!("usage: cargo xtask setup | test | wheel [--release] | run -- ARGS | bench [--quick] [--peers | --only-peers | --only-cost | --node] | soak [--minutes N]"),
     }
 }

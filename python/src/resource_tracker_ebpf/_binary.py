@@ -43,13 +43,14 @@ def find_binary(explicit: Optional[str] = None) -> Path:
     tried: List[str] = []
     for label, cand in (
         ("binary=", explicit),
-        (ENV_VAR, os.environ.get(ENV_VAR)),
+        (f"${ENV_VAR}=", os.environ.get(ENV_VAR)),
     ):
         if cand:
+            # A binary named explicitly is the one wanted: no silent fallback.
             p = Path(cand)
             if p.is_file() and os.access(p, os.X_OK):
                 return p
-            tried.append(f"{label}{cand} (not an executable file)")
+            raise BinaryNotFoundError(f"{label}{cand}: not an executable file")
     p = _from_distribution()
     if p:
         return p

@@ -1,0 +1,624 @@
+//! The Python package (python/, distribution `resource-tracker-ebpf`, import
+//! `resource_tracker_ebpf`): its wheel, built by maturin in `cargo xtask test`'s
+//! set-up, installed into fresh virtual environments and run on real jobs.
+//!
+//! - what the API returns equals the binary's own JSON lines and summary of the same
+//!   run (read here, independently of the package), with and without pandas;
+//! - not root: the procfs backend, said once;
+//! - bad input: a clear exception, quickly, and no child left;
+//! - side by side with the Python resource-tracker 0.5.0 in one interpreter;
+//! - a real Metaflow flow with @track_resources: the card, in headless Chromium;
+//! - report(): the binary's HTML report.
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use serde_json::Value;
+use tracker_tests::{
+    e2e::{have, is_root, py_peers_python, require},
+    ebpf_available,
+    python::{fresh_venv, fresh_venv_of, output_within, py_build, run_fixture, wheel},
+    read_json, read_jsonl, tracker, Scratch,
+};
+
+fn stdout_json(o: &std::process::Output) -> Value {
+    let s = String::from_utf8_lossy(&o.stdout);
+    let last = s.lines().last().unwrap_or_default();
+    serde_json::from_str(last).unwrap_or_else(|e| panic!("not JSON ({e}): {s}"))
+}
+
+/// The py-build venv (maturin, Metaflow, pandas) that scripts/setup.sh makes.
+fn py_build_ready() -> bool {
+    let p = py_build().join("bin/python");
+    require(
+        p.exists(),
+        &format!("{} is missing (scripts/setup.sh makes it)", p.display()),
+    )
+}
+
+/// Numbers equal to the JSON's (pandas writes 10 decimals), strings and nulls equal.
+fn same(a: &Value, b: &Value) -> bool {
+    match (a.as_f64(), b.as_f64()) {
+        (Some(x), Some(y)) => (x - y).abs() <= 1e-9 + 1e-12 * y.abs(),
+        _ => a == b || (a.is_null() && b.is_null()),
+    }
+}
+
+fn sum_interval(arr: &Value, key: &str) -> Value {
+    let vals: Vec<u64> = arr
+        .as_array()
+        .map(|a| a.iter().filter_map(|x| x[key].as_u64()).collect())
+        .unwrap_or_default();
+    if vals.is_empty() {
+        Value::Null
+    } else {
+        Value::from(vals.iter().sum::<u64>())
+    }
+}
+
+/// docs/schema.md's CSV mapping, computed here from the binary's sample: the
+/// Python package's process columns.
+fn expected_process(s: &Value) -> Vec<(&'static str, Value)> {
+    let p = &s["process"];
+    let mem = if p["memory_pss_mib"].is_null() {
+        p["memory_rss_mib"].clone()
+    } else {
+        p["memory_pss_mib"].clone()
+    };
+    vec![
+        ("timestamp", s["timestamp_secs"].clone()),
+        ("pid", p["pid"].clone()),
+        ("children", s["cpu"]["process_child_count"].clone()),
+        ("utime", p["utime_secs"].clone()),
+        ("stime", p["stime_secs"].clone()),
+        ("cpu_usage", s["cpu"]["process_cores_used"].clone()),
+        ("memory_mib", mem),
+        ("disk_read_bytes", p["read_bytes"].clone()),
+        ("disk_write_bytes", p["write_bytes"].clone()),
+        ("backend", p["backend"].clone()),
+        ("live_processes", p["live_processes"].clone()),
+        ("processes_spawned", p["processes_spawned"].clone()),
+        ("processes_exited", p["processes_exited"].clone()),
+    ]
+}
+
+fn expected_system(s: &Value) -> Vec<(&'static str, Value)> {
+    let mounts: Vec<&Value> = s["disk"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|d| d["mounts"].as_array().into_iter().flatten())
+        .collect();
+    let total: u64 = mounts
+        .iter()
+        .filter_map(|m| m["total_bytes"].as_u64())
+        .sum();
+    let avail: u64 = mounts
+        .iter()
+        .filter_map(|m| m["available_bytes"].as_u64())
+        .sum();
+    vec![
+        ("timestamp", s["timestamp_secs"].clone()),
+        ("processes", s["cpu"]["process_count"].clone()),
+        ("utime", s["cpu"]["utime_secs"].clone()),
+        ("stime", s["cpu"]["stime_secs"].clone()),
+        ("cpu_usage", s["cpu"]["utilization_pct"].clone()),
+        ("memory_free_mib", s["memory"]["free_mib"].clone()),
+        ("memory_used_mib", s["memory"]["used_mib"].clone()),
+        ("disk_read_bytes", sum_interval(&s["disk"], "read_bytes")),
+        ("disk_write_bytes", sum_interval(&s["disk"], "write_bytes")),
+        ("disk_space_total_gb", Value::from(total as f64 / 1e9)),
+        (
+            "disk_space_used_gb",
+            Value::from(total.saturating_sub(avail) as f64 / 1e9),
+        ),
+        ("net_recv_bytes", sum_interval(&s["network"], "rx_bytes")),
+        ("net_sent_bytes", sum_interval(&s["network"], "tx_bytes")),
+        ("steal_time", s["cpu"]["steal_time_secs"].clone()),
+    ]
+}
+
+/// The binary's CSV header: its first 32 columns are the Python package's combined
+/// table.
+fn csv_python_columns(s: &Scratch) -> Vec<String> {
+    let csv = s.path("header.csv");
+    let st = Command::new(tracker())
+        .args(["-q", "-f", "csv", "-o"])
+        .arg(&csv)
+        .args(["--", "true"])
+        .status()
+        .expect("tracker");
+    assert!(st.success());
+    let text = std::fs::read_to_string(&csv).expect("csv");
+    text.lines()
+        .next()
+        .expect("header")
+        .split(',')
+        .take(32)
+        .map(str::to_string)
+        .collect()
+}
+
+/// The summary's `stats` in the Python package's stats() shape (what the package
+/// promises to return once stopped).
+fn stats_as_python(st: &Value) -> Value {
+    let mm = |v: &Value| {
+        if v.is_null() {
+            serde_json::json!({"mean": 0.0, "max": 0.0})
+        } else {
+            serde_json::json!({"mean": v["mean"], "max": v["max"]})
+        }
+    };
+    serde_json::json!({
+        "process_cpu_usage": mm(&st["process_cpu_usage"]),
+        "process_memory_mib": mm(&st["process_memory_mib"]),
+        "process_gpu_usage": mm(&st["process_gpu_usage"]),
+        "process_gpu_vram_mib": mm(&st["process_gpu_vram_mib"]),
+        "process_gpu_utilized": mm(&st["process_gpu_utilized"]),
+        "system_disk_space_used_gb": {"max": st["system_disk_space_used_gb"]},
+        "system_net_recv_bytes": {"sum": st["system_net_recv_bytes"]},
+        "system_net_sent_bytes": {"sum": st["system_net_sent_bytes"]},
+        "timestamp": {"duration": st["duration_secs"]},
+    })
+}
+
+/// One API run checked against the binary's files of the same run.
+fn check_api_run(out: &Value, copies: &Path, python_cols: &[String], kind: &str) {
+    assert_eq!(out["kind"], kind, "{out}");
+    let samples = read_jsonl(&copies.join("samples.jsonl"));
+    let summary = read_json(&copies.join("summary.json"));
+    let n = samples.len();
+    assert!(n >= 3, "{n} samples");
+    assert_eq!(out["n_samples"], n, "n_samples vs the binary's lines");
+    assert_eq!(out["snapshot_samples"], n);
+    assert_eq!(out["restored_equal"], true, "snapshot round trip");
+    let live_n = out["live_n"].as_u64().unwrap();
+    assert!(
+        live_n >= 2 && live_n as usize <= n,
+        "live n_samples {live_n}"
+    );
+    assert_eq!(out["backend"], summary["backend"]);
+
+    // Row by row, column by column, against the mapping of docs/schema.md.
+    let procs = out["process"].as_array().expect("process rows");
+    let syss = out["system"].as_array().expect("system rows");
+    assert_eq!(procs.len(), n);
+    assert_eq!(syss.len(), n);
+    for (i, s) in samples.iter().enumerate() {
+        for (col, want) in expected_process(s) {
+            let got = &procs[i][col];
+            assert!(
+                same(got, &want),
+                "process row {i} {col}: API {got}, JSON {want}"
+            );
+        }
+        for (col, want) in expected_system(s) {
+            let got = &syss[i][col];
+            assert!(
+                same(got, &want),
+                "system row {i} {col}: API {got}, JSON {want}"
+            );
+        }
+    }
+    // The Python package's column names, in its order, then ours.
+    let cols = &out["columns"];
+    let combined: Vec<String> = serde_json::from_value(cols["combined"].clone()).unwrap();
+    assert_eq!(&combined[..32], python_cols, "combined columns");
+    let process: Vec<String> = serde_json::from_value(cols["process"].clone()).unwrap();
+    let want_process: Vec<String> = std::iter::once("timestamp".to_string())
+        .chain(
+            python_cols
+                .iter()
+                .filter_map(|c| c.strip_prefix("process_").map(str::to_string)),
+        )
+        .collect();
+    assert_eq!(&process[..want_process.len()], want_process.as_slice());
+    let system: Vec<String> = serde_json::from_value(cols["system"].clone()).unwrap();
+    let want_system: Vec<String> = std::iter::once("timestamp".to_string())
+        .chain(
+            python_cols
+                .iter()
+                .filter_map(|c| c.strip_prefix("system_").map(str::to_string)),
+        )
+        .collect();
+    assert_eq!(&system[..want_system.len()], want_system.as_slice());
+
+    // Once stopped: the binary's own stats and recommendation.
+    let st = &summary["stats"];
+    assert_eq!(out["stats"], stats_as_python(st), "stats() vs the summary");
+    let rec = &summary["recommendation"];
+    for (k, sk) in [
+        ("cpu", "cpu"),
+        ("memory", "memory_mib"),
+        ("gpu", "gpu"),
+        ("vram", "vram_mib"),
+        ("metaflow", "metaflow"),
+        ("allocation", "allocation"),
+    ] {
+        assert_eq!(out["recommend"][k], rec[sk], "recommend_resources()[{k}]");
+    }
+    // The job really happened: 150 MiB held, two children of 0.6 s CPU each.
+    let mem_max = st["process_memory_mib"]["max"].as_f64().unwrap();
+    assert!(mem_max >= 150.0, "memory max {mem_max} MiB");
+    let cpu: f64 = samples
+        .iter()
+        .map(|s| {
+            s["process"]["utime_secs"].as_f64().unwrap()
+                + s["process"]["stime_secs"].as_f64().unwrap()
+        })
+        .sum();
+    assert!(cpu >= 1.1, "tree CPU {cpu} s");
+    if summary["backend"] == "ebpf" {
+        // 2 burners + 30 /bin/true, each counted by the kernel.
+        let spawned = summary["processes_spawned"].as_u64().unwrap();
+        assert!(spawned >= 32, "processes spawned {spawned}");
+        let ev = read_jsonl(&copies.join("events.jsonl")).len();
+        assert_eq!(out["events"], ev, "events vs the binary's file");
+    }
+}
+
+#[test]
+fn api_on_real_jobs_equals_the_binarys_json() {
+    let Some(whl) = wheel() else { return };
+    if !py_build_ready() {
+        return;
+    }
+    let s = Scratch::new("py-api");
+    let python_cols = csv_python_columns(&s);
+    let plain = fresh_venv(&s, "plain", &whl, &[]);
+    let with_pandas = fresh_venv(&s, "pandas", &whl, &[py_build()]);
+    for (py, kind) in [(&plain, "list"), (&with_pandas, "pandas")] {
+        let copies = s.path(&format!("copies-{kind}"));
+        std::fs::create_dir_all(&copies).unwrap();
+        let o = run_fixture(
+            py,
+            "api_run.py",
+            &["0.5", "auto", copies.to_str().unwrap()],
+            &s.0,
+        );
+        let out = stdout_json(&o);
+        if ebpf_available() {
+            assert_eq!(out["backend"], "ebpf", "as root");
+        }
+        check_api_run(&out, &copies, &python_cols, kind);
+    }
+}
+
+#[test]
+fn not_root_gets_the_procfs_backend_said_once() {
+    let Some(whl) = wheel() else { return };
+    if !require(is_root(), "dropping to another user needs root") {
+        return;
+    }
+    if !require(have("setpriv"), "setpriv is missing") {
+        return;
+    }
+    // Debian's interpreter: one another user can execute (a pyenv one under /root
+    // is not).
+    let base = "/usr/bin/python3";
+    if !require(Path::new(base).exists(), "/usr/bin/python3 is missing") {
+        return;
+    }
+    let s = Scratch::new("py-nonroot");
+    let py = fresh_venv_of(base, &s, "plain", &whl, &[]);
+    let python_cols = csv_python_columns(&s);
+    let copies = s.path("copies");
+    std::fs::create_dir_all(&copies).unwrap();
+    for d in [&s.0, &copies] {
+        std::fs::set_permissions(d, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    }
+    let o = output_within(
+        Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(&py)
+            .arg(tracker_tests::python::fixture("api_run.py"))
+            .args(["0.5", "auto", copies.to_str().unwrap()])
+            .current_dir(&s.0)
+            .env("HOME", &s.0),
+        120,
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    let out = stdout_json(&o);
+    assert_eq!(out["backend"], "procfs", "{err}");
+    assert_eq!(err.matches("procfs backend").count(), 1, "said once: {err}");
+    check_api_run(&out, &copies, &python_cols, "list");
+}
+
+#[test]
+fn bad_input_is_a_clear_exception_and_leaves_no_child() {
+    let Some(whl) = wheel() else { return };
+    let s = Scratch::new("py-bad");
+    let py = fresh_venv(&s, "plain", &whl, &[]);
+    let mut dead = Command::new("true").spawn().unwrap();
+    let dead_pid = dead.id();
+    dead.wait().unwrap();
+    let o = run_fixture(
+        &py,
+        "bad_input.py",
+        &[&dead_pid.to_string(), s.0.to_str().unwrap()],
+        &s.0,
+    );
+    let out = stdout_json(&o);
+    for (case, words) in [
+        ("no_binary", "not an executable file"),
+        ("no_binary_env", "RESOURCE_TRACKER_BINARY"),
+        ("nonexistent_pid", "no process with pid"),
+        ("stop_before_start", "stop() called before start()"),
+        ("binary_killed", "killed by signal 9"),
+        ("binary_killed_read", "killed by signal 9"),
+        ("snapshot_other_version", "version 99"),
+        (
+            "snapshot_of_python_package",
+            "not a resource-tracker-ebpf snapshot",
+        ),
+        ("snapshot_truncated_samples", "truncated"),
+        ("snapshot_truncated_text", "truncated"),
+        ("dump_truncated_file", "not a complete gzipped snapshot"),
+    ] {
+        let c = &out[case];
+        assert_eq!(c["is_tracker_error"], true, "{case}: {c}");
+        let msg = c["message"].as_str().unwrap_or_default();
+        assert!(msg.contains(words), "{case}: {msg:?} lacks {words:?}");
+        let secs = c["secs"].as_f64().unwrap();
+        assert!(secs < 5.0, "{case} took {secs} s");
+    }
+    assert_eq!(
+        out["children_left"],
+        serde_json::json!([]),
+        "no child, no zombie"
+    );
+}
+
+#[test]
+fn side_by_side_with_python_resource_tracker_0_5_0() {
+    let Some(whl) = wheel() else { return };
+    let peers = py_peers_python();
+    if !require(
+        peers.exists(),
+        &format!("{} is missing (scripts/setup.sh makes it)", peers.display()),
+    ) || !ebpf_available()
+    {
+        return;
+    }
+    let s = Scratch::new("py-sbs");
+    // Both packages in one venv: the import names do not clash.
+    let peers_venv: PathBuf = peers.parent().unwrap().parent().unwrap().to_path_buf();
+    let py = fresh_venv(&s, "both", &whl, &[peers_venv]);
+    let out = stdout_json(&run_fixture(&py, "side_by_side.py", &[], &s.0));
+    let (old, new) = (&out["old"], &out["new"]);
+    // Same columns, in the same order.
+    for k in ["process_columns", "system_columns"] {
+        let o = old[k].as_array().unwrap();
+        assert_eq!(&new[k].as_array().unwrap()[..o.len()], o.as_slice(), "{k}");
+    }
+    let oc = old["combined_columns"].as_array().unwrap();
+    assert_eq!(oc.len(), 32);
+    assert_eq!(
+        &new["combined_columns"].as_array().unwrap()[..32],
+        oc.as_slice()
+    );
+
+    // While one child burns CPU, both see it: the intervals inside that phase agree.
+    let (b0, b1) = (
+        out["burn"][0].as_f64().unwrap(),
+        out["burn"][1].as_f64().unwrap(),
+    );
+    let inside = |rows: &Value, iv: f64| -> Vec<f64> {
+        rows.as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| {
+                let t = r["timestamp"].as_f64().unwrap();
+                t - iv >= b0 && t <= b1
+            })
+            .map(|r| r["cpu_usage"].as_f64().unwrap())
+            .collect()
+    };
+    let (o_in, n_in) = (inside(&old["process"], 1.0), inside(&new["process"], 1.0));
+    assert!(
+        !o_in.is_empty() && !n_in.is_empty(),
+        "no interval inside the burn: {o_in:?} {n_in:?}"
+    );
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    let (om, nm) = (mean(&o_in), mean(&n_in));
+    eprintln!("burn phase: 0.5.0 {om:.3} cores, ours {nm:.3} cores");
+    assert!(om > 0.5 && nm > 0.5, "the burner ran: {om} {nm}");
+    assert!((om - nm).abs() <= 0.1, "0.5.0 {om} vs ours {nm} cores");
+
+    // Over the run: 0.5.0 has this process and what it reaped (the kernel's
+    // rusage), ours has that plus the orphans' 5 × 0.4 s.
+    let total = |rows: &Value| -> f64 {
+        rows.as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["utime"].as_f64().unwrap() + r["stime"].as_f64().unwrap())
+            .sum()
+    };
+    let truth = out["truth"]["cpu1"].as_f64().unwrap() - out["truth"]["cpu0"].as_f64().unwrap();
+    let (ot, nt) = (total(&old["process"]), total(&new["process"]));
+    let orphans = out["orphans"].as_f64().unwrap() * 0.4;
+    eprintln!("CPU: rusage {truth:.3} s, 0.5.0 {ot:.3} s, ours {nt:.3} s, orphans {orphans} s");
+    assert!(
+        ot <= truth + 0.3,
+        "0.5.0 {ot} s cannot see the orphans (rusage {truth})"
+    );
+    assert!(
+        nt >= truth + 0.9 * orphans,
+        "ours {nt} s counts the orphans (rusage {truth})"
+    );
+    assert!(
+        nt <= truth + orphans + 0.5,
+        "ours {nt} s, rusage {truth} + orphans {orphans}"
+    );
+    // Every process of the job, the short ones included (0.5.0 has no such count).
+    let spawned = new["summary"]["processes_spawned"].as_u64().unwrap();
+    let want = 1 + out["swarm"][2].as_u64().unwrap() + 2 * out["orphans"].as_u64().unwrap();
+    assert!(spawned >= want, "processes spawned {spawned} < {want}");
+}
+
+/// Chromium's console messages and failed loads for a page, and its DOM.
+fn chromium(page: &Path, scratch: &Scratch) -> (String, Vec<String>) {
+    let profile = scratch.path(&format!(
+        "chromium-{}",
+        page.file_stem().unwrap().to_string_lossy()
+    ));
+    let o = output_within(
+        Command::new("chromium")
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+                "--enable-logging=stderr",
+                "--v=0",
+            ])
+            .arg(format!("--user-data-dir={}", profile.display()))
+            .arg("--dump-dom")
+            .arg(format!("file://{}", page.display())),
+        120,
+    );
+    assert!(
+        o.status.success(),
+        "chromium: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let problems = String::from_utf8_lossy(&o.stderr)
+        .lines()
+        .filter(|l| l.contains(":CONSOLE") || l.contains("Failed to load resource"))
+        .map(str::to_string)
+        .collect();
+    (String::from_utf8_lossy(&o.stdout).into_owned(), problems)
+}
+
+#[test]
+fn metaflow_flow_with_track_resources_makes_a_card_that_opens_in_chromium() {
+    let Some(whl) = wheel() else { return };
+    if !py_build_ready() || !require(have("chromium"), "chromium is missing") {
+        return;
+    }
+    let s = Scratch::new("py-metaflow");
+    let py = fresh_venv(&s, "mf", &whl, &[py_build()]);
+    let flow_dir = s.path("flow");
+    std::fs::create_dir_all(&flow_dir).unwrap();
+    let flow = flow_dir.join("heavy_flow.py");
+    std::fs::copy(tracker_tests::python::fixture("heavy_flow.py"), &flow).unwrap();
+    let mf = |fail: bool| {
+        let o = output_within(
+            Command::new(&py)
+                .arg(&flow)
+                .args(["--no-pylint", "run"])
+                .current_dir(&flow_dir)
+                .env("USERNAME", "tester")
+                .env("METAFLOW_DEFAULT_DATASTORE", "local")
+                .env("METAFLOW_DEFAULT_METADATA", "local")
+                .env("FAIL_STEP", if fail { "1" } else { "0" }),
+            240,
+        );
+        let all = format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert_eq!(o.status.success(), !fail, "flow run (fail={fail}): {all}");
+        assert!(!all.contains("*WARNING* [@track_resources]"), "{all}");
+        all.split("run-id ")
+            .nth(1)
+            .and_then(|r| r.split(|c: char| !c.is_ascii_alphanumeric()).next())
+            .unwrap_or_else(|| panic!("no run id in: {all}"))
+            .to_string()
+    };
+    let r1 = mf(false);
+    let r2 = mf(false);
+    let r3 = mf(true);
+    let r4 = mf(false);
+    let cards = s.path("cards");
+    std::fs::create_dir_all(&cards).unwrap();
+    let out = stdout_json(&run_fixture(
+        &py,
+        "card_get.py",
+        &[cards.to_str().unwrap(), &r1, &r3, &r4],
+        &flow_dir,
+    ));
+    // The first run has no history; the fourth has the two successful runs before
+    // it (the failed third is left out), newest first.
+    assert_eq!(out[&r1]["history"], serde_json::json!([]));
+    assert_eq!(out[&r4]["history"], serde_json::json!([r2, r1]));
+    for r in [&r1, &r3, &r4] {
+        let c = &out[r.as_str()];
+        assert_eq!(c["cards"], 1, "run {r}: {c}");
+        assert!(c["error"].is_null(), "run {r}: {c}");
+        let rec = c["recommendation"].as_str().expect("recommendation");
+        assert!(rec.starts_with("@resources(cpu="), "{rec}");
+        if c["history"] == serde_json::json!([]) {
+            assert_eq!(c["summary_recommendation"]["metaflow"], rec, "run {r}");
+        }
+        // 300 MiB held by the step: at least 512 MiB recommended.
+        let mem: u64 = rec
+            .split("memory=")
+            .nth(1)
+            .and_then(|m| m.split(|ch: char| !ch.is_ascii_digit()).next())
+            .and_then(|m| m.parse().ok())
+            .expect("memory=");
+        assert!(mem >= 512, "{rec}");
+        let page = PathBuf::from(c["card"].as_str().unwrap());
+        let (dom, problems) = chromium(&page, &s);
+        assert!(
+            problems.is_empty(),
+            "run {r}: the card's console: {problems:?}"
+        );
+        assert!(
+            dom.contains(&format!("id=\"recommendation\">{rec}<")),
+            "run {r}: the card does not show {rec}"
+        );
+        assert!(dom.contains("<svg"), "run {r}: no chart");
+    }
+    assert_eq!(out[&r3]["step_failed"], true);
+    assert_eq!(out[&r3]["successful"], false);
+    let failed = std::fs::read_to_string(out[&r3]["card"].as_str().unwrap()).unwrap();
+    assert!(failed.contains("The step failed"), "failed step's card");
+    let last = std::fs::read_to_string(out[&r4]["card"].as_str().unwrap()).unwrap();
+    let table = last
+        .split("id=\"history\"")
+        .nth(1)
+        .and_then(|t| t.split("</table>").next())
+        .expect("history table");
+    assert_eq!(
+        table.matches("<tr><td>").count(),
+        2,
+        "two earlier runs: {table}"
+    );
+}
+
+#[test]
+fn report_is_the_binarys_html_report() {
+    let Some(whl) = wheel() else { return };
+    // report() drives `resource-tracker report` (the report issue): say so plainly
+    // when this binary does not have it yet.
+    let help = Command::new(tracker())
+        .args(["report", "--help"])
+        .output()
+        .expect("tracker");
+    assert!(
+        help.status.success(),
+        "`resource-tracker report --help` failed ({}): this binary has no `report` \
+         subcommand yet, which ResourceTracker.report() and the Metaflow card's \
+         embedded report use: {}",
+        help.status,
+        String::from_utf8_lossy(&help.stderr)
+    );
+    let s = Scratch::new("py-report");
+    let py = fresh_venv(&s, "plain", &whl, &[]);
+    let page = s.path("report.html");
+    run_fixture(&py, "report_run.py", &[page.to_str().unwrap()], &s.0);
+    if require(have("chromium"), "chromium is missing") {
+        let (dom, problems) = chromium(&page, &s);
+        assert!(problems.is_empty(), "the report's console: {problems:?}");
+        assert!(dom.contains("<body"), "{}", &dom[..dom.len().min(300)]);
+    }
+}
