@@ -250,6 +250,11 @@ fn check_api_run(out: &Value, copies: &Path, python_cols: &[String], kind: &str)
         })
         .sum();
     assert!(cpu >= 1.1, "tree CPU {cpu} s");
+    // The tracker, a child of the interpreter it tracks, is not in the tree: once the
+    // job's children are gone the interpreter is alone.
+    let last = &samples[n - 1];
+    assert_eq!(last["process"]["live_processes"], 1, "{last}");
+    assert_eq!(last["cpu"]["process_child_count"], 0, "{last}");
     if summary["backend"] == "ebpf" {
         // 2 burners + 30 /bin/true, each counted by the kernel.
         let spawned = summary["processes_spawned"].as_u64().unwrap();
@@ -620,5 +625,46 @@ fn report_is_the_binarys_html_report() {
         let (dom, problems) = chromium(&page, &s);
         assert!(problems.is_empty(), "the report's console: {problems:?}");
         assert!(dom.contains("<body"), "{}", &dom[..dom.len().min(300)]);
+    }
+}
+
+#[test]
+fn a_killed_interpreter_leaves_no_tracker_running() {
+    let Some(whl) = wheel() else { return };
+    let s = Scratch::new("py-killed");
+    let py = fresh_venv(&s, "plain", &whl, &[]);
+    let mut child = Command::new(&py)
+        .arg(tracker_tests::python::fixture("killed_interpreter.py"))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python");
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let tracker_pid: i32 = line.trim().parse().unwrap_or_else(|_| panic!("{line:?}"));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // TRACKER_STOP_WITH_PARENT: the binary notices at its next sample (0.2 s).
+    let t0 = std::time::Instant::now();
+    let gone = |pid: i32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|st| {
+                st.rsplit(')')
+                    .next()
+                    .unwrap_or("")
+                    .trim_start()
+                    .starts_with('Z')
+            })
+            .unwrap_or(true)
+    };
+    while !gone(tracker_pid) {
+        assert!(
+            t0.elapsed().as_secs_f64() < 5.0,
+            "the tracker {tracker_pid} still runs 5 s after its interpreter was killed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }
