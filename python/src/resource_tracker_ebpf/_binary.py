@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
-import sysconfig
 from pathlib import Path
 from typing import List, Optional, Sequence
 
@@ -20,6 +18,8 @@ ENV_VAR = "RESOURCE_TRACKER_BINARY"
 def _from_distribution() -> Optional[Path]:
     """The executable this package's wheel installed, wherever pip put the scripts
     (a venv's bin/, ~/.local/bin with --user, a --prefix)."""
+    # Imported here: importlib.metadata costs the tracked interpreter ~10 ms, and
+    # the cheap places below usually answer first.
     try:
         from importlib.metadata import PackageNotFoundError, distribution
     except ImportError:  # pragma: no cover - Python < 3.8
@@ -31,15 +31,20 @@ def _from_distribution() -> Optional[Path]:
     for f in dist.files or ():
         if f.name == EXE:
             p = Path(str(dist.locate_file(f))).resolve()
-            if p.is_file() and os.access(p, os.X_OK):
+            if _executable(p):
                 return p
     return None
 
 
+def _executable(p: Path) -> bool:
+    return p.is_file() and os.access(p, os.X_OK)
+
+
 def find_binary(explicit: Optional[str] = None) -> Path:
     """The tracker executable: `explicit`, else $RESOURCE_TRACKER_BINARY, else the one
-    installed with this package, else the scripts directory of this interpreter,
-    else PATH. Raises BinaryNotFoundError naming every place it looked."""
+    next to this interpreter (a venv's bin/, where pip puts the wheel's scripts),
+    else the one the installed distribution lists (--user, --prefix installs), else
+    PATH. Raises BinaryNotFoundError naming every place it looked."""
     tried: List[str] = []
     for label, cand in (
         ("binary=", explicit),
@@ -48,19 +53,19 @@ def find_binary(explicit: Optional[str] = None) -> Path:
         if cand:
             # A binary named explicitly is the one wanted: no silent fallback.
             p = Path(cand)
-            if p.is_file() and os.access(p, os.X_OK):
+            if _executable(p):
                 return p
             raise BinaryNotFoundError(f"{label}{cand}: not an executable file")
+    beside = Path(sys.executable).parent / EXE
+    if _executable(beside):
+        return beside
+    tried.append(str(beside))
     p = _from_distribution()
     if p:
         return p
     tried.append(f"the files of the installed {DIST_NAME} distribution")
-    scripts = sysconfig.get_path("scripts")
-    if scripts:
-        p = Path(scripts) / EXE
-        if p.is_file() and os.access(p, os.X_OK):
-            return p
-        tried.append(str(p))
+    import shutil
+
     which = shutil.which(EXE)
     if which:
         return Path(which)
