@@ -668,3 +668,42 @@ fn a_killed_interpreter_leaves_no_tracker_running() {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }
+
+#[test]
+fn metaflow_decorator_names_do_not_clash_with_the_python_package() {
+    let Some(whl) = wheel() else { return };
+    let peers = py_peers_python();
+    if !py_build_ready()
+        || !require(
+            peers.exists(),
+            &format!("{} is missing (scripts/setup.sh makes it)", peers.display()),
+        )
+    {
+        return;
+    }
+    let peers_venv: PathBuf = peers.parent().unwrap().parent().unwrap().to_path_buf();
+    let s = Scratch::new("py-names");
+    let names = |py: &Path| {
+        let o = output_within(
+            Command::new(py)
+                .arg(tracker_tests::python::fixture("metaflow_names.py"))
+                .current_dir(&s.0)
+                .env("USERNAME", "tester"),
+            120,
+        );
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        stdout_json(&o)
+    };
+    // Alone: both names are ours.
+    let alone = fresh_venv(&s, "alone", &whl, &[py_build()]);
+    assert_eq!(
+        names(&alone),
+        serde_json::json!({"track_resources": "resource_tracker_ebpf", "track_resources_ebpf": "resource_tracker_ebpf"})
+    );
+    // Beside PyPI's resource-tracker: its name stays its own, ours is reachable.
+    let both = fresh_venv(&s, "both", &whl, &[py_build(), peers_venv]);
+    assert_eq!(
+        names(&both),
+        serde_json::json!({"track_resources": "resource_tracker", "track_resources_ebpf": "resource_tracker_ebpf"})
+    );
+}
