@@ -375,6 +375,11 @@ fn bad_input_is_a_clear_exception_and_leaves_no_child() {
         serde_json::json!([]),
         "no child, no zombie"
     );
+    assert_eq!(
+        out["tracker_alive_after_fork_exit"], true,
+        "a forked child's exit stopped its parent's tracker"
+    );
+    assert!(out["samples_after_fork_exit"].as_u64().unwrap() >= 1);
 }
 
 #[test]

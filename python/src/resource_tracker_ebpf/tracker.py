@@ -39,6 +39,9 @@ _said_procfs = False
 
 def _stop_all() -> None:
     for t in list(_live):
+        # A forked child exiting must not stop its parent's tracker.
+        if getattr(t, "_owner", None) != os.getpid():
+            continue
         try:
             t.stop()
         except Exception:  # noqa: BLE001 - nothing useful to do at exit
@@ -83,8 +86,11 @@ def _mkdtemp(prefix: str) -> str:
     raise TrackerError(f"cannot make a temporary directory in {base}")
 
 
-def _finalize(proc: Optional[subprocess.Popen], tmpdir: Optional[str]) -> None:
-    """Run when a tracker is garbage-collected: no binary or temporary file left."""
+def _finalize(proc: Optional[subprocess.Popen], tmpdir: Optional[str], owner: int) -> None:
+    """Run when a tracker is garbage-collected: no binary or temporary file left
+    (only in the process that started it, not in a forked child)."""
+    if os.getpid() != owner:
+        return
     if proc is not None:
         _kill_and_reap(proc, 2.0)
     _rmtree(tmpdir)
@@ -321,7 +327,8 @@ class ResourceTracker:
             _rmtree(self._tmpdir)
             raise TrackerError(f"cannot execute {binary}: {e}") from e
         self.start_time = time.time()
-        self._finalizer = weakref.finalize(self, _finalize, self._proc, self._tmpdir)
+        self._owner = os.getpid()
+        self._finalizer = weakref.finalize(self, _finalize, self._proc, self._tmpdir, self._owner)
         _live.add(self)
         # Bad arguments and a vanished pid fail within milliseconds: say so here
         # rather than at the first read.
@@ -371,6 +378,8 @@ class ResourceTracker:
             raise TrackerError("stop() called before start()")
         if self.stop_time is not None:
             return self
+        if self._owner != os.getpid():
+            raise TrackerError("stop() in a forked child: only the process that started the tracker can stop it")
         if self._proc.poll() is not None:
             self._died("before stop()")
         self._proc.send_signal(signal.SIGTERM)
