@@ -239,6 +239,10 @@ fn check_api_run(out: &Value, copies: &Path, python_cols: &[String], kind: &str)
     ] {
         assert_eq!(out["recommend"][k], rec[sk], "recommend_resources()[{k}]");
     }
+    // The Python rules that combine runs give the binary's answer on one run.
+    for k in ["cpu", "memory", "gpu", "vram"] {
+        assert_eq!(out["recommend_rules"][k], out["recommend"][k], "rules: {k}");
+    }
     // The job really happened: 150 MiB held, two children of 0.6 s CPU each.
     let mem_max = st["process_memory_mib"]["max"].as_f64().unwrap();
     assert!(mem_max >= 150.0, "memory max {mem_max} MiB");
