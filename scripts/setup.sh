@@ -7,7 +7,7 @@ set -euo pipefail
 log() { echo "setup: $*" >&2; }
 
 # --- Debian packages (tests: sudo for the user-drop test, jq for output checks,
-# prometheus and podman for the node agent) ---
+# prometheus and podman for the node agent, chromium for the report) ---
 need_apt=()
 command -v sudo >/dev/null 2>&1 || need_apt+=(sudo)
 command -v jq >/dev/null 2>&1 || need_apt+=(jq)
@@ -19,6 +19,8 @@ command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)
 command -v podman >/dev/null 2>&1 || need_apt+=(podman)
 command -v runc >/dev/null 2>&1 || need_apt+=(runc)
 command -v objcopy >/dev/null 2>&1 || need_apt+=(binutils)
+# Headless Chromium opens the HTML reports in the report tests.
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     log "installing ${need_apt[*]}"

@@ -34,6 +34,9 @@ pub struct TaskInfo {
     /// tells a dead task from another that took its tid. 0 until the kernel sees the
     /// task (a registered root learns it at exec, every thread at its exit).
     pub task: u64,
+    /// `bpf_ktime_get_ns()` at `sched_process_exit`, 0 before: the EXIT record
+    /// carries it, so a process's end is its exit, not the later sweep.
+    pub exit_ns: u64,
 }
 
 /// Set at `sched_process_exit` when this thread was the last of its process.

@@ -148,4 +148,6 @@ pub struct ProcEvent {
     pub exit_code: Option<i32>,
     /// Seconds since boot (CLOCK_MONOTONIC).
     pub monotonic_secs: f64,
+    /// The same moment in unix seconds (set where the events are shown).
+    pub timestamp_secs: f64,
 }

@@ -369,6 +369,10 @@ mod tests {
         });
         sum.stats = u.stats();
         sum.recommendation = u.recommendation();
+        sum.recommended_server = Some(crate::model::stats::ServerAdvice {
+            server: Some(crate::model::stats::ServerOffer::default()),
+            ..Default::default()
+        });
         let mut got = BTreeSet::new();
         paths("", &serde_json::to_value(&sum).unwrap(), &mut got);
         assert_eq!(

@@ -9,7 +9,7 @@ use super::{
     host::CloudInfo,
     meta::JobMeta,
     sample::{HostInfo, Sample},
-    stats::{Recommendation, RunStatsOut, UsageAccum},
+    stats::{Recommendation, RunStatsOut, ServerAdvice, UsageAccum},
 };
 use crate::engine::TreeTotals;
 
@@ -102,6 +102,8 @@ pub struct Summary {
     /// What the run needs (`recommend_resources()`), and whether the server was
     /// shared; null without a tree.
     pub recommendation: Option<Recommendation>,
+    /// The cheapest fitting server (`--recommend-server`); null unless asked.
+    pub recommended_server: Option<ServerAdvice>,
 }
 
 /// How streaming went; in the summary as `streaming`.
@@ -189,6 +191,7 @@ impl Summary {
             streaming: None,
             stats: stats.usage.stats(),
             recommendation: stats.usage.recommendation(),
+            recommended_server: None,
         }
     }
 }

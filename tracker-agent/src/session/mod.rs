@@ -7,6 +7,7 @@ mod end;
 mod events;
 mod launch;
 pub mod node;
+pub mod report;
 mod signals;
 mod track;
 
@@ -21,6 +22,7 @@ use crate::{
     sink::{
         self,
         lines::Lines,
+        report::{ReportSink, TimelineFeed},
         sentinel::{RunInfo, Streamer},
         summary::SummaryOut,
         Sink, Sinks,
@@ -82,6 +84,9 @@ pub fn run(st: Settings) -> anyhow::Result<i32> {
         .as_deref()
         .map(|p| sink::create(p, "events", owner))
         .transpose()?;
+    if let Some(p) = &st.report {
+        report::check_destination("--report", p)?;
+    }
 
     signals::block_signals();
     // Discovery runs once, beside the command, and never delays it; the streaming
@@ -115,6 +120,28 @@ pub fn run(st: Settings) -> anyhow::Result<i32> {
         let run = run_info(&st, host_info.clone());
         sinks.push(Box::new(Streamer::start(cfg.clone(), run, found_rx)?));
     }
+    // The timeline comes from the eBPF engine's events.
+    let timeline: Option<TimelineFeed> =
+        (st.report.is_some() && matches!(engine, Some(Engine::Ebpf(_)))).then(Default::default);
+    if let Some(p) = &st.report {
+        let name = match (&st.meta.job_name, &st.target) {
+            (Some(j), _) => j.clone(),
+            (None, Target::Command(argv)) => argv
+                .iter()
+                .map(|a| a.to_string_lossy())
+                .collect::<Vec<_>>()
+                .join(" "),
+            (None, Target::Attach { pid, .. }) => format!("pid {pid}"),
+            (None, Target::Host) => "host".into(),
+        };
+        sinks.push(Box::new(ReportSink::new(
+            p.clone(),
+            owner.cloned(),
+            &name,
+            timeline.clone(),
+            st.quiet,
+        )));
+    }
     sinks.push(Box::new(summary_out));
     let mut sinks = Sinks::new(sinks);
 
@@ -135,7 +162,7 @@ pub fn run(st: Settings) -> anyhow::Result<i32> {
         engine,
         root,
         command_root,
-        events: EventLog::new(events_file),
+        events: EventLog::new(events_file, timeline),
         host,
         gpus,
     };
@@ -157,6 +184,9 @@ pub fn run(st: Settings) -> anyhow::Result<i32> {
         engine: ended.engine.as_ref(),
     };
     let mut summary = end::summary(&ended.sampler.stats, outcome, context);
+    if let Some(url) = &st.keeper {
+        summary.recommended_server = report::advise(url, &summary);
+    }
     sinks.finish(&mut summary);
     Ok(summary.exit_code.unwrap_or(0))
 }

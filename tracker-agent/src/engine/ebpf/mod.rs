@@ -147,6 +147,7 @@ impl EbpfEngine {
             flags: TASK_FLAG_ROOT,
             _pad: 0,
             task: 0,
+            exit_ns: 0,
         };
         self.tasks.insert(pid, info, 0)?;
         self.enrol(pid, pid);
@@ -161,6 +162,7 @@ impl EbpfEngine {
                         flags: if tgid == pid { TASK_FLAG_ROOT } else { 0 },
                         _pad: 0,
                         task: 0,
+                        exit_ns: 0,
                     };
                     // NOEXIST (1): the kernel may have inserted it already.
                     let _ = self.tasks.insert(tid, info, 1);
