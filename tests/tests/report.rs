@@ -228,8 +228,13 @@ fn an_hour_of_samples_stays_under_3_mb_and_opens() {
     assert_eq!(d["runs"][0]["recommendation"]["memory_mib"], 512);
     assert_eq!(d["runs"][0]["recommendation"]["cpu"], 1);
     assert_eq!(d["runs"][0]["stats"]["duration_secs"], 3600.0);
-    let (dom, err, _) = open_in_chromium(&page, &s);
+    let (dom, err, wall) = open_in_chromium(&page, &s);
     assert_rendered(&dom, &err);
+    eprintln!(
+        "3,600 samples: page {} KiB, rendered in {} ms of page time, {wall:.2} s wall with start-up",
+        size / 1024,
+        attr(&dom, "data-render-ms").unwrap_or("?")
+    );
 }
 
 const PY_TRACK: &str = r#"

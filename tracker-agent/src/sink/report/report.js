@@ -202,7 +202,7 @@
         series: [{ label: "s", value: function (u, v) { return v === null ? "–" : num(v, 1) + " s"; } }].concat(cols.map(function (k, i) {
           return { label: k[1], stroke: COLORS[i % COLORS.length], width: 1.5, value: function (u, v) { return v === null ? "–" : c.fmt(v); } };
         })),
-        axes: [{ label: "seconds since start" }, { size: 70, values: function (u, vals) { return vals.map(function (v) { return c.fmt(v); }); } }]
+        axes: [{ label: "seconds since start" }, { size: 84, values: function (u, vals) { return vals.map(function (v) { return c.fmt(v); }); } }]
       };
       new uPlot(opts, data, box);
       drawn++;
@@ -214,7 +214,7 @@
   function timeline(r, ri) {
     var T = r.timeline;
     var box = el("div", { cls: "timeline", id: "timeline-" + ri });
-    var mode = T.bars ? (T.bars.length <= 300 ? "process" : "command") : "activity";
+    var mode = T.bars ? (T.bars.length <= 40 ? "process" : "command") : "activity";
     var title = "Process timeline: " + num(T.processes, 0) + " processes" +
       (T.still_running ? ", " + T.still_running + " still running at the end" : "") +
       (mode === "command" ? " (one row per command)" : mode === "activity" ? " (live processes per command over time)" : "");
