@@ -330,7 +330,10 @@ enum Keeper {
 /// servers with their cheapest on-demand price, `/server/{vendor}/{id}/prices` a
 /// list of prices per region and allocation); it records the request lines and
 /// the application header.
-fn keeper(mode: Keeper) -> (String, Arc<Mutex<Vec<(String, String)>>>) {
+/// (request target, X-Application-ID) of each request, in order.
+type Requests = Arc<Mutex<Vec<(String, String)>>>;
+
+fn keeper(mode: Keeper) -> (String, Requests) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}", l.local_addr().unwrap());
     let seen = Arc::new(Mutex::new(Vec::new()));
@@ -581,7 +584,7 @@ fn bad_input_is_named_and_leaves_no_half_page() {
         .unwrap()["timestamp_secs"]
         .as_f64()
         .unwrap();
-    let mut evb = format!("{{\"kind\":\"fork\",\"pid\":9,\"ppid\":1,\"comm\":\"a").into_bytes();
+    let mut evb = b"{\"kind\":\"fork\",\"pid\":9,\"ppid\":1,\"comm\":\"a".to_vec();
     evb.extend_from_slice(b"\xff\xfe");
     evb.extend_from_slice(
         format!("\",\"monotonic_secs\":5.0,\"timestamp_secs\":{t}}}\n").as_bytes(),
