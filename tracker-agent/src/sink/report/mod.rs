@@ -110,6 +110,11 @@ pub fn render(page: &Page) -> anyhow::Result<String> {
 /// half-way leaves no file behind.
 pub fn write_page(path: &Path, page: &Page, owner: Option<&Owner>) -> anyhow::Result<u64> {
     let html = render(page)?;
+    write_html(path, &html, owner)?;
+    Ok(html.len() as u64)
+}
+
+fn write_html(path: &Path, html: &str, owner: Option<&Owner>) -> anyhow::Result<()> {
     let mut f = fsafe::create_output(path, owner)
         .with_context(|| format!("cannot write the report file {}", path.display()))?;
     let written = f.write_all(html.as_bytes()).and_then(|()| f.sync_data());
@@ -125,7 +130,7 @@ pub fn write_page(path: &Path, page: &Page, owner: Option<&Owner>) -> anyhow::Re
         }
         return Err(e).with_context(|| format!("writing the report file {}", path.display()));
     }
-    Ok(html.len() as u64)
+    Ok(())
 }
 
 pub fn unix_now() -> f64 {
@@ -145,6 +150,10 @@ pub struct ReportSink {
     run: Option<RunBuilder>,
     timeline: Option<TimelineFeed>,
     quiet: bool,
+    /// The page, once rendered: a write that failed is tried again elsewhere.
+    html: Option<String>,
+    /// Where the page goes when `path` could not be written.
+    kept: Option<(std::fs::File, PathBuf)>,
 }
 
 impl ReportSink {
@@ -162,6 +171,8 @@ impl ReportSink {
             owner,
             timeline,
             quiet,
+            html: None,
+            kept: None,
         }
     }
 }
@@ -175,36 +186,59 @@ impl Sink for ReportSink {
     }
 
     fn finish(&mut self, summary: &mut Summary) -> anyhow::Result<()> {
-        let Some(mut run) = self.run.take() else {
+        if self.html.is_none() {
+            let Some(mut run) = self.run.take() else {
+                return Ok(());
+            };
+            run.backend(summary.backend);
+            let origin = run.origin();
+            let end = run.span().map_or(origin, |(_, e)| e);
+            let timeline = self.timeline.take().and_then(|t| {
+                let t = std::mem::take(&mut *t.lock().ok()?);
+                (t.events() > 0).then(|| t.finish(origin, end))
+            });
+            let mut data = run.finish(timeline);
+            data.summary = serde_json::to_value(&*summary).ok();
+            let page = Page {
+                title: format!("resource-tracker report: {}", data.name),
+                version: env!("CARGO_PKG_VERSION"),
+                generated_secs: unix_now(),
+                runs: vec![data],
+                combined: None,
+                server: summary.recommended_server.clone(),
+                notes: Vec::new(),
+            };
+            self.html = Some(render(&page)?);
+        }
+        let Some(html) = &self.html else {
             return Ok(());
         };
-        run.backend(summary.backend);
-        let origin = run.origin();
-        let end = run.span().map_or(origin, |(_, e)| e);
-        let timeline = self.timeline.take().and_then(|t| {
-            let t = std::mem::take(&mut *t.lock().ok()?);
-            (t.events() > 0).then(|| t.finish(origin, end))
-        });
-        let mut data = run.finish(timeline);
-        data.summary = serde_json::to_value(&*summary).ok();
-        let page = Page {
-            title: format!("resource-tracker report: {}", data.name),
-            version: env!("CARGO_PKG_VERSION"),
-            generated_secs: unix_now(),
-            runs: vec![data],
-            combined: None,
-            server: summary.recommended_server.clone(),
-            notes: Vec::new(),
+        let path = match &mut self.kept {
+            Some((f, p)) => {
+                f.write_all(html.as_bytes())
+                    .with_context(|| format!("writing the report file {}", p.display()))?;
+                p.clone()
+            }
+            None => {
+                write_html(&self.path, html, self.owner.as_ref())?;
+                self.path.clone()
+            }
         };
-        let size = write_page(&self.path, &page, self.owner.as_ref())?;
         if !self.quiet {
             crate::warn::say(format_args!(
                 "report written to {} ({} KiB)",
-                self.path.display(),
-                size.div_ceil(1024)
+                path.display(),
+                html.len().div_ceil(1024)
             ));
         }
         Ok(())
+    }
+
+    fn fall_back(&mut self) -> Option<PathBuf> {
+        self.html.as_ref()?;
+        let (f, p) = super::fallback_file("report.html", self.owner.as_ref()).ok()?;
+        self.kept = Some((f, p.clone()));
+        Some(p)
     }
 }
 
