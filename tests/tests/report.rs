@@ -293,6 +293,9 @@ fn the_python_packages_csv_gives_its_own_stats() {
     for (ours, theirs) in [
         ("process_cpu_usage", "process_cpu_usage"),
         ("process_memory_mib", "process_memory_mib"),
+        ("process_gpu_usage", "process_gpu_usage"),
+        ("process_gpu_vram_mib", "process_gpu_vram_mib"),
+        ("process_gpu_utilized", "process_gpu_utilized"),
     ] {
         for agg in ["mean", "max"] {
             let (a, b) = (f(&st[ours][agg]), f(&want[theirs][agg]));
@@ -316,6 +319,51 @@ fn the_python_packages_csv_gives_its_own_stats() {
         "duration: ours {ours}, Python {dur} over {rows} rows"
     );
     assert!(d["runs"][0]["backend"].as_str().unwrap().contains("Python"));
+}
+
+/// Several runs of one job: each its own section, and their statistics and
+/// recommendation combined as the Python package does across runs.
+#[test]
+fn several_runs_combine() {
+    let s = Scratch::new("report-runs");
+    let w = workload().display().to_string();
+    let mut files = Vec::new();
+    for (i, mib) in [(0, "100"), (1, "700")] {
+        let f = s.path(&format!("run{i}.jsonl"));
+        let o = run(Command::new(tracker())
+            .args(["run", "-q", "-i", "0.3", "-o"])
+            .arg(&f)
+            .args(["--", &w, "memory", mib, "1", "800"]));
+        assert!(o.status.success());
+        files.push(f);
+    }
+    let page = s.path("runs.html");
+    let o = run(Command::new(tracker())
+        .arg("report")
+        .args(&files)
+        .arg("-o")
+        .arg(&page));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let d = page_data(&std::fs::read_to_string(&page).unwrap());
+    assert_eq!(d["runs"].as_array().unwrap().len(), 2);
+    let c = &d["combined"];
+    assert_eq!(c["runs"], 2);
+    let peak = |r: &Value| r["stats"]["process_memory_mib"]["max"].as_f64().unwrap();
+    let (a, b) = (peak(&d["runs"][0]), peak(&d["runs"][1]));
+    assert!(a >= 100.0 && b >= 700.0, "{a} {b}");
+    assert_eq!(
+        c["stats"]["process_memory_mib"]["max"].as_f64().unwrap(),
+        a.max(b)
+    );
+    // Hand-computed: the larger peak × 1.2 (> 840 MiB) rounds up to 1024 MiB.
+    assert_eq!(c["recommendation"]["memory_mib"], 1024);
+    let means = |r: &Value| r["stats"]["process_cpu_usage"]["mean"].as_f64().unwrap();
+    let want = (means(&d["runs"][0]) + means(&d["runs"][1])) / 2.0;
+    let got = c["stats"]["process_cpu_usage"]["mean"].as_f64().unwrap();
+    assert!(
+        (got - want).abs() <= 0.006,
+        "mean of means: {got} vs {want}"
+    );
 }
 
 /// What the stand-in Keeper was asked, and how it answers.

@@ -208,6 +208,7 @@
       drawn++;
     });
     if (r.timeline) timeline(r, ri);
+    else root.appendChild(el("div", { cls: "warn", text: "No process timeline: it is drawn from the eBPF backend's process events (run as root, or give the run's --events file to `report`)." }));
   });
   document.body.dataset.charts = String(drawn);
 
