@@ -271,13 +271,14 @@ impl RunBuilder {
         }
     }
 
-    /// Averages neighbouring points in pairs; later samples go two to a point.
+    /// Averages neighbouring points in pairs (an odd last point stays as it is);
+    /// later samples go two to a point.
     fn halve(&mut self) {
-        let pairs = self.t.len() / 2;
-        let t: Vec<f64> = (0..pairs).map(|i| self.t[2 * i]).collect();
+        let n = self.t.len();
+        let t: Vec<f64> = (0..n.div_ceil(2)).map(|i| self.t[2 * i]).collect();
         for c in &mut self.cols {
-            let merged: Vec<Option<f64>> = (0..pairs)
-                .map(|i| match (c[2 * i], c[2 * i + 1]) {
+            let merged: Vec<Option<f64>> = (0..n.div_ceil(2))
+                .map(|i| match (c[2 * i], c.get(2 * i + 1).copied().flatten()) {
                     (Some(a), Some(b)) => Some((a + b) / 2.0),
                     (a, b) => a.or(b),
                 })

@@ -291,18 +291,12 @@ impl Inputs {
     fn sample(&mut self, name: &str, n: u64, s: &Sample, extra: recorded::Extra) {
         let split = matches!(self.runs.last(), Some(r)
             if r.run.span().is_some_and(|(_, last)| s.timestamp_secs < last - BACKWARDS_SECS));
-        let new_file = self
-            .runs
-            .last()
-            .is_none_or(|r| r.run.span().is_none() && r.summary.is_none() && r.timeline.is_none());
         if split {
             self.notes.push(format!(
                 "{name}: the time goes back at line {n}; read from there as another run"
             ));
             self.runs
                 .push(Reading::new(&format!("{name} (from line {n})"), name));
-        } else if new_file && self.runs.is_empty() {
-            self.runs.push(Reading::new(name, name));
         }
         let r = self.last(name);
         if let Some(b) = &extra.backend {
