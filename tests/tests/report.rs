@@ -364,6 +364,23 @@ fn several_runs_combine() {
         (got - want).abs() <= 0.006,
         "mean of means: {got} vs {want}"
     );
+    // The two in one file, the later run first: the time goes back, and the file
+    // is read as two runs, said in one line.
+    let both = s.path("both.jsonl");
+    let mut text = std::fs::read_to_string(&files[1]).unwrap();
+    text.push_str(&std::fs::read_to_string(&files[0]).unwrap());
+    std::fs::write(&both, text).unwrap();
+    let o = run(Command::new(tracker())
+        .arg("report")
+        .arg(&both)
+        .arg("-o")
+        .arg(s.path("both.html")));
+    assert!(o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("the time goes back at line"), "{err}");
+    let d2 = page_data(&std::fs::read_to_string(s.path("both.html")).unwrap());
+    assert_eq!(d2["runs"].as_array().unwrap().len(), 2);
+    assert_eq!(d2["combined"]["stats"], c["stats"]);
 }
 
 /// What the stand-in Keeper was asked, and how it answers.
