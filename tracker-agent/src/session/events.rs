@@ -79,6 +79,37 @@ impl EventLog {
         }
     }
 
+    /// An attached tree's processes that were alive before tracking began: the
+    /// timeline shows them from then on (the kernel sends no fork for them).
+    pub fn seed_running(&mut self, pids: impl Iterator<Item = u32>) {
+        let Some(t) = &self.timeline else { return };
+        let Ok(mut t) = t.lock() else { return };
+        let now = crate::sink::report::unix_now();
+        let mut buf = String::new();
+        for pid in pids {
+            if crate::engine::procread::read_into(&format!("/proc/{pid}/stat"), &mut buf).is_none()
+            {
+                continue;
+            }
+            let comm = match (buf.find('('), buf.rfind(')')) {
+                (Some(a), Some(b)) if a < b => buf[a + 1..b].to_string(),
+                _ => continue,
+            };
+            let Some(st) = crate::engine::procread::parse_stat(&buf) else {
+                continue;
+            };
+            t.add(&ProcEventIn {
+                kind: "exec",
+                pid,
+                ppid: st.ppid,
+                comm: &comm,
+                cpu_secs: None,
+                exit_code: None,
+                timestamp_secs: now,
+            });
+        }
+    }
+
     /// The file cannot be written: said once, and the run goes on without it.
     fn fail(&mut self, e: std::io::Error) {
         say(format_args!(

@@ -158,11 +158,16 @@ pub fn run(st: Settings) -> anyhow::Result<i32> {
         renice_self(v);
     }
     let backend = engine.as_ref().map(Engine::backend);
+    let mut events = EventLog::new(events_file, timeline);
+    if let (Some(pid), None) = (root, command_root) {
+        let tree = crate::engine::procfs::descendants_with_threads(pid);
+        events.seed_running(tree.into_iter().map(|(tgid, _)| tgid));
+    }
     let tracked = track::Tracked {
         engine,
         root,
         command_root,
-        events: EventLog::new(events_file, timeline),
+        events,
         host,
         gpus,
     };
