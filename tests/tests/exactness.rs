@@ -359,6 +359,13 @@ fn a_ring_too_small_loses_records_not_totals() {
             "the ring did overflow: {}",
             t.summary
         );
+        assert!(
+            t.summary["degraded"]
+                .as_array()
+                .is_some_and(|d| d.iter().any(|x| x["name"] == "ring_full")),
+            "named: {}",
+            t.summary
+        );
         assert_eq!(u(&t.summary, "processes_spawned"), 1001);
         t
     });
@@ -416,6 +423,11 @@ fn in_a_pid_namespace_it_says_so_and_counts_with_procfs() {
     assert!(lines[0].contains("procfs"), "{}", lines[0]);
     let summary = read_json(&sum);
     assert_eq!(summary["backend"], "procfs");
+    // Named in the summary, for scripts that read no stderr.
+    assert_eq!(
+        summary["degraded"][0]["name"], "ebpf_pid_namespace",
+        "{summary}"
+    );
     assert!(f(&summary, "cpu_total_secs") > 0.0, "{summary}");
     assert!(u(&summary, "processes_spawned") >= 1, "{summary}");
 }
