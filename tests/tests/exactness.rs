@@ -106,6 +106,35 @@ fn peak_memory_follows_the_cgroup() {
     }
 }
 
+/// A peak no sample sees (a process that writes 128 MiB and exits within 300 ms,
+/// sampled every 5 s) comes from the kernel's `signal->maxrss` at exit, which is in
+/// pages: read as KiB it was a quarter of the cgroup's peak.
+#[test]
+fn peak_memory_between_samples_comes_from_the_exit() {
+    if !ebpf_available() {
+        return;
+    }
+    for i in 0..2 {
+        let t = track_with(&Opts {
+            tag: "memexit",
+            cmd: &["memory", "128", "1", "300"],
+            interval: "5",
+            ..Opts::default()
+        });
+        assert_eq!(t.code, 0, "{}", t.stderr);
+        let truth = t.truth_peak.expect("the cgroup keeps a peak") as f64 / 1048576.0;
+        let ours = f(&t.summary, "peak_memory_mib");
+        eprintln!(
+            "memory at exit run {i}: ours {ours:.1} MiB, cgroup {truth:.1} MiB ({:.2} %)",
+            100.0 * ours / truth
+        );
+        assert!(
+            (ours / truth - 1.0).abs() <= MEM_TOLERANCE,
+            "peak memory {ours} MiB vs the cgroup's {truth} MiB"
+        );
+    }
+}
+
 #[test]
 fn per_interval_cpu_follows_the_cgroup() {
     if !ebpf_available() {

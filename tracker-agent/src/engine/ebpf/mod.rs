@@ -191,7 +191,7 @@ impl EbpfEngine {
             t.threads_spawned += s.threads_spawned;
             t.threads_exited += s.threads_exited;
             t.execs += s.execs;
-            t.max_rss_kib = t.max_rss_kib.max(s.max_rss_kib);
+            t.max_rss_pages = t.max_rss_pages.max(s.max_rss_pages);
             t.lost_events += s.lost_events;
             t.untracked_tasks += s.untracked_tasks;
         }
@@ -647,7 +647,9 @@ impl EbpfEngine {
         t.execs = k.execs;
         t.lost_events = k.lost_events;
         t.untracked_tasks = k.untracked_tasks;
-        t.max_rss_kib = k.max_rss_kib.max(self.live_max_rss_kib);
+        // signal->maxrss is in pages: read as KiB it was a quarter of the truth for
+        // a process whose peak fell between two samples.
+        t.max_rss_kib = (k.max_rss_pages * (self.page / 1024)).max(self.live_max_rss_kib);
         self.note_counts(&k);
         t.degraded = self.degraded.clone();
         Ok(t)
