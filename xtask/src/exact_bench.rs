@@ -396,14 +396,14 @@ pub fn run(dir: &Path, quick: bool) -> anyhow::Result<String> {
             .into(),
     );
     say(String::new());
-    say("`workload memory MIB N 800`: N processes each write MIB of anonymous memory at once and hold it 800 ms. Ours: the summary's `peak_memory_mib` (RSS); py-rt: the most `memory_mib` (PSS) of one sample; rs-rt: the most `cpu.process_rss_mib` (whole MiB); psrecord: the most \"Real (MB)\" (RSS, children included). pidstat `-T CHILD` reports no memory. The cgroup's peak also holds page tables and the tree's other kernel memory, so a tool that sees every page reads a little under 100 %.".into());
+    say("`workload memory MIB N 2500`: N processes each write MIB of anonymous memory at once and hold it 2.5 s, so that a tool sampling every second sees the peak at least once (a shorter hold measures sampling luck; ours also takes an exited process's peak from the kernel). Ours: the summary's `peak_memory_mib` (RSS); py-rt: the most `memory_mib` (PSS) of one sample; rs-rt: the most `cpu.process_rss_mib` (whole MiB); psrecord: the most \"Real (MB)\" (RSS, children included). pidstat `-T CHILD` reports no memory. The cgroup's peak also holds page tables and the tree's other kernel memory, so a tool that sees every page reads a little under 100 %.".into());
     say(String::new());
     header(&mut say, "| workload | cgroup peak (MiB) |", &tools);
     let mem_shapes = [
-        shape("one process, 256 MiB", "memory 256 1 800", Some(1)),
+        shape("one process, 256 MiB", "memory 256 1 2500", Some(1)),
         shape(
             "four processes × 64 MiB at once",
-            "memory 64 4 800",
+            "memory 64 4 2500",
             Some(5),
         ),
     ];
