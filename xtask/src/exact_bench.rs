@@ -331,7 +331,7 @@ pub fn run(dir: &Path, quick: bool) -> anyhow::Result<String> {
     // (a) Storage bytes written, and write-call bytes where a tool reports them.
     say("### Storage bytes written against the cgroup's (blkio / io.stat)".into());
     say(String::new());
-    say("`write_bytes` as reported (ours: the summary; py-rt: Σ `disk_write_bytes` of `process_metrics`, i.e. the tree's `/proc/PID/io` per interval; rs-rt: Σ `cpu.process_disk_write_bytes`) as a % of the bytes the cgroup wrote to disk. psrecord and pidstat (`-T CHILD`: CPU and page faults only) do not report I/O. The `wchar` row is the bytes through write calls (ours alone reports them) as a % of what dd wrote through `write(2)`, 50 MiB, plus the shells' few bytes.".into());
+    say("`write_bytes` as reported (ours: the summary; py-rt: Σ `disk_write_bytes` of `process_metrics`, i.e. the tree's `/proc/PID/io` per interval; rs-rt: Σ `cpu.process_disk_write_bytes`) as a % of the bytes the cgroup wrote to disk. psrecord and pidstat (`-T CHILD`: CPU and page faults only) do not report I/O. The `wchar` row is the bytes through write calls (ours alone reports them) as a % of what dd wrote through `write(2)`, 50 MiB, plus the shells' few bytes. Ours (procfs) reads `/proc/PID/io` of live members only, and the tracker reaps the root with `wait4`, which carries no I/O: when the writers and the root are gone before the first sample (here within 1 s) it reports 0 (with the same command followed by `sleep 1.5` it reported 52,428,800 bytes written and 52,428,800 `wchar`); the peers' accuracy form keeps a gating shell alive 1.5 intervals after the command, which ours does not get.".into());
     say(String::new());
     header(&mut say, "| workload | cgroup wrote (MiB) |", &tools);
     let io_shapes = [
@@ -451,7 +451,7 @@ pub fn run(dir: &Path, quick: bool) -> anyhow::Result<String> {
             .into(),
     );
     say(String::new());
-    say("The tree's CPU as a % of the cgroup's usage plus the root's CPU before it joined, as in the peers' accuracy table below; processes reported / in the tree in parentheses (ours: all spawned, median; py-rt and rs-rt: the most alive in one sample), the count alone where the shell decides it.".into());
+    say("The tree's CPU as a % of the cgroup's usage plus the root's CPU before it joined, as in the peers' accuracy table below; processes reported / in the tree in brackets (ours: all spawned, median; py-rt and rs-rt: the most alive in one sample), the count alone where the shell decides it. A truth of 0.01 s (the nested shells: O_DIRECT writes cost little CPU) is one tick of the peers' tick-based counters, so their cells there are noise.".into());
     say(String::new());
     header(&mut say, "| workload | truth CPU (s) |", &tools);
     let cpu_shapes = [
