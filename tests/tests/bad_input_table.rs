@@ -586,13 +586,16 @@ fn every_bad_input_is_one_line_and_its_exit_code() {
             .join("\n")
     );
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/bad-input.md");
+    let have = std::fs::read_to_string(&path).unwrap_or_default();
+    // The sections after the table ("Degraded figures") are written by hand and
+    // kept as they are; no table row starts a line with `## `.
+    let tail = have.find("\n## ").map_or("", |i| &have[i..]);
     if std::env::var_os("TRACKER_BLESS").is_some() {
-        std::fs::write(&path, &doc).expect("write docs/bad-input.md");
+        std::fs::write(&path, format!("{doc}{tail}")).expect("write docs/bad-input.md");
         return;
     }
-    let have = std::fs::read_to_string(&path).unwrap_or_default();
     assert!(
-        have == doc,
+        have[..have.len() - tail.len()] == doc,
         "docs/bad-input.md is not in step with the binary: run \
          TRACKER_BLESS=1 cargo test -p tracker-tests --test bad_input_table"
     );

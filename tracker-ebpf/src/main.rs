@@ -292,8 +292,8 @@ pub fn sched_process_exit(ctx: RawTracePointContext) -> u32 {
     let maxrss: u64 = unsafe { field(signal, o.signal_maxrss) };
     if let Some(s) = stats(info.tree) {
         s.procs_exited += 1;
-        if maxrss > s.max_rss_kib {
-            s.max_rss_kib = maxrss;
+        if maxrss > s.max_rss_pages {
+            s.max_rss_pages = maxrss;
         }
     }
     0

@@ -16,7 +16,7 @@ use std::{path::PathBuf, sync::mpsc, time::Instant};
 use crate::{
     collect::{gpu::GpuCollector, Roots, SystemCollector},
     discovery,
-    engine::{ebpf::EbpfEngine, procfs::ProcfsEngine, Engine},
+    engine::{degraded::Degradations, ebpf::EbpfEngine, procfs::ProcfsEngine, Engine},
     model::Discovered,
     settings::{Settings, Target},
     sink::{
@@ -98,8 +98,8 @@ pub fn run(st: Settings) -> anyhow::Result<i32> {
         })
     });
 
-    let (engine, backend_reason) = match &start {
-        Start::Host => (None, None),
+    let (engine, backend_reason, degraded) = match &start {
+        Start::Host => (None, None, Degradations::default()),
         _ => load_engine(&st),
     };
     if engine.is_none() && matches!(start, Start::Command(..)) {
@@ -170,6 +170,7 @@ pub fn run(st: Settings) -> anyhow::Result<i32> {
         events,
         host,
         gpus,
+        degraded,
     };
     let ended = match track::run(tracked, &st, started, &mut sinks) {
         Ok(e) => e,
@@ -319,15 +320,21 @@ fn refused(e: LaunchError) -> i32 {
 
 /// The eBPF engine unless told otherwise or unavailable (then procfs, said once),
 /// and why eBPF is not used.
-fn load_engine(st: &Settings) -> (Option<Engine>, Option<String>) {
+/// The eBPF engine, or None with the reason and what that costs in exactness
+/// (nothing named for `--no-ebpf`: the user chose it).
+fn load_engine(st: &Settings) -> (Option<Engine>, Option<String>, Degradations) {
     let e = &st.engine;
     if e.no_ebpf {
-        return (None, Some("--no-ebpf".to_string()));
+        return (None, Some("--no-ebpf".to_string()), Degradations::default());
     }
     match EbpfEngine::load(e.max_tasks, e.ring_bytes, e.bpf_stats) {
         Ok(e) => {
             log::info!("eBPF engine loaded in {:.0} ms", e.load_ms);
-            (Some(Engine::Ebpf(Box::new(e))), None)
+            (
+                Some(Engine::Ebpf(Box::new(e))),
+                None,
+                Degradations::default(),
+            )
         }
         Err(e) => {
             say(format_args!(
@@ -336,7 +343,7 @@ fn load_engine(st: &Settings) -> (Option<Engine>, Option<String>) {
             if st.events.is_some() {
                 say("--events: process events come from the eBPF engine; the file stays empty");
             }
-            (None, Some(e.to_string()))
+            (None, Some(e.to_string()), e.degradations())
         }
     }
 }
