@@ -709,3 +709,54 @@ fn bad_input_is_named_and_leaves_no_half_page() {
     assert_eq!(o.status.code(), Some(2));
     assert!(!err(&o).contains("panicked"));
 }
+
+/// What the samples name as not exact is named on the page, from a live run and
+/// from its CSV.
+#[test]
+fn degradations_reach_the_page() {
+    if !require(ebpf_available(), "eBPF is not available") {
+        return;
+    }
+    let s = Scratch::new("report-degraded");
+    let (page, csv) = (s.path("d.html"), s.path("d.csv"));
+    let o = run(Command::new(tracker())
+        .args([
+            "run",
+            "-q",
+            "-i",
+            "0.3",
+            "--max-tasks",
+            "64",
+            "-f",
+            "csv",
+            "-o",
+        ])
+        .arg(&csv)
+        .arg("--report")
+        .arg(&page)
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "for i in $(seq 100); do sleep 1 & done; wait",
+        ]));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let d = page_data(&std::fs::read_to_string(&page).unwrap());
+    let named = |d: &Value| {
+        d["runs"][0]["cost"]["degraded"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|x| x.as_str().unwrap().starts_with("map_full"))
+    };
+    assert!(named(&d), "{}", d["runs"][0]["cost"]);
+    assert!(d["runs"][0]["cost"]["untracked_tasks"].as_u64().unwrap() > 0);
+    let o = run(Command::new(tracker())
+        .arg("report")
+        .arg(&csv)
+        .arg("-o")
+        .arg(s.path("csv.html")));
+    assert!(o.status.success());
+    let d = page_data(&std::fs::read_to_string(s.path("csv.html")).unwrap());
+    assert!(named(&d), "{}", d["runs"][0]["cost"]);
+}

@@ -460,9 +460,18 @@ impl CsvRows {
             },
             ..Default::default()
         };
+        let degraded: Vec<String> = get("tracker_degraded")
+            .map(|d| {
+                d.split(';')
+                    .map(str::trim)
+                    .filter(|n| !n.is_empty())
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default();
         let extra = || Extra {
             backend: backend.clone(),
-            degraded: Vec::new(),
+            degraded: degraded.clone(),
         };
         let first = self.prev_ts.is_none();
         self.prev_ts = Some(ts);

@@ -208,6 +208,9 @@ impl RunBuilder {
         self.cost.tracker_cpu_secs += s.tracker.cpu_secs;
         self.cost.tracker_max_rss_mib = self.cost.tracker_max_rss_mib.max(s.tracker.rss_mib);
         self.cost.lost_events += s.tracker.lost_events;
+        for d in &s.tracker.degraded {
+            self.degraded(&format!("{}: {}", d.name, d.detail));
+        }
         self.usage.add(s);
         let v = values(s);
         let (sum, n, t0, k) = &mut self.acc;
@@ -227,9 +230,16 @@ impl RunBuilder {
     }
 
     /// A degradation a sample named (kept once each).
+    /// Kept once per name (`name: detail`), with the latest detail (a count that
+    /// grew).
     pub fn degraded(&mut self, what: &str) {
-        if !self.cost.degraded.iter().any(|d| d == what) && self.cost.degraded.len() < 32 {
-            self.cost.degraded.push(what.to_string());
+        let name = |d: &str| d.split(':').next().unwrap_or("").trim().to_string();
+        let n = name(what);
+        let full = self.cost.degraded.len() >= 32;
+        match self.cost.degraded.iter_mut().find(|d| name(d) == n) {
+            Some(d) => *d = what.to_string(),
+            None if !full => self.cost.degraded.push(what.to_string()),
+            None => {}
         }
     }
 
