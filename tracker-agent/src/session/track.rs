@@ -127,8 +127,8 @@ fn emit(lp: &mut Loop, ring: Option<&mut Ring>, sinks: &mut Sinks) {
 }
 
 /// The eBPF engine's event ring, registered with the runtime: the kernel wakes the
-/// loop when it fills.
-/// Without it (it cannot be polled) the ring is drained at each sample only.
+/// loop when it fills. A ring that cannot be polled is given up: totals then come
+/// from the kernel's counters and live readings, and the run names `ring_unread`.
 fn ring_of(engine: &mut Option<Engine>) -> Option<AsyncFd<Ring>> {
     let Some(Engine::Ebpf(e)) = engine else {
         return None;
