@@ -333,8 +333,8 @@ fn events_file_lists_every_process_in_order() {
         3,
         "{kinds:?}"
     );
-    // Exits are reported when the process is freed (reaped, after its last context
-    // switch), which is where its CPU is exact; the order is that of the frees.
+    // Exits are reported once the process is dead and off the CPU, where its CPU is
+    // exact; the order is that of those records.
     let sh = events
         .iter()
         .find(|e| e["kind"] == "exit" && e["comm"] == "sh")
@@ -343,11 +343,37 @@ fn events_file_lists_every_process_in_order() {
     assert_eq!(sh["exit_code"], 3 << 8);
     assert!(sh["cpu_secs"].as_f64().is_some_and(|c| c > 0.0));
     assert_eq!(events[0]["kind"], "exec", "the command's exec comes first");
-    let ts: Vec<f64> = events
+    // Each process's events follow its life: fork, exec, exit (an exit's time is
+    // the process's exit, which may come before an earlier line's sweep), and the
+    // wall-clock time is the monotonic one moved by one offset.
+    let t = |e: &serde_json::Value, k: &str| e[k].as_f64().unwrap_or(f64::NAN);
+    let offsets: Vec<f64> = events
         .iter()
-        .map(|e| e["monotonic_secs"].as_f64().unwrap_or(0.0))
+        .map(|e| t(e, "timestamp_secs") - t(e, "monotonic_secs"))
         .collect();
-    assert!(ts.windows(2).all(|w| w[0] <= w[1]), "ordered: {ts:?}");
+    assert!(
+        offsets.iter().all(|o| (o - offsets[0]).abs() < 1e-3),
+        "{offsets:?}"
+    );
+    let mut pids: Vec<u64> = events.iter().filter_map(|e| e["pid"].as_u64()).collect();
+    pids.dedup();
+    for pid in pids {
+        let mine: Vec<f64> = events
+            .iter()
+            .filter(|e| e["pid"].as_u64() == Some(pid))
+            .map(|e| t(e, "monotonic_secs"))
+            .collect();
+        assert!(mine.windows(2).all(|w| w[0] <= w[1]), "pid {pid}: {mine:?}");
+    }
+    let exits: Vec<f64> = events
+        .iter()
+        .filter(|e| e["kind"] == "exit" && e["comm"] == "true")
+        .map(|e| t(e, "monotonic_secs"))
+        .collect();
+    assert!(
+        exits.iter().all(|&x| x <= t(sh, "monotonic_secs")),
+        "sh exits last"
+    );
 }
 
 /// The tracker's secrets and the capabilities it was given for BPF stay with it:

@@ -106,6 +106,35 @@ fn peak_memory_follows_the_cgroup() {
     }
 }
 
+/// A peak no sample sees (a process that writes 128 MiB and exits within 300 ms,
+/// sampled every 5 s) comes from the kernel's `signal->maxrss` at exit, which is in
+/// pages: read as KiB it was a quarter of the cgroup's peak.
+#[test]
+fn peak_memory_between_samples_comes_from_the_exit() {
+    if !ebpf_available() {
+        return;
+    }
+    for i in 0..2 {
+        let t = track_with(&Opts {
+            tag: "memexit",
+            cmd: &["memory", "128", "1", "300"],
+            interval: "5",
+            ..Opts::default()
+        });
+        assert_eq!(t.code, 0, "{}", t.stderr);
+        let truth = t.truth_peak.expect("the cgroup keeps a peak") as f64 / 1048576.0;
+        let ours = f(&t.summary, "peak_memory_mib");
+        eprintln!(
+            "memory at exit run {i}: ours {ours:.1} MiB, cgroup {truth:.1} MiB ({:.2} %)",
+            100.0 * ours / truth
+        );
+        assert!(
+            (ours / truth - 1.0).abs() <= MEM_TOLERANCE,
+            "peak memory {ours} MiB vs the cgroup's {truth} MiB"
+        );
+    }
+}
+
 #[test]
 fn per_interval_cpu_follows_the_cgroup() {
     if !ebpf_available() {
@@ -359,6 +388,13 @@ fn a_ring_too_small_loses_records_not_totals() {
             "the ring did overflow: {}",
             t.summary
         );
+        assert!(
+            t.summary["degraded"]
+                .as_array()
+                .is_some_and(|d| d.iter().any(|x| x["name"] == "ring_full")),
+            "named: {}",
+            t.summary
+        );
         assert_eq!(u(&t.summary, "processes_spawned"), 1001);
         t
     });
@@ -416,6 +452,11 @@ fn in_a_pid_namespace_it_says_so_and_counts_with_procfs() {
     assert!(lines[0].contains("procfs"), "{}", lines[0]);
     let summary = read_json(&sum);
     assert_eq!(summary["backend"], "procfs");
+    // Named in the summary, for scripts that read no stderr.
+    assert_eq!(
+        summary["degraded"][0]["name"], "ebpf_pid_namespace",
+        "{summary}"
+    );
     assert!(f(&summary, "cpu_total_secs") > 0.0, "{summary}");
     assert!(u(&summary, "processes_spawned") >= 1, "{summary}");
 }

@@ -51,7 +51,12 @@ const PY_COLUMNS: [&str; 32] = [
 ];
 
 /// CSV columns holding text, not numbers.
-const TEXT_COLUMNS: [&str; 3] = ["job_name", "process_backend", "process_root_alive"];
+const TEXT_COLUMNS: [&str; 4] = [
+    "job_name",
+    "process_backend",
+    "process_root_alive",
+    "tracker_degraded",
+];
 
 fn schema_doc() -> String {
     let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/schema.md");

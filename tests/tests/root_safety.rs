@@ -195,6 +195,21 @@ fn under_sudo_outputs_are_the_invoking_users() {
         );
         assert_intact(&v);
     }
+    // The report is written at the end: the link is not followed, the command's
+    // exit code stays, and the page goes to a kept file the line names.
+    let mut c = tracker_cmd(&home);
+    sudo(&mut c);
+    let o = c
+        .args(["run", "-q", "--report", "out.jsonl", "--", "true"])
+        .output()
+        .expect("run");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "--report: {err}");
+    assert!(
+        err.contains("out.jsonl") && err.contains("continued in"),
+        "--report: {err}"
+    );
+    assert_intact(&v);
     let mut c = tracker_cmd(&home);
     sudo(&mut c);
     let o = c

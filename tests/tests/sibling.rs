@@ -541,6 +541,7 @@ fn cgroup_fields_are_the_trackers_own_cgroup() {
     }
     assert!(sum <= usage + 1e-6, "Σ {sum} > cgroup {usage}");
     assert!(sum >= usage * 0.98, "Σ {sum} < 98 % of cgroup {usage}");
-    assert!(usage >= 1.4, "the burner ran in the cgroup: {usage}");
+    // The burner spins for 1.5 s of wall time; on a loaded machine it gets less CPU.
+    assert!(usage >= 0.5, "the burner ran in the cgroup: {usage}");
     eprintln!("cgroup: Σ samples {sum:.4} s, cpuacct {usage:.4} s");
 }

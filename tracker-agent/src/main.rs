@@ -57,6 +57,7 @@ fn main() {
     let ran = match job {
         settings::Job::Track(st) => session::run(*st),
         settings::Job::Node(st) => session::node::run(*st),
+        settings::Job::Report(st) => session::report::run(*st),
     };
     match ran {
         Ok(code) => std::process::exit(code),

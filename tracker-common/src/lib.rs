@@ -34,6 +34,9 @@ pub struct TaskInfo {
     /// tells a dead task from another that took its tid. 0 until the kernel sees the
     /// task (a registered root learns it at exec, every thread at its exit).
     pub task: u64,
+    /// `bpf_ktime_get_ns()` at `sched_process_exit`, 0 before: the EXIT record
+    /// carries it, so a process's end is its exit, not the later sweep.
+    pub exit_ns: u64,
 }
 
 /// Set at `sched_process_exit` when this thread was the last of its process.
@@ -100,8 +103,9 @@ pub struct TreeStats {
     pub threads_exited: u64,
     /// Successful execve calls by tree members.
     pub execs: u64,
-    /// Largest `signal->maxrss` (KiB) of any exited process.
-    pub max_rss_kib: u64,
+    /// Largest `signal->maxrss` of any exited process, in pages as the kernel keeps
+    /// it (getrusage multiplies by PAGE_SIZE / 1024 for its KiB).
+    pub max_rss_pages: u64,
     /// Events dropped because the ring buffer was full. Totals above stay exact.
     pub lost_events: u64,
     /// New tasks that could not be recorded because the task map was full.

@@ -133,7 +133,9 @@ unsafe fn emit(tree: u32, task: *const u8, ev: Event, wake: bool) {
             let o = off();
             let mut ev = ev;
             ev.tree = tree;
-            ev.ts_ns = bpf_ktime_get_ns();
+            if ev.ts_ns == 0 {
+                ev.ts_ns = bpf_ktime_get_ns();
+            }
             ev.comm = field(task, o.task_comm);
             entry.write(ev);
             // Wake user space only once a quarter of the ring is filled (it also
@@ -182,6 +184,7 @@ pub fn sched_process_fork(ctx: RawTracePointContext) -> u32 {
         flags,
         _pad: 0,
         task: child as u64,
+        exit_ns: 0,
     };
     let Some(s) = stats(tree) else { return 0 };
     if TASKS.insert(tid, info, 0).is_err() {
@@ -273,6 +276,8 @@ pub fn sched_process_exit(ctx: RawTracePointContext) -> u32 {
     // exit: the sweep takes exited entries only, and the free comes later still.
     let info = unsafe { &mut *p };
     info.flags |= TASK_FLAG_EXITED;
+    // SAFETY: a helper without arguments.
+    info.exit_ns = unsafe { bpf_ktime_get_ns() };
     let task: *const u8 = ctx.arg(0);
     // From here on the sweep reads this task's final figures through its address.
     info.task = task as u64;
@@ -287,8 +292,8 @@ pub fn sched_process_exit(ctx: RawTracePointContext) -> u32 {
     let maxrss: u64 = unsafe { field(signal, o.signal_maxrss) };
     if let Some(s) = stats(info.tree) {
         s.procs_exited += 1;
-        if maxrss > s.max_rss_kib {
-            s.max_rss_kib = maxrss;
+        if maxrss > s.max_rss_pages {
+            s.max_rss_pages = maxrss;
         }
     }
     0
@@ -555,6 +560,7 @@ fn commit(key: u32, info: TaskInfo, mut ev: Event, task: *const u8) {
     s.fig.add(&ev.fig);
     s.threads_exited += 1;
     ev.pid = info.tgid;
+    ev.ts_ns = info.exit_ns;
     let group_dead = info.flags & TASK_FLAG_GROUP_DEAD != 0;
     let o = off();
     if group_dead {

@@ -170,6 +170,13 @@ pub fn run(dir: &Path, args: &[String]) -> anyhow::Result<()> {
         eprintln!("xtask: wrote {}", path.display());
         return Ok(());
     }
+    if args.iter().any(|a| a == "--only-exact") {
+        // Keep every other section as it is; replace (or add) the exactness one.
+        let md = crate::exact_bench::run(dir, quick)?;
+        crate::exact_bench::write(&path, &md)?;
+        eprintln!("xtask: wrote {}", path.display());
+        return Ok(());
+    }
     let peers = only_peers || args.iter().any(|a| a == "--peers");
     if only_peers {
         // Keep the engine's sections as they are; replace the peers section.
@@ -346,6 +353,9 @@ pub fn run(dir: &Path, args: &[String]) -> anyhow::Result<()> {
     let old = std::fs::read_to_string(&path).unwrap_or_default();
     if let Some(node) = crate::node_bench::section(&old) {
         let _ = write!(text, "\n{}\n", node.trim_end());
+    }
+    if let Some(exact) = crate::exact_bench::section(&old) {
+        let _ = write!(text, "\n{}\n", exact.trim_end());
     }
     if peers {
         let _ = write!(text, "\n{}", crate::peers::run(dir, quick)?);

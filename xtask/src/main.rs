@@ -4,6 +4,7 @@
 //! each works on a fresh machine.
 
 mod bench;
+mod exact_bench;
 mod measure;
 mod node_bench;
 mod peers;
@@ -133,6 +134,6 @@ fn main() -> anyhow::Result<()> {
             let dir = build_release()?;
             soak::run(&dir, &args[1..])
         }
-        _ => bail!("usage: cargo xtask setup | test | wheel [--release] | run -- ARGS | bench [--quick] [--peers | --only-peers | --only-cost | --node] | soak [--minutes N]"),
+        _ => bail!("usage: cargo xtask setup | test | wheel [--release] | run -- ARGS | bench [--quick] [--peers | --only-peers | --only-cost | --only-exact | --node] | soak [--minutes N]"),
     }
 }

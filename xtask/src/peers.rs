@@ -55,14 +55,17 @@ cpu = sum(m["utime"]) + sum(m["stime"]) if n else 0.0
 kids = max([c or 0 for c in m["children"]], default=0) if n else 0
 if mode == "gate" and kids:
     kids -= 1  # the gating shell is the tracked root, the command its child
+wbytes = sum(m["disk_write_bytes"]) if n else 0
+peak = max(m["memory_mib"], default=0.0) if n else 0.0
 with open(out, "w") as f:
     json.dump({"cpu_secs": cpu, "max_children": kids, "samples": n,
+               "write_bytes": wbytes, "peak_memory_mib": peak,
                "psutil": is_psutil_available()}, f)
 sys.exit(rc)
 "#;
 
 #[derive(Clone, Copy, PartialEq, Debug)]
-enum Tool {
+pub(crate) enum Tool {
     Ours,
     OursProcfs,
     PyProcfs,
@@ -72,7 +75,7 @@ enum Tool {
     Pidstat,
 }
 
-const TOOLS: [Tool; 7] = [
+pub(crate) const TOOLS: [Tool; 7] = [
     Tool::Ours,
     Tool::OursProcfs,
     Tool::PyProcfs,
@@ -82,14 +85,23 @@ const TOOLS: [Tool; 7] = [
     Tool::Pidstat,
 ];
 
-struct Peers {
-    dir: PathBuf,
+pub(crate) struct Peers {
+    pub(crate) dir: PathBuf,
     tr: PathBuf,
-    pidstat: bool,
+    pub(crate) pidstat: bool,
+}
+
+/// What a tool reports beside CPU: storage bytes written, bytes through write
+/// calls and the tree's peak memory (MiB), each None where it does not report it.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct IoMem {
+    pub(crate) write_bytes: Option<u64>,
+    pub(crate) wchar: Option<u64>,
+    pub(crate) peak_mib: Option<f64>,
 }
 
 impl Tool {
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Tool::Ours => "ours (ebpf)",
             Tool::OursProcfs => "ours (procfs)",
@@ -109,14 +121,14 @@ impl Tool {
         }
     }
 
-    fn available(self, p: &Peers) -> bool {
+    pub(crate) fn available(self, p: &Peers) -> bool {
         self != Tool::Pidstat || p.pidstat
     }
 
     /// The command that runs `cmd` under the tool, writing its data to `out`.
     /// `gate`: the accuracy form (see PY_WRAPPER; pidstat then reports one total at the
     /// command's end instead of per interval).
-    fn command(
+    pub(crate) fn command(
         self,
         p: &Peers,
         interval: f64,
@@ -181,7 +193,9 @@ impl Tool {
                 let mut c = Command::new("sh");
                 c.args([
                     "-c",
-                    &format!("{line} | tee {} | grep '^{{'", out.display()),
+                    // The filter keeps the workload's line; a command that prints
+                    // none (a shell, `threadexec`) is no failure of pidstat's.
+                    &format!("{line} | tee {} | {{ grep '^{{' || true; }}", out.display()),
                 ]);
                 c
             }
@@ -190,7 +204,7 @@ impl Tool {
 
     /// Tree CPU seconds and processes (ours: spawned in all; the peers: the most
     /// descendants alive in one sample, where they report it) from the tool's output.
-    fn parse(self, out: &Path, interval: f64) -> anyhow::Result<(f64, Option<u64>)> {
+    pub(crate) fn parse(self, out: &Path, interval: f64) -> anyhow::Result<(f64, Option<u64>)> {
         let text = std::fs::read_to_string(out).with_context(|| format!("{}", out.display()))?;
         Ok(match self {
             Tool::Ours | Tool::OursProcfs => {
@@ -263,6 +277,69 @@ impl Tool {
     }
 }
 
+impl Tool {
+    /// Storage writes, write-call bytes and peak memory from the tool's output (the
+    /// accuracy form). ours: the summary's `write_bytes`, `wchar_bytes` and
+    /// `peak_memory_mib`; py-rt: Σ `disk_write_bytes` and the most `memory_mib` (PSS)
+    /// of its `process_metrics`; rs-rt: Σ `cpu.process_disk_write_bytes` and the most
+    /// `cpu.process_rss_mib`; psrecord: the most "Real (MB)" (RSS, MiB, children
+    /// included). pidstat `-T CHILD` reports CPU and page faults only.
+    pub(crate) fn io_mem(self, out: &Path) -> anyhow::Result<IoMem> {
+        let text = std::fs::read_to_string(out).with_context(|| format!("{}", out.display()))?;
+        Ok(match self {
+            Tool::Ours | Tool::OursProcfs => {
+                let v: Value = serde_json::from_str(&text)?;
+                IoMem {
+                    write_bytes: v["write_bytes"].as_u64(),
+                    wchar: v["wchar_bytes"].as_u64(),
+                    peak_mib: v["peak_memory_mib"].as_f64(),
+                }
+            }
+            Tool::PyProcfs | Tool::PyPsutil => {
+                let v: Value = serde_json::from_str(&text)?;
+                IoMem {
+                    write_bytes: v["write_bytes"].as_f64().map(|b| b as u64),
+                    wchar: None,
+                    peak_mib: v["peak_memory_mib"].as_f64(),
+                }
+            }
+            Tool::Rs => {
+                let (mut w, mut peak) = (0u64, 0.0f64);
+                for l in text.lines() {
+                    let Ok(v) = serde_json::from_str::<Value>(l) else {
+                        continue;
+                    };
+                    let c = &v["cpu"];
+                    w += c["process_disk_write_bytes"].as_u64().unwrap_or(0);
+                    peak = peak.max(c["process_rss_mib"].as_f64().unwrap_or(0.0));
+                }
+                IoMem {
+                    write_bytes: Some(w),
+                    wchar: None,
+                    peak_mib: Some(peak),
+                }
+            }
+            Tool::Psrecord => {
+                let mut peak = 0.0f64;
+                for l in text.lines().filter(|l| !l.trim_start().starts_with('#')) {
+                    let f: Vec<f64> = l
+                        .split_whitespace()
+                        .filter_map(|x| x.parse().ok())
+                        .collect();
+                    if f.len() >= 3 {
+                        peak = peak.max(f[2]);
+                    }
+                }
+                IoMem {
+                    peak_mib: Some(peak),
+                    ..IoMem::default()
+                }
+            }
+            Tool::Pidstat => IoMem::default(),
+        })
+    }
+}
+
 fn shell_quote(s: &str) -> String {
     if s.bytes()
         .all(|b| b.is_ascii_alphanumeric() || b"/._-=:".contains(&b))
@@ -282,7 +359,7 @@ fn version_of(cmd: &str) -> String {
 }
 
 /// Installs the peers under target/peers/ (quick when present).
-fn install(tr: &Path) -> anyhow::Result<Peers> {
+pub(crate) fn install(tr: &Path) -> anyhow::Result<Peers> {
     let dir = crate::root().join("target/peers");
     std::fs::create_dir_all(&dir)?;
     let venv = |name: &str, pkgs: &[&str]| -> anyhow::Result<()> {
@@ -417,7 +494,7 @@ impl Drop for Cg {
 
 /// Spawns `cmd`, waits with wait4, and returns (wall secs, rusage CPU secs of the
 /// process and the descendants it reaped, peak RSS MiB of the largest of them, stdout).
-fn run_rusage(cmd: &mut Command) -> anyhow::Result<(f64, f64, f64, String)> {
+pub(crate) fn run_rusage(cmd: &mut Command) -> anyhow::Result<(f64, f64, f64, String)> {
     let out = tmp("stdout");
     let f = std::fs::File::create(&out)?;
     let t = Instant::now();
@@ -592,7 +669,7 @@ fn elapsed_of(stdout: &str) -> anyhow::Result<f64> {
         .with_context(|| format!("no workload line in {stdout:?}"))
 }
 
-fn tmp(name: &str) -> PathBuf {
+pub(crate) fn tmp(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("rt-peers-{}-{name}", std::process::id()))
 }
 
@@ -666,7 +743,7 @@ fn acc_workloads(quick: bool) -> Vec<Acc> {
     }
 }
 
-fn acc_interval(t: Tool) -> f64 {
+pub(crate) fn acc_interval(t: Tool) -> f64 {
     if t == Tool::Psrecord {
         0.5
     } else {

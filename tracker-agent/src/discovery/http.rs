@@ -65,9 +65,22 @@ impl Http {
     /// is not there (`Unreachable`) is told apart from one that is silent
     /// (`TimedOut`, which is what AWS's hop limit does to a token answer).
     pub fn new(timeout: Duration) -> Result<Http, String> {
-        let client = reqwest::Client::builder()
+        Http::build(timeout, false)
+    }
+
+    /// For a public service (Keeper): the environment's proxy is used, as a user
+    /// behind one expects; metadata calls never take it.
+    pub fn public(timeout: Duration) -> Result<Http, String> {
+        Http::build(timeout, true)
+    }
+
+    fn build(timeout: Duration, proxy: bool) -> Result<Http, String> {
+        let mut builder = reqwest::Client::builder();
+        if !proxy {
             // HTTP_PROXY / HTTPS_PROXY must not reroute metadata calls.
-            .no_proxy()
+            builder = builder.no_proxy();
+        }
+        let client = builder
             .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(timeout * 3 / 4)
             .timeout(timeout)

@@ -9,6 +9,7 @@
 
 mod host;
 mod http;
+pub mod keeper;
 pub mod kubelet;
 mod vendors;
 

@@ -3,6 +3,7 @@
 //! differences of consecutive totals into per-interval values.
 
 pub mod btf;
+pub mod degraded;
 pub mod ebpf;
 pub mod procfs;
 pub mod procread;
@@ -11,7 +12,7 @@ use std::{collections::HashSet, time::Duration};
 
 use serde::Serialize;
 
-use self::{ebpf::EbpfEngine, procfs::ProcfsEngine};
+use self::{degraded::Degradations, ebpf::EbpfEngine, procfs::ProcfsEngine};
 
 /// The kernel's event ring of the eBPF engine.
 pub type Ring = aya::maps::RingBuf<aya::maps::MapData>;
@@ -126,6 +127,8 @@ pub struct TreeTotals {
     pub rss_bytes: u64,
     pub pss_bytes: Option<u64>,
     pub root_alive: bool,
+    /// What is no longer exact, by name, since the run began.
+    pub degraded: Degradations,
 }
 
 /// Options that change what a reading costs.
@@ -148,4 +151,6 @@ pub struct ProcEvent {
     pub exit_code: Option<i32>,
     /// Seconds since boot (CLOCK_MONOTONIC).
     pub monotonic_secs: f64,
+    /// The same moment in unix seconds (set where the events are shown).
+    pub timestamp_secs: f64,
 }

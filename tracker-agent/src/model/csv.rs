@@ -44,7 +44,7 @@ pub const PYTHON_COLUMNS: [&str; 32] = [
 pub const SIBLING_COLUMNS: [&str; 1] = ["system_steal_time"];
 
 /// Our columns after those (documented in docs/schema.md).
-pub const EXTRA_COLUMNS: [&str; 20] = [
+pub const EXTRA_COLUMNS: [&str; 21] = [
     "interval_secs",
     "job_name",
     "system_memory_total_mib",
@@ -65,6 +65,7 @@ pub const EXTRA_COLUMNS: [&str; 20] = [
     "tracker_cpu_secs",
     "tracker_rss_mib",
     "tracker_lost_events",
+    "tracker_degraded",
 ];
 
 pub fn header() -> String {
@@ -215,6 +216,9 @@ pub fn row(s: &Sample) -> String {
     cells.push(num(s.tracker.cpu_secs, 6));
     cells.push(num(s.tracker.rss_mib, 4));
     cells.push(s.tracker.lost_events.to_string());
+    // The names only, `;`-separated (the detail is in the JSON and the summary).
+    let names: Vec<&str> = s.tracker.degraded.iter().map(|d| d.name).collect();
+    cells.push(text(&names.join(";")));
     cells.join(",")
 }
 

@@ -7,6 +7,8 @@ pub mod host;
 pub mod meta;
 pub mod node;
 pub mod reading;
+pub mod recorded;
+pub mod report;
 pub mod sample;
 pub mod sampler;
 pub mod stats;

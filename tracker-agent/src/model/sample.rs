@@ -3,6 +3,8 @@
 
 use serde::Serialize;
 
+use crate::engine::degraded::Degradation;
+
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Sample {
     /// Unix time of the reading, microsecond precision.
@@ -249,6 +251,9 @@ pub struct TrackerSample {
     /// exact regardless: they are kept in kernel maps).
     pub lost_events: u64,
     pub lost_events_total: u64,
+    /// What is no longer exact, by name (empty when every figure is): from the
+    /// moment it happened, in every sample.
+    pub degraded: Vec<Degradation>,
 }
 
 #[cfg(test)]
@@ -322,6 +327,10 @@ mod tests {
             tracker: TrackerSample {
                 bpf_run_time_secs: Some(0.0),
                 bpf_run_count: Some(0),
+                degraded: vec![Degradation {
+                    name: "map_full",
+                    detail: "d".into(),
+                }],
                 ..Default::default()
             },
             ..Default::default()
@@ -352,6 +361,10 @@ mod tests {
             run_time_ns: 1,
         });
         sum.cloud = Some(crate::model::CloudInfo::default());
+        sum.degraded.push(Degradation {
+            name: "ring_full",
+            detail: "d".into(),
+        });
         sum.streaming = Some(StreamReport::default());
         let mut u = crate::model::stats::UsageAccum::default();
         u.add(&Sample {
@@ -369,6 +382,10 @@ mod tests {
         });
         sum.stats = u.stats();
         sum.recommendation = u.recommendation();
+        sum.recommended_server = Some(crate::model::stats::ServerAdvice {
+            server: Some(crate::model::stats::ServerOffer::default()),
+            ..Default::default()
+        });
         let mut got = BTreeSet::new();
         paths("", &serde_json::to_value(&sum).unwrap(), &mut got);
         assert_eq!(

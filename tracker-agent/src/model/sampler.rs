@@ -9,7 +9,7 @@ use super::{
     sample::{ProcessSample, Sample, TrackerSample, TreeCompat},
     summary::RunStats,
 };
-use crate::engine::{Backend, TreeTotals};
+use crate::engine::{degraded::Degradations, Backend, TreeTotals};
 
 const MIB: f64 = 1048576.0;
 
@@ -27,6 +27,8 @@ pub struct Sampler {
     /// Host steal only: `per_core_steal_time_pct` left empty (the Rust sibling's
     /// default).
     aggregate_steal: bool,
+    /// Degradations the session knows of (eBPF unavailable), in every sample.
+    degraded: Degradations,
     pub stats: RunStats,
 }
 
@@ -48,6 +50,7 @@ impl Sampler {
             cum_user_ns: 0,
             cum_sys_ns: 0,
             aggregate_steal: true,
+            degraded: Degradations::default(),
             stats: RunStats::default(),
         }
     }
@@ -55,6 +58,12 @@ impl Sampler {
     /// Whether steal is given per core too (`false`) or for the host only.
     pub fn aggregate_steal(mut self, on: bool) -> Self {
         self.aggregate_steal = on;
+        self
+    }
+
+    /// Names what the session knows is not exact, for every sample.
+    pub fn degraded(mut self, d: Degradations) -> Self {
+        self.degraded = d;
         self
     }
 
@@ -142,6 +151,13 @@ impl Sampler {
             bpf_run_count: bpf_count,
             lost_events: lost,
             lost_events_total: now.lost_events,
+            degraded: if now.degraded.is_empty() {
+                self.degraded.list().to_vec()
+            } else {
+                let mut d = self.degraded.clone();
+                d.merge(&now.degraded);
+                d.into_vec()
+            },
         };
         let children = now.live_procs.saturating_sub(u64::from(now.root_alive));
         let mut cpu = host.cpu;
@@ -288,6 +304,41 @@ mod tests {
         let p = x.process.unwrap();
         assert_eq!((p.utime_secs, p.stime_secs), (0.5, 0.0));
         assert_eq!(x.tracker.bpf_run_count, None);
+    }
+
+    /// The session's degradations and the engine's are in every sample from the one
+    /// they appear in, each name once, and the run's statistics keep the last list.
+    #[test]
+    fn degradations_are_named_in_every_sample_from_then_on() {
+        use crate::engine::degraded::{EBPF_PID_NAMESPACE, MAP_FULL};
+        let start = Instant::now();
+        let mut fixed = Degradations::default();
+        fixed.set(EBPF_PID_NAMESPACE, "procfs");
+        let mut s = Sampler::new(Some((7, Backend::Procfs)), None, start, 0.0).degraded(fixed);
+        let names = |x: &Sample| {
+            x.tracker
+                .degraded
+                .iter()
+                .map(|d| d.name)
+                .collect::<Vec<_>>()
+        };
+        let x = s.step(at(start, 1.0, tree(S, 1, 0, 0), 0.0, None));
+        assert_eq!(names(&x), [EBPF_PID_NAMESPACE]);
+        let mut t = tree(2 * S, 2, 0, 0);
+        t.degraded.set(MAP_FULL, "1 task");
+        let x = s.step(at(start, 2.0, t.clone(), 0.0, None));
+        assert_eq!(names(&x), [EBPF_PID_NAMESPACE, MAP_FULL]);
+        t.degraded.set(MAP_FULL, "2 tasks");
+        let x = s.step(at(start, 3.0, t, 0.0, None));
+        assert_eq!(x.tracker.degraded[1].detail, "2 tasks");
+        assert_eq!(s.stats.degraded, x.tracker.degraded);
+        // An exact run names nothing.
+        let mut e = Sampler::new(Some((7, Backend::Ebpf)), None, start, 0.0);
+        assert!(e
+            .step(at(start, 1.0, tree(S, 1, 0, 0), 0.0, None))
+            .tracker
+            .degraded
+            .is_empty());
     }
 
     #[test]

@@ -75,9 +75,71 @@ pub struct UsageAccum {
     sys_memory: Column,
     sys_gpu: Column,
     sys_vram: Column,
+    /// Set by `combine`: the mean of the runs' durations.
+    duration: Option<f64>,
+}
+
+impl Column {
+    /// The runs' means as the values of one column: its mean is the mean of the
+    /// means, its max the max of the maxes.
+    fn of_runs<'a>(cols: impl Iterator<Item = &'a Column>) -> Column {
+        let mut c = Column::default();
+        for r in cols.filter(|r| r.n > 0) {
+            c.max = if c.n == 0 { r.max } else { c.max.max(r.max) };
+            c.n += 1;
+            c.sum += r.mean();
+        }
+        c
+    }
 }
 
 impl UsageAccum {
+    /// Several runs of one job as one, by the Python package's rules across runs:
+    /// mean of the means and of the durations, max of the maxes and of the sums.
+    pub fn combine(runs: &[&UsageAccum]) -> UsageAccum {
+        let runs: Vec<&UsageAccum> = runs
+            .iter()
+            .copied()
+            .filter(|r| r.first_ts.is_some())
+            .collect();
+        let Some(first) = runs.first() else {
+            return UsageAccum::default();
+        };
+        let col = |f: fn(&UsageAccum) -> &Column| Column::of_runs(runs.iter().map(|r| f(r)));
+        let durations: Vec<f64> = runs.iter().map(|r| r.duration_secs()).collect();
+        UsageAccum {
+            first_ts: first.first_ts,
+            last_ts: first.last_ts,
+            first_interval: first.first_interval,
+            cpu: col(|r| &r.cpu),
+            memory: col(|r| &r.memory),
+            pss: runs.iter().any(|r| r.pss),
+            gpu: col(|r| &r.gpu),
+            vram: col(|r| &r.vram),
+            gpus: col(|r| &r.gpus),
+            disk_used_gb: col(|r| &r.disk_used_gb),
+            net_recv: runs.iter().map(|r| r.net_recv).max().unwrap_or(0),
+            net_sent: runs.iter().map(|r| r.net_sent).max().unwrap_or(0),
+            sys_cpu: col(|r| &r.sys_cpu),
+            sys_memory: col(|r| &r.sys_memory),
+            sys_gpu: col(|r| &r.sys_gpu),
+            sys_vram: col(|r| &r.sys_vram),
+            duration: Some(durations.iter().sum::<f64>() / durations.len() as f64),
+        }
+    }
+
+    fn duration_secs(&self) -> f64 {
+        self.duration.unwrap_or_else(|| {
+            self.first_ts
+                .map_or(0.0, |f| self.last_ts - f + self.first_interval)
+        })
+    }
+
+    /// Whether a sample of a tracked tree was added.
+    pub fn has_tree(&self) -> bool {
+        self.first_ts.is_some()
+    }
+
     pub fn add(&mut self, s: &Sample) {
         let Some(p) = &s.process else { return };
         if self.first_ts.is_none() {
@@ -121,9 +183,9 @@ impl UsageAccum {
 
     /// None without a tracked tree's sample.
     pub fn stats(&self) -> Option<RunStatsOut> {
-        let first = self.first_ts?;
+        self.first_ts?;
         Some(RunStatsOut {
-            duration_secs: round2(self.last_ts - first + self.first_interval),
+            duration_secs: round2(self.duration_secs()),
             process_cpu_usage: self.cpu.stat(),
             process_memory_mib: self.memory.stat(),
             process_gpu_usage: self.gpu.stat(),
@@ -233,6 +295,40 @@ pub struct Recommendation {
     pub metaflow: String,
 }
 
+/// The cheapest server that fits the recommendation, from Spare Cores Keeper
+/// (`--recommend-server`), and what the run would cost on it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct ServerAdvice {
+    /// The catalogue's query, as sent.
+    pub query: String,
+    /// None when nothing fits or Keeper could not be asked.
+    pub server: Option<ServerOffer>,
+    /// Why there is no answer: one line.
+    pub error: Option<String>,
+    /// The run on the recommended server: its on-demand price × the run's duration.
+    pub run_cost_usd: Option<f64>,
+    /// The current server's on-demand price, when the cloud and instance type are
+    /// known (discovery) and Keeper lists it.
+    pub current_price_usd_per_hour: Option<f64>,
+    pub current_run_cost_usd: Option<f64>,
+    /// (current − recommended) ÷ current × 100.
+    pub savings_pct: Option<f64>,
+}
+
+/// One server of Keeper's catalogue.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct ServerOffer {
+    pub vendor_id: String,
+    pub server_id: String,
+    pub name: String,
+    pub vcpus: Option<f64>,
+    pub memory_gib: Option<f64>,
+    pub gpu_count: Option<f64>,
+    pub gpu_memory_gib: Option<f64>,
+    /// Cheapest on-demand price over its regions.
+    pub price_usd_per_hour: f64,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -321,6 +417,32 @@ mod tests {
         ] {
             assert_eq!(round_memory(mib), want, "{mib}");
         }
+    }
+
+    /// Two runs: cores means 1 and 3 → 2; RSS peaks 1000 and 3000 → 3000 × 1.2 =
+    /// 3600 → 4096 MiB; durations 3 and 1 → 2; received 30 and 10 → 30.
+    #[test]
+    fn runs_combine_by_mean_of_means_and_max_of_maxes() {
+        let mut a = UsageAccum::default();
+        for i in 0..3 {
+            a.add(&sample(10.0 + i as f64, 1.0, 1000.0, 1.1, 10));
+        }
+        let mut b = UsageAccum::default();
+        b.add(&sample(50.0, 3.0, 3000.0, 3.1, 10));
+        let c = UsageAccum::combine(&[&a, &b, &UsageAccum::default()]);
+        let s = c.stats().unwrap();
+        assert_eq!(s.duration_secs, 2.0);
+        assert_eq!(
+            s.process_cpu_usage,
+            Some(MeanMax {
+                mean: 2.0,
+                max: 3.0
+            })
+        );
+        assert_eq!(s.system_net_recv_bytes, 30);
+        let r = c.recommendation().unwrap();
+        assert_eq!((r.cpu, r.memory_mib), (2, 4096));
+        assert!(UsageAccum::combine(&[]).stats().is_none());
     }
 
     #[test]

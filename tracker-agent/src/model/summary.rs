@@ -9,9 +9,9 @@ use super::{
     host::CloudInfo,
     meta::JobMeta,
     sample::{HostInfo, Sample},
-    stats::{Recommendation, RunStatsOut, UsageAccum},
+    stats::{Recommendation, RunStatsOut, ServerAdvice, UsageAccum},
 };
-use crate::engine::TreeTotals;
+use crate::engine::{degraded::Degradation, TreeTotals};
 
 /// Accumulated over the samples of a run.
 #[derive(Clone, Debug, Default)]
@@ -29,6 +29,8 @@ pub struct RunStats {
     pub max_tracker_rss_mib: f64,
     /// The tree's usage, for the statistics and the recommendation.
     pub usage: UsageAccum,
+    /// The last sample's named degradations (they only accumulate).
+    pub degraded: Vec<Degradation>,
 }
 
 impl RunStats {
@@ -45,6 +47,7 @@ impl RunStats {
             *self.bpf_run_time_secs.get_or_insert(0.0) += t;
         }
         self.max_tracker_rss_mib = self.max_tracker_rss_mib.max(s.tracker.rss_mib);
+        self.degraded.clone_from(&s.tracker.degraded);
         self.tracker_cpu_secs += self_cpu;
         self.last = now.clone();
         self.user_ns = user_ns;
@@ -84,6 +87,8 @@ pub struct Summary {
     pub threads_spawned: u64,
     pub still_running: u64,
     pub untracked_tasks: u64,
+    /// What is no longer exact, by name, as in the samples.
+    pub degraded: Vec<Degradation>,
     pub samples: u64,
     pub tracker_max_rss_mib: f64,
     pub bpf_run_time_secs: Option<f64>,
@@ -102,6 +107,8 @@ pub struct Summary {
     /// What the run needs (`recommend_resources()`), and whether the server was
     /// shared; null without a tree.
     pub recommendation: Option<Recommendation>,
+    /// The cheapest fitting server (`--recommend-server`); null unless asked.
+    pub recommended_server: Option<ServerAdvice>,
 }
 
 /// How streaming went; in the summary as `streaming`.
@@ -176,6 +183,7 @@ impl Summary {
             threads_spawned: t.threads_spawned,
             still_running: t.live_procs,
             untracked_tasks: t.untracked_tasks,
+            degraded: stats.degraded.clone(),
             samples: stats.samples,
             tracker_max_rss_mib: stats.max_tracker_rss_mib,
             bpf_run_time_secs: stats.bpf_run_time_secs,
@@ -189,6 +197,7 @@ impl Summary {
             streaming: None,
             stats: stats.usage.stats(),
             recommendation: stats.usage.recommendation(),
+            recommended_server: None,
         }
     }
 }

@@ -6,7 +6,12 @@ use std::{
     io::{BufWriter, Write},
 };
 
-use crate::{engine::ProcEvent, model::TopCommand, warn::say};
+use crate::{
+    engine::ProcEvent,
+    model::{report::ProcEventIn, TopCommand},
+    sink::report::TimelineFeed,
+    warn::say,
+};
 
 /// Distinct command names counted; past it only the names already seen grow.
 const MAX_COMMS: usize = 10_000;
@@ -17,17 +22,49 @@ pub struct EventLog {
     file: Option<BufWriter<File>>,
     /// Per command name: exited processes and their CPU (ns).
     tops: HashMap<String, (u64, u64)>,
+    /// The report's process timeline, with `--report`.
+    timeline: Option<TimelineFeed>,
+    /// Unix time − CLOCK_MONOTONIC, read once: events carry both.
+    offset: f64,
+}
+
+/// Unix seconds minus monotonic seconds, now.
+fn clock_offset() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid out pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    let mono = ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9;
+    crate::sink::report::unix_now() - mono
 }
 
 impl EventLog {
-    pub fn new(file: Option<File>) -> EventLog {
+    pub fn new(file: Option<File>, timeline: Option<TimelineFeed>) -> EventLog {
         EventLog {
             file: file.map(BufWriter::new),
             tops: HashMap::new(),
+            timeline,
+            offset: clock_offset(),
         }
     }
 
-    pub fn show(&mut self, ev: ProcEvent) {
+    pub fn show(&mut self, mut ev: ProcEvent) {
+        ev.timestamp_secs = ((ev.monotonic_secs + self.offset) * 1e6).round() / 1e6;
+        if let Some(t) = &self.timeline {
+            if let Ok(mut t) = t.lock() {
+                t.add(&ProcEventIn {
+                    kind: ev.kind,
+                    pid: ev.pid,
+                    ppid: ev.ppid,
+                    comm: &ev.comm,
+                    cpu_secs: ev.cpu_secs,
+                    exit_code: ev.exit_code,
+                    timestamp_secs: ev.timestamp_secs,
+                });
+            }
+        }
         if let Some(w) = self.file.as_mut() {
             if let Ok(line) = serde_json::to_string(&ev) {
                 if let Err(e) = writeln!(w, "{line}") {
@@ -39,6 +76,37 @@ impl EventLog {
             let e = self.tops.entry(ev.comm).or_default();
             e.0 += 1;
             e.1 += (ev.cpu_secs.unwrap_or(0.0) * 1e9) as u64;
+        }
+    }
+
+    /// An attached tree's processes that were alive before tracking began: the
+    /// timeline shows them from then on (the kernel sends no fork for them).
+    pub fn seed_running(&mut self, pids: impl Iterator<Item = u32>) {
+        let Some(t) = &self.timeline else { return };
+        let Ok(mut t) = t.lock() else { return };
+        let now = crate::sink::report::unix_now();
+        let mut buf = String::new();
+        for pid in pids {
+            if crate::engine::procread::read_into(&format!("/proc/{pid}/stat"), &mut buf).is_none()
+            {
+                continue;
+            }
+            let comm = match (buf.find('('), buf.rfind(')')) {
+                (Some(a), Some(b)) if a < b => buf[a + 1..b].to_string(),
+                _ => continue,
+            };
+            let Some(st) = crate::engine::procread::parse_stat(&buf) else {
+                continue;
+            };
+            t.add(&ProcEventIn {
+                kind: "exec",
+                pid,
+                ppid: st.ppid,
+                comm: &comm,
+                cpu_secs: None,
+                exit_code: None,
+                timestamp_secs: now,
+            });
         }
     }
 
@@ -86,12 +154,13 @@ mod tests {
             cpu_secs: Some(cpu),
             exit_code: Some(0),
             monotonic_secs: 0.0,
+            timestamp_secs: 0.0,
         }
     }
 
     #[test]
     fn top_commands_by_cpu_of_exited_processes() {
-        let mut log = EventLog::new(None);
+        let mut log = EventLog::new(None, None);
         for (c, cpu) in [("a", 1.0), ("b", 3.0), ("a", 1.5), ("c", 0.1), ("d", 0.2)] {
             log.show(exit(c, cpu));
         }

@@ -7,6 +7,7 @@ mod end;
 mod events;
 mod launch;
 pub mod node;
+pub mod report;
 mod signals;
 mod track;
 
@@ -15,12 +16,13 @@ use std::{path::PathBuf, sync::mpsc, time::Instant};
 use crate::{
     collect::{gpu::GpuCollector, Roots, SystemCollector},
     discovery,
-    engine::{ebpf::EbpfEngine, procfs::ProcfsEngine, Engine},
+    engine::{degraded::Degradations, ebpf::EbpfEngine, procfs::ProcfsEngine, Engine},
     model::Discovered,
     settings::{Settings, Target},
     sink::{
         self,
         lines::Lines,
+        report::{ReportSink, TimelineFeed},
         sentinel::{RunInfo, Streamer},
         summary::SummaryOut,
         Sink, Sinks,
@@ -82,6 +84,9 @@ pub fn run(st: Settings) -> anyhow::Result<i32> {
         .as_deref()
         .map(|p| sink::create(p, "events", owner))
         .transpose()?;
+    if let Some(p) = &st.report {
+        report::check_destination("--report", p)?;
+    }
 
     signals::block_signals();
     // Discovery runs once, beside the command, and never delays it; the streaming
@@ -93,8 +98,8 @@ pub fn run(st: Settings) -> anyhow::Result<i32> {
         })
     });
 
-    let (engine, backend_reason) = match &start {
-        Start::Host => (None, None),
+    let (engine, backend_reason, degraded) = match &start {
+        Start::Host => (None, None, Degradations::default()),
         _ => load_engine(&st),
     };
     if engine.is_none() && matches!(start, Start::Command(..)) {
@@ -115,6 +120,28 @@ pub fn run(st: Settings) -> anyhow::Result<i32> {
         let run = run_info(&st, host_info.clone());
         sinks.push(Box::new(Streamer::start(cfg.clone(), run, found_rx)?));
     }
+    // The timeline comes from the eBPF engine's events.
+    let timeline: Option<TimelineFeed> =
+        (st.report.is_some() && matches!(engine, Some(Engine::Ebpf(_)))).then(Default::default);
+    if let Some(p) = &st.report {
+        let name = match (&st.meta.job_name, &st.target) {
+            (Some(j), _) => j.clone(),
+            (None, Target::Command(argv)) => argv
+                .iter()
+                .map(|a| a.to_string_lossy())
+                .collect::<Vec<_>>()
+                .join(" "),
+            (None, Target::Attach { pid, .. }) => format!("pid {pid}"),
+            (None, Target::Host) => "host".into(),
+        };
+        sinks.push(Box::new(ReportSink::new(
+            p.clone(),
+            owner.cloned(),
+            &name,
+            timeline.clone(),
+            st.quiet,
+        )));
+    }
     sinks.push(Box::new(summary_out));
     let mut sinks = Sinks::new(sinks);
 
@@ -131,13 +158,19 @@ pub fn run(st: Settings) -> anyhow::Result<i32> {
         renice_self(v);
     }
     let backend = engine.as_ref().map(Engine::backend);
+    let mut events = EventLog::new(events_file, timeline);
+    if let (Some(pid), None) = (root, command_root) {
+        let tree = crate::engine::procfs::descendants_with_threads(pid);
+        events.seed_running(tree.into_iter().map(|(tgid, _)| tgid));
+    }
     let tracked = track::Tracked {
         engine,
         root,
         command_root,
-        events: EventLog::new(events_file),
+        events,
         host,
         gpus,
+        degraded,
     };
     let ended = match track::run(tracked, &st, started, &mut sinks) {
         Ok(e) => e,
@@ -157,6 +190,9 @@ pub fn run(st: Settings) -> anyhow::Result<i32> {
         engine: ended.engine.as_ref(),
     };
     let mut summary = end::summary(&ended.sampler.stats, outcome, context);
+    if let Some(url) = &st.keeper {
+        summary.recommended_server = report::advise(url, &summary);
+    }
     sinks.finish(&mut summary);
     Ok(summary.exit_code.unwrap_or(0))
 }
@@ -284,15 +320,21 @@ fn refused(e: LaunchError) -> i32 {
 
 /// The eBPF engine unless told otherwise or unavailable (then procfs, said once),
 /// and why eBPF is not used.
-fn load_engine(st: &Settings) -> (Option<Engine>, Option<String>) {
+/// The eBPF engine, or None with the reason and what that costs in exactness
+/// (nothing named for `--no-ebpf`: the user chose it).
+fn load_engine(st: &Settings) -> (Option<Engine>, Option<String>, Degradations) {
     let e = &st.engine;
     if e.no_ebpf {
-        return (None, Some("--no-ebpf".to_string()));
+        return (None, Some("--no-ebpf".to_string()), Degradations::default());
     }
     match EbpfEngine::load(e.max_tasks, e.ring_bytes, e.bpf_stats) {
         Ok(e) => {
             log::info!("eBPF engine loaded in {:.0} ms", e.load_ms);
-            (Some(Engine::Ebpf(Box::new(e))), None)
+            (
+                Some(Engine::Ebpf(Box::new(e))),
+                None,
+                Degradations::default(),
+            )
         }
         Err(e) => {
             say(format_args!(
@@ -301,7 +343,7 @@ fn load_engine(st: &Settings) -> (Option<Engine>, Option<String>) {
             if st.events.is_some() {
                 say("--events: process events come from the eBPF engine; the file stays empty");
             }
-            (None, Some(e.to_string()))
+            (None, Some(e.to_string()), e.degradations())
         }
     }
 }

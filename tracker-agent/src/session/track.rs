@@ -17,7 +17,7 @@ use super::{
 };
 use crate::{
     collect::{gpu::GpuCollector, SystemCollector},
-    engine::{Engine, ReadOpts, Ring, TreeTotals},
+    engine::{degraded::Degradations, Engine, ReadOpts, Ring, TreeTotals},
     model::{reading::unix_now, OwnCost, Reading, Sample, Sampler, Stamp, TopCommand},
     selfcost,
     settings::Settings,
@@ -35,6 +35,8 @@ pub struct Tracked {
     pub events: EventLog,
     pub host: SystemCollector,
     pub gpus: GpuCollector,
+    /// What the session knows is not exact (eBPF unavailable), for every sample.
+    pub degraded: Degradations,
 }
 
 /// How the loop ended.
@@ -125,8 +127,8 @@ fn emit(lp: &mut Loop, ring: Option<&mut Ring>, sinks: &mut Sinks) {
 }
 
 /// The eBPF engine's event ring, registered with the runtime: the kernel wakes the
-/// loop when it fills.
-/// Without it (it cannot be polled) the ring is drained at each sample only.
+/// loop when it fills. A ring that cannot be polled is given up: totals then come
+/// from the kernel's counters and live readings, and the run names `ring_unread`.
 fn ring_of(engine: &mut Option<Engine>) -> Option<AsyncFd<Ring>> {
     let Some(Engine::Ebpf(e)) = engine else {
         return None;
@@ -135,8 +137,10 @@ fn ring_of(engine: &mut Option<Engine>) -> Option<AsyncFd<Ring>> {
     // SAFETY: the RingBuf owns its map fd and lives inside the AsyncFd.
     match unsafe { AsyncFd::register(r) } {
         Ok(fd) => Some(fd),
-        Err(e) => {
-            log::warn!("polling the event ring: {e}; it is read at each sample only");
+        Err(err) => {
+            let cause = format!("polling the event ring failed ({err})");
+            log::warn!("{cause}");
+            e.ring_lost(&cause);
             None
         }
     }
@@ -287,7 +291,8 @@ async fn run_loop(
             started,
             selfcost::cpu_secs(),
         )
-        .aggregate_steal(st.aggregate_cpu_steal),
+        .aggregate_steal(st.aggregate_cpu_steal)
+        .degraded(t.degraded),
         engine: t.engine,
         events: t.events,
         host: t.host,
@@ -377,7 +382,11 @@ async fn run_loop(
                         g.clear_ready();
                     }
                     Err(e) => {
-                        log::warn!("waiting on the event ring: {e}; it is read at each sample only");
+                        let cause = format!("waiting on the event ring failed ({e})");
+                        log::warn!("{cause}");
+                        if let Some(Engine::Ebpf(en)) = &mut lp.engine {
+                            en.ring_lost(&cause);
+                        }
                         ring = None;
                     }
                 }

@@ -39,6 +39,26 @@ pub enum Command {
     /// Track every container cgroup on the node (Kubernetes node agent) until
     /// SIGTERM/SIGINT, from the kernel's cgroup accounting.
     Node(NodeOpts),
+    /// Write a self-contained HTML report (charts, statistics, recommendations and
+    /// the process timeline) from recorded runs: samples as JSON lines or CSV (this
+    /// tool's or the Python resource-tracker's), each optionally followed by its
+    /// `--events` and `--summary` files.
+    Report(ReportOpts),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ReportOpts {
+    /// Samples files (JSON lines or CSV), one run each; an events or summary file
+    /// belongs to the samples file before it.
+    #[arg(required = true, value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+    /// The HTML file to write [default: report.html].
+    #[arg(short = 'o', long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Ask Spare Cores Keeper for the cheapest server that fits the recommendation
+    /// (network; env TRACKER_RECOMMEND_SERVER, TRACKER_KEEPER_URL).
+    #[arg(long)]
+    pub recommend_server: bool,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -125,6 +145,15 @@ pub struct Opts {
     /// Write every process fork/exec/exit of the tree as JSON lines to FILE (eBPF only).
     #[arg(long, value_name = "FILE")]
     pub events: Option<PathBuf>,
+    /// Write a self-contained HTML report of the run to FILE at its end (charts,
+    /// statistics, recommendations, and the process timeline with eBPF).
+    #[arg(long, value_name = "FILE")]
+    pub report: Option<PathBuf>,
+    /// Ask Spare Cores Keeper for the cheapest server that fits the recommendation
+    /// (in the summary and the report); env TRACKER_RECOMMEND_SERVER, [tracker]
+    /// recommend_server.
+    #[arg(long)]
+    pub recommend_server: bool,
     /// Do not use eBPF; poll /proc instead.
     #[arg(long)]
     pub no_ebpf: bool,
@@ -198,6 +227,8 @@ mod tests {
             ("share_identity", "identifying"),
             ("max_tasks", "task map"),
             ("event_ring_kib", "event ring"),
+            ("report", "HTML report"),
+            ("recommend_server", "Keeper"),
         ];
         // The job metadata flags come from one struct (a new field needs no entry
         // here): each needs a help line of its own, not a listed word.

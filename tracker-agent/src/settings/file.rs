@@ -44,6 +44,7 @@ pub struct TrackerSection {
     pub share_identity: Option<bool>,
     pub renice: Option<i64>,
     pub aggregate_cpu_steal: Option<bool>,
+    pub recommend_server: Option<bool>,
 }
 
 /// 1-based line and column of a byte offset.

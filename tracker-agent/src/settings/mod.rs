@@ -6,6 +6,7 @@
 pub mod cli;
 mod file;
 pub mod node;
+pub mod report;
 pub mod values;
 
 use std::{ffi::OsString, path::PathBuf, time::Duration};
@@ -73,6 +74,10 @@ pub struct Settings {
     pub renice: Option<i32>,
     /// Host steal only (`cpu.per_core_steal_time_pct` empty), as the Rust sibling.
     pub aggregate_cpu_steal: bool,
+    /// The HTML report to write at the end (`--report`).
+    pub report: Option<PathBuf>,
+    /// Keeper's base URL, when the cheapest fitting server is asked for.
+    pub keeper: Option<String>,
 }
 
 fn sentinel_settings(
@@ -183,12 +188,16 @@ pub fn check_flag_env(get_env: GetEnv) -> Result<(), String> {
 pub enum Job {
     Track(Box<Settings>),
     Node(Box<node::NodeSettings>),
+    Report(Box<report::ReportSettings>),
 }
 
 /// The settings of either way of running.
 pub fn resolve_job(cli: Cli, get_env: GetEnv) -> Result<Job, String> {
     match cli.command {
         Some(Command::Node(opts)) => node::resolve(opts, get_env).map(|n| Job::Node(Box::new(n))),
+        Some(Command::Report(opts)) => {
+            report::resolve(opts, get_env).map(|r| Job::Report(Box::new(r)))
+        }
         _ => resolve(cli, get_env).map(|s| Job::Track(Box::new(s))),
     }
 }
@@ -199,7 +208,9 @@ pub fn resolve_job(cli: Cli, get_env: GetEnv) -> Result<Job, String> {
 pub fn resolve(cli: Cli, get_env: GetEnv) -> Result<Settings, String> {
     let (opts, cmd) = match cli.command {
         Some(Command::Run { opts, cmd }) => (opts, cmd),
-        Some(Command::Node(_)) => return Err("node settings are resolved by resolve_job".into()),
+        Some(Command::Node(_) | Command::Report(_)) => {
+            return Err("node and report settings are resolved by resolve_job".into())
+        }
         None => (cli.opts, cli.cmd),
     };
     let file = file::load(opts.config.as_deref())?;
@@ -278,7 +289,15 @@ pub fn resolve(cli: Cli, get_env: GetEnv) -> Result<Settings, String> {
         ("-o", output.as_deref()),
         ("--summary", opts.summary.as_deref()),
         ("--events", opts.events.as_deref()),
+        ("--report", opts.report.as_deref()),
     ])?;
+    let recommend_server = opts.recommend_server
+        || env_bool(get_env, "TRACKER_RECOMMEND_SERVER")?
+            .or(tr.recommend_server)
+            .unwrap_or(false);
+    let keeper = recommend_server
+        .then(|| report::keeper_url(get_env))
+        .transpose()?;
     if opts.events.is_some() && opts.no_ebpf {
         return Err(
             "--events: process events come from the eBPF engine; not with --no-ebpf".into(),
@@ -311,6 +330,8 @@ pub fn resolve(cli: Cli, get_env: GetEnv) -> Result<Settings, String> {
         config_file,
         renice,
         aggregate_cpu_steal,
+        report: opts.report.clone(),
+        keeper,
     })
 }
 

@@ -3,6 +3,7 @@
 
 pub mod lines;
 pub mod prometheus;
+pub mod report;
 pub mod sentinel;
 pub mod summary;
 

@@ -104,6 +104,13 @@ fn human(sum: &Summary) -> String {
         sum.tracker_cpu_secs * 1e3,
         sum.tracker_max_rss_mib
     ));
+    // What is not exact comes before what is derived from it.
+    for d in &sum.degraded {
+        s.push_str(&format!(
+            "resource-tracker: degraded: {}: {}\n",
+            d.name, d.detail
+        ));
+    }
     if let Some(r) = &sum.recommendation {
         let gpu = match (r.gpu, r.vram_mib) {
             (0, _) => "no GPU".to_string(),

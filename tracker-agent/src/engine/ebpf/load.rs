@@ -10,6 +10,7 @@ use aya::{
 use tracker_common::Figures;
 
 use super::{EbpfEngine, Ledger, PROBE};
+use crate::engine::degraded::{self, Degradations};
 use crate::engine::{btf::Btf, procread};
 
 pub(super) static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tracker"));
@@ -22,6 +23,48 @@ const TRACEPOINTS: [&str; 4] = [
     "sched_process_exit",
     "sched_process_free",
 ];
+
+/// Where the kernel's BTF is read: `TRACKER_KERNEL_BTF` when set (a kernel that
+/// ships its BTF elsewhere; the tests use it to hand over a BTF that lacks fields),
+/// else the running kernel's own. It must describe the running kernel: the offsets
+/// the programs read come from it.
+fn btf_path() -> std::path::PathBuf {
+    std::env::var_os("TRACKER_KERNEL_BTF")
+        .filter(|p| !p.is_empty())
+        .map_or_else(|| "/sys/kernel/btf/vmlinux".into(), Into::into)
+}
+
+/// What this kernel's layout keeps from being exact, by name. Each is a field or an
+/// argument the programs do without: they read 0 there, so the figure it feeds is
+/// flagged rather than silently wrong.
+pub(super) fn offset_degradations(o: &tracker_common::Offsets) -> Degradations {
+    use tracker_common::NO_FIELD;
+    let mut d = Degradations::default();
+    if o.task_io_block == NO_FIELD {
+        d.set(
+            degraded::NO_TASK_IO,
+            "the kernel's BTF has no task_struct.ioac with rchar, wchar, read_bytes and write_bytes \
+             in the expected layout (CONFIG_TASK_IO_ACCOUNTING or CONFIG_TASK_XACCT off?): \
+             read_bytes, write_bytes, rchar and wchar count only members read from /proc",
+        );
+    }
+    if o.task_on_cpu == NO_FIELD {
+        d.set(
+            degraded::NO_ON_CPU,
+            "the kernel's BTF has no task_struct.on_cpu: a dead thread may be retired just before \
+             its final context switch, without the CPU of its last time slice",
+        );
+    }
+    if o.exit_has_group_dead == 0 {
+        d.set(
+            degraded::NO_GROUP_DEAD,
+            "sched_process_exit passes no group_dead: a process's last thread is found from \
+             signal->live, which two threads exiting at once can both read as 0 \
+             (processes_exited may count that process twice)",
+        );
+    }
+    d
+}
 
 /// A PID namespace's inode that is the host's (`PROC_PID_INIT_INO`).
 const INIT_PID_NS_INO: u64 = 0xEFFF_FFFC;
@@ -41,6 +84,29 @@ pub enum EbpfUnavailable {
     /// Pids in BPF are the host's; this process sees another namespace's.
     PidNamespace,
     Load(String),
+}
+
+impl EbpfUnavailable {
+    /// What a run on the procfs backend instead can no longer count exactly, by name.
+    pub fn degradations(&self) -> Degradations {
+        let name = match self {
+            EbpfUnavailable::NoBtf(_) => degraded::EBPF_NO_BTF,
+            EbpfUnavailable::NoPrivilege(_) => degraded::EBPF_NO_PRIVILEGE,
+            EbpfUnavailable::PidNamespace => degraded::EBPF_PID_NAMESPACE,
+            EbpfUnavailable::Load(_) => degraded::EBPF_LOAD_FAILED,
+        };
+        let mut d = Degradations::default();
+        d.set(
+            name,
+            format!(
+                "eBPF unavailable: {self}; the procfs backend polls, so processes that start \
+                 and end between two samples are missing from processes_spawned, \
+                 processes_exited and peak memory (their CPU and I/O reach the totals through \
+                 the process that reaps them)"
+            ),
+        );
+        d
+    }
 }
 
 impl fmt::Display for EbpfUnavailable {
@@ -119,16 +185,21 @@ impl EbpfEngine {
         }
         // The programs are plain raw tracepoints: the kernel's BTF is read only for
         // the offsets they use.
-        let path = "/sys/kernel/btf/vmlinux";
-        let data =
-            std::fs::read(path).map_err(|e| EbpfUnavailable::NoBtf(format!("{path}: {e}")))?;
+        let path = btf_path();
+        let data = std::fs::read(&path)
+            .map_err(|e| EbpfUnavailable::NoBtf(format!("{}: {e}", path.display())))?;
         let t_read = t0.elapsed();
-        let btf = Btf::parse(&data).map_err(|e| EbpfUnavailable::NoBtf(format!("{path}: {e}")))?;
+        let btf = Btf::parse(&data)
+            .map_err(|e| EbpfUnavailable::NoBtf(format!("{}: {e}", path.display())))?;
         let offsets = btf
             .offsets()
             .map_err(|e| EbpfUnavailable::NoBtf(e.to_string()))?;
         drop(btf);
         drop(data);
+        let degraded = offset_degradations(&offsets);
+        for d in degraded.list() {
+            crate::warn::say(format_args!("eBPF: {}: {}", d.name, d.detail));
+        }
         let t_parsed = t0.elapsed();
         log::debug!("kernel offsets: {offsets:?}");
         let rss_in_kernel = offsets.mm_rss_stat != tracker_common::NO_FIELD;
@@ -198,6 +269,9 @@ impl EbpfEngine {
         unsafe { libc::malloc_trim(0) };
         Ok(EbpfEngine {
             stats_enabled,
+            degraded,
+            max_tasks,
+            ring_kib: ring_bytes / 1024,
             bpf,
             tasks,
             stats,

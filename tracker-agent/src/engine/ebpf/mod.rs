@@ -39,6 +39,7 @@ pub mod node;
 mod records;
 
 use super::{
+    degraded::{self, Degradations},
     procread::{self, Kind},
     ProcEvent, ReadOpts, TreeTotals,
 };
@@ -131,6 +132,11 @@ pub struct EbpfEngine {
     _stats_fd: Option<OwnedFd>,
     /// BPF run-time statistics are being collected (ours or the sysctl).
     stats_enabled: bool,
+    /// What is no longer exact: this kernel's layout, and what happened since.
+    degraded: Degradations,
+    /// The task map's and the ring's sizes, for the degradations' detail.
+    max_tasks: u32,
+    ring_kib: u32,
     pub load_ms: f64,
 }
 
@@ -147,6 +153,7 @@ impl EbpfEngine {
             flags: TASK_FLAG_ROOT,
             _pad: 0,
             task: 0,
+            exit_ns: 0,
         };
         self.tasks.insert(pid, info, 0)?;
         self.enrol(pid, pid);
@@ -168,6 +175,7 @@ impl EbpfEngine {
                         flags: if tgid == pid { TASK_FLAG_ROOT } else { 0 },
                         _pad: 0,
                         task: 0,
+                        exit_ns: 0,
                     };
                     // NOEXIST (1): the kernel may have inserted it already.
                     let _ = self.tasks.insert(tid, info, 1);
@@ -192,7 +200,7 @@ impl EbpfEngine {
             t.threads_spawned += s.threads_spawned;
             t.threads_exited += s.threads_exited;
             t.execs += s.execs;
-            t.max_rss_kib = t.max_rss_kib.max(s.max_rss_kib);
+            t.max_rss_pages = t.max_rss_pages.max(s.max_rss_pages);
             t.lost_events += s.lost_events;
             t.untracked_tasks += s.untracked_tasks;
         }
@@ -265,6 +273,32 @@ impl EbpfEngine {
         Ok(())
     }
 
+    /// The probe cannot run: members are read from /proc, and threads retire at
+    /// their RCU free, which a lazy RCU delays by seconds; said once, and named in
+    /// every sample from now on.
+    fn probe_failed(&mut self, e: &anyhow::Error) {
+        let detail = format!(
+            "running the probe program failed ({e:#}): members are read from /proc and exits \
+             are counted when the kernel frees them, seconds later with a lazy RCU, so the \
+             final sample may miss the last exits"
+        );
+        crate::warn::warn_once("ebpf.probe", format_args!("{detail}"));
+        self.degraded.set(degraded::PROBE_FAILED, detail);
+    }
+
+    /// The event ring cannot be read any more (`cause`): named from now on, and
+    /// the totals come from the kernel's counters (see `read`).
+    pub fn ring_lost(&mut self, cause: &str) {
+        self.degraded.set(
+            degraded::RING_UNREAD,
+            format!(
+                "{cause}: members are read from /proc and exits counted when the kernel \
+                 frees them, seconds later with a lazy RCU, so a sample may miss the last \
+                 exits, and --events gets no more events"
+            ),
+        );
+    }
+
     /// At the end of a run: retires every member that has exited, which is possible
     /// microseconds after its exit (its final context switch), never waiting for a
     /// reaper or RCU. Bounded, so a member stuck in its exit cannot hold the run.
@@ -272,12 +306,25 @@ impl EbpfEngine {
         let t0 = Instant::now();
         loop {
             let exited = self.listing().exited;
-            if exited.is_empty() || t0.elapsed() >= limit {
+            if exited.is_empty() {
+                break;
+            }
+            if t0.elapsed() >= limit {
+                // Counted with their last reading: short of their last microseconds.
+                self.degraded.set(
+                    degraded::SETTLE_TIMEOUT,
+                    format!(
+                        "{} member(s) that had exited were still on a CPU {} ms after the end: \
+                         the final sample counts them with their last reading",
+                        exited.len(),
+                        limit.as_millis()
+                    ),
+                );
                 break;
             }
             for batch in exited.chunks(PROBE_BATCH) {
                 if let Err(e) = self.probe(batch) {
-                    log::warn!("running the probe program failed: {e}; exits are counted when the kernel frees them");
+                    self.probe_failed(&e);
                     return t0.elapsed();
                 }
             }
@@ -369,12 +416,7 @@ impl EbpfEngine {
             match self.probe(batch) {
                 Ok(()) => {}
                 Err(e) => {
-                    crate::warn::warn_once(
-                        "ebpf.probe",
-                        format_args!(
-                            "running the probe program failed: {e}; members are read from /proc"
-                        ),
-                    );
+                    self.probe_failed(&e);
                     ok = false;
                     break;
                 }
@@ -545,8 +587,11 @@ impl EbpfEngine {
         shown: &mut dyn FnMut(ProcEvent),
     ) -> anyhow::Result<TreeTotals> {
         // Room for the probe's records, and the members forked since the last pass.
+        let ring_read = ring.is_some();
         if let Some(r) = ring.as_deref_mut() {
             self.drain(r, shown);
+        } else if !self.degraded.has(degraded::RING_UNREAD) {
+            self.ring_lost("the event ring is not read");
         }
         // The kernel's totals before the reading: a thread retires into the totals
         // before it leaves the map, so each is in one of the two (used when records
@@ -585,12 +630,13 @@ impl EbpfEngine {
         if let Some(r) = ring {
             self.drain(r, shown);
         }
-        let mut f = if k.lost_events == 0 {
+        let mut f = if k.lost_events == 0 && ring_read {
             self.ledger.total()
         } else {
-            // Records were lost: the kernel's totals of threads retired before the
-            // reading, plus the threads read. A thread retiring between the two
-            // readings is missed for one sample, never counted twice.
+            // Records were lost, or the ring is not read (the ledger then hears of no
+            // exit): the kernel's totals of threads retired before the reading, plus
+            // the threads read. A thread retiring between the two readings is missed
+            // for one sample, never counted twice.
             let mut f = read_now;
             f.add(&k.fig);
             f
@@ -610,8 +656,37 @@ impl EbpfEngine {
         t.execs = k.execs;
         t.lost_events = k.lost_events;
         t.untracked_tasks = k.untracked_tasks;
-        t.max_rss_kib = k.max_rss_kib.max(self.live_max_rss_kib);
+        // signal->maxrss is in pages: read as KiB it was a quarter of the truth for
+        // a process whose peak fell between two samples.
+        t.max_rss_kib = (k.max_rss_pages * (self.page / 1024)).max(self.live_max_rss_kib);
+        self.note_counts(&k);
+        t.degraded = self.degraded.clone();
         Ok(t)
+    }
+
+    /// The kernel's counters of what it could not record, as named degradations.
+    fn note_counts(&mut self, k: &TreeStats) {
+        if k.untracked_tasks > 0 {
+            self.degraded.set(
+                degraded::MAP_FULL,
+                format!(
+                    "{} task(s) not tracked: the task map (--max-tasks {}) was full when they \
+                     were forked, so their CPU, I/O and memory are missing from the totals",
+                    k.untracked_tasks, self.max_tasks
+                ),
+            );
+        }
+        if k.lost_events > 0 {
+            self.degraded.set(
+                degraded::RING_FULL,
+                format!(
+                    "{} record(s) lost on a full event ring (--event-ring-kib {}): totals come \
+                     from the kernel's counters, a thread that retires during a reading counts \
+                     one sample late, and --events misses those records",
+                    k.lost_events, self.ring_kib
+                ),
+            );
+        }
     }
 
     /// (name, run count, run time) per program; zeros unless statistics are enabled.

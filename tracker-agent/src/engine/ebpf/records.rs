@@ -56,6 +56,7 @@ pub(super) fn proc_event(ev: &Event, cpu_ns: Option<u64>) -> Option<ProcEvent> {
         cpu_secs: cpu_ns.map(|c| c as f64 / 1e9),
         exit_code: exit.then_some(ev.exit_code as i32),
         monotonic_secs: ev.ts_ns as f64 / 1e9,
+        timestamp_secs: 0.0,
     })
 }
 
