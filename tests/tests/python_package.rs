@@ -591,6 +591,17 @@ fn metaflow_flow_with_track_resources_makes_a_card_that_opens_in_chromium() {
             "run {r}: the card does not show {rec}"
         );
         assert!(dom.contains("<svg"), "run {r}: no chart");
+        // The binary's own report, embedded whole.
+        assert!(
+            dom.contains("<iframe id=\"report\""),
+            "run {r}: no embedded report: {}",
+            dom.split("id=\"report-missing\">")
+                .nth(1)
+                .unwrap_or("")
+                .chars()
+                .take(300)
+                .collect::<String>()
+        );
     }
     assert_eq!(out[&r3]["step_failed"], true);
     assert_eq!(out[&r3]["successful"], false);
