@@ -727,3 +727,27 @@ fn metaflow_decorator_names_do_not_clash_with_the_python_package() {
         serde_json::json!({"track_resources": "resource_tracker", "track_resources_ebpf": "resource_tracker_ebpf"})
     );
 }
+
+#[test]
+fn recommend_server_is_the_binarys_keeper_answer() {
+    let Some(whl) = wheel() else { return };
+    let s = Scratch::new("py-keeper");
+    let py = fresh_venv(&s, "plain", &whl, &[]);
+    // A stand-in Keeper on 127.0.0.1 (in the fixture) answering like the real API.
+    let ok = stdout_json(&run_fixture(&py, "recommend_server.py", &["answer"], &s.0));
+    assert_eq!(ok["seen"][0][1], "resource-tracker", "{ok}");
+    assert!(
+        ok["seen"][0][0]
+            .as_str()
+            .unwrap()
+            .starts_with("/servers?vcpus_min=1&memory_min="),
+        "{ok}"
+    );
+    assert_eq!(ok["server"]["server"]["server_id"], "t4g.small", "{ok}");
+    assert_eq!(ok["server"]["server"]["price_usd_per_hour"], 0.0168);
+    assert!(ok["server"]["run_cost_usd"].as_f64().unwrap() > 0.0);
+    // Keeper failing: a clear exception carrying the binary's one line.
+    let bad = stdout_json(&run_fixture(&py, "recommend_server.py", &["500"], &s.0));
+    let err = bad["error"].as_str().unwrap_or_else(|| panic!("{bad}"));
+    assert!(err.contains("answered 500"), "{err}");
+}

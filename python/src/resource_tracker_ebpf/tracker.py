@@ -671,12 +671,13 @@ class ResourceTracker:
             raise TypeError(f"recommend_server() takes no filters here: {sorted(filters)}")
         if self._summary is None:
             raise TrackerError("recommend_server() needs a stopped tracker (the binary asks at its end)")
-        for key in ("server_recommendation", "server_advice", "recommended_server"):
-            adv = self._summary.get(key) or (self._summary.get("recommendation") or {}).get(key)
-            if adv:
-                if adv.get("error") and not adv.get("server"):
-                    raise TrackerError(f"no server recommendation: {adv['error']}")
-                return adv
+        adv = self._summary.get("recommended_server")
+        if adv:
+            if adv.get("error") and not adv.get("server"):
+                raise TrackerError(f"no server recommendation: {adv['error']}")
+            if not adv.get("server"):
+                raise TrackerError(f"no server in Keeper's catalogue fits (query: {adv.get('query')})")
+            return adv
         if not self._recommend_server:
             raise TrackerError(
                 "no server recommendation in this run: create the tracker with "
