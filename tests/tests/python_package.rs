@@ -225,6 +225,9 @@ fn check_api_run(out: &Value, copies: &Path, python_cols: &[String], kind: &str)
         .collect();
     assert_eq!(&system[..want_system.len()], want_system.as_slice());
 
+    let si = &out["server_info"];
+    assert_eq!(si["host_vcpus"], summary["host"]["host_vcpus"], "{si}");
+    assert_eq!(si["allocation"], summary["recommendation"]["allocation"]);
     // Once stopped: the binary's own stats and recommendation.
     let st = &summary["stats"];
     assert_eq!(out["stats"], stats_as_python(st), "stats() vs the summary");

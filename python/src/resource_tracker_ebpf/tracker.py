@@ -534,6 +534,23 @@ class ResourceTracker:
         return self._exit_code
 
     @property
+    def server_info(self) -> Optional[Dict[str, Any]]:
+        """The host as the binary read it at start (`summary["host"]`: vCPUs, CPU
+        model, memory, GPUs, storage) with the run's allocation verdict, once
+        stopped."""
+        if not self._summary:
+            return None
+        info = dict(self._summary.get("host") or {})
+        info["allocation"] = (self._summary.get("recommendation") or {}).get("allocation")
+        return info
+
+    @property
+    def cloud_info(self) -> Optional[Dict[str, Any]]:
+        """What the cloud's metadata service said (`summary["cloud"]`; probed only with
+        discover_cloud=True), once stopped."""
+        return (self._summary or {}).get("cloud")
+
+    @property
     def process_metrics(self) -> Any:
         """The tree, one row per sample: the Python package's columns (timestamp, pid,
         children, utime, stime, cpu_usage, memory_mib, disk_read_bytes,
