@@ -215,6 +215,12 @@ fn cases() -> Vec<Case> {
         v.push(c);
     }
     v.push(env(
+        "TRACKER_STOP_WITH_PARENT",
+        "always",
+        2,
+        &["TRACKER_STOP_WITH_PARENT", "always"],
+    ));
+    v.push(env(
         "TRACKER_RECOMMEND_SERVER",
         "perhaps",
         2,

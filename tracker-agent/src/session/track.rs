@@ -330,10 +330,9 @@ async fn run_loop(
     // tracker stops, as on SIGTERM, once the process that started it is gone (a
     // killed interpreter must not leave a tracker running for ever). Checked at each
     // sample: one getppid() call.
-    let parent = (t.command_root.is_none()
-        && std::env::var_os("TRACKER_STOP_WITH_PARENT").is_some_and(|v| v == "1"))
-    // SAFETY: getppid has no preconditions.
-    .then(|| unsafe { libc::getppid() });
+    let parent = (t.command_root.is_none() && st.stop_with_parent)
+        // SAFETY: getppid has no preconditions.
+        .then(|| unsafe { libc::getppid() });
     loop {
         tokio::select! {
             _ = tick(&ticker, next) => {

@@ -78,6 +78,9 @@ pub struct Settings {
     pub report: Option<PathBuf>,
     /// Keeper's base URL, when the cheapest fitting server is asked for.
     pub keeper: Option<String>,
+    /// Attached or host-only: stop once the process that started the tracker is
+    /// gone (`TRACKER_STOP_WITH_PARENT`, set by the Python package).
+    pub stop_with_parent: bool,
 }
 
 fn sentinel_settings(
@@ -332,6 +335,7 @@ pub fn resolve(cli: Cli, get_env: GetEnv) -> Result<Settings, String> {
         aggregate_cpu_steal,
         report: opts.report.clone(),
         keeper,
+        stop_with_parent: env_bool(get_env, "TRACKER_STOP_WITH_PARENT")?.unwrap_or(false),
     })
 }
 
