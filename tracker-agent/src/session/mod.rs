@@ -161,7 +161,10 @@ pub fn run(st: Settings) -> anyhow::Result<i32> {
     let mut events = EventLog::new(events_file, timeline);
     if let (Some(pid), None) = (root, command_root) {
         let tree = crate::engine::procfs::descendants_with_threads(pid);
-        events.seed_running(tree.into_iter().map(|(tgid, _)| tgid));
+        // The tracker itself is not of the tree (a process tracking itself starts
+        // it as its child).
+        let me = std::process::id();
+        events.seed_running(tree.into_iter().map(|(tgid, _)| tgid).filter(|p| *p != me));
     }
     let tracked = track::Tracked {
         engine,
