@@ -17,7 +17,7 @@ use serde_json::Value;
 
 use crate::{
     measure::{read, stat},
-    peers::{acc_interval, install, run_rusage, tmp, Peers, Tool, TOOLS},
+    peers::{acc_interval, install, run_rusage, say_tool_header, tmp, Peers, Tool, TOOLS},
 };
 
 pub const EXACT_MARK: &str = "## Exactness of every tool against the kernel's accounting";
@@ -290,17 +290,6 @@ fn pct_cell(v: Vec<f64>, none: &str) -> String {
     }
 }
 
-fn header(say: &mut impl FnMut(String), lead: &str, tools: &[Tool]) {
-    let mut head = lead.to_string();
-    let mut sep = "|---".repeat(lead.matches('|').count() - 1) + "|";
-    for t in tools {
-        let _ = write!(head, " {} |", t.name());
-        sep.push_str("---|");
-    }
-    say(head);
-    say(sep);
-}
-
 pub fn run(dir: &Path, quick: bool) -> anyhow::Result<String> {
     let t_all = Instant::now();
     let tr = dir.join("resource-tracker");
@@ -333,7 +322,7 @@ pub fn run(dir: &Path, quick: bool) -> anyhow::Result<String> {
     say(String::new());
     say("`write_bytes` as reported (ours: the summary; py-rt: Σ `disk_write_bytes` of `process_metrics`, i.e. the tree's `/proc/PID/io` per interval; rs-rt: Σ `cpu.process_disk_write_bytes`) as a % of the bytes the cgroup wrote to disk. psrecord and pidstat (`-T CHILD`: CPU and page faults only) do not report I/O. The `wchar` row is the bytes through write calls (ours alone reports them) as a % of what dd wrote through `write(2)`, 50 MiB, plus the shells' few bytes. Ours (procfs) reads `/proc/PID/io` of live members only, and the tracker reaps the root with `wait4`, which carries no I/O: when the writers and the root are gone before the first sample (here within 1 s) it reports 0 (with the same command followed by `sleep 1.5` it reported 52,428,800 bytes written and 52,428,800 `wchar`); the peers' accuracy form keeps a gating shell alive 1.5 intervals after the command, which ours does not get.".into());
     say(String::new());
-    header(&mut say, "| workload | cgroup wrote (MiB) |", &tools);
+    say_tool_header(&mut say, "| workload | cgroup wrote (MiB) |", &tools);
     let io_shapes = [
         script("50 MiB O_DIRECT at the bottom of 4 nested shells", NESTED),
         script("10 parallel writers × 5 MiB O_DIRECT", PARALLEL),
@@ -398,7 +387,7 @@ pub fn run(dir: &Path, quick: bool) -> anyhow::Result<String> {
     say(String::new());
     say("`workload memory MIB N 2500`: N processes each write MIB of anonymous memory at once and hold it 2.5 s, so that a tool sampling every second sees the peak at least once (a shorter hold measures sampling luck; ours also takes an exited process's peak from the kernel). Ours: the summary's `peak_memory_mib` (RSS); py-rt: the most `memory_mib` (PSS) of one sample; rs-rt: the most `cpu.process_rss_mib` (whole MiB); psrecord: the most \"Real (MB)\" (RSS, children included). pidstat `-T CHILD` reports no memory. The cgroup's peak also holds page tables and the tree's other kernel memory, so a tool that sees every page reads a little under 100 %.".into());
     say(String::new());
-    header(&mut say, "| workload | cgroup peak (MiB) |", &tools);
+    say_tool_header(&mut say, "| workload | cgroup peak (MiB) |", &tools);
     let mem_shapes = [
         shape("one process, 256 MiB", "memory 256 1 2500", Some(1)),
         shape(
@@ -453,7 +442,7 @@ pub fn run(dir: &Path, quick: bool) -> anyhow::Result<String> {
     say(String::new());
     say("The tree's CPU as a % of the cgroup's usage plus the root's CPU before it joined, as in the peers' accuracy table below; processes reported / in the tree in brackets (ours: all spawned, median; py-rt and rs-rt: the most alive in one sample), the count alone where the shell decides it. A truth of 0.01 s (the nested shells: O_DIRECT writes cost little CPU) is one tick of the peers' tick-based counters, so their cells there are noise.".into());
     say(String::new());
-    header(&mut say, "| workload | truth CPU (s) |", &tools);
+    say_tool_header(&mut say, "| workload | truth CPU (s) |", &tools);
     let cpu_shapes = [
         script(
             "nested shells doing I/O (50 MiB O_DIRECT under 4 shells)",

@@ -752,7 +752,7 @@ pub(crate) fn acc_interval(t: Tool) -> f64 {
 }
 
 /// A table header: the leading columns, then one per tool.
-fn say_tool_header(say: &mut impl FnMut(String), lead: &str, tools: &[Tool]) {
+pub(crate) fn say_tool_header(say: &mut impl FnMut(String), lead: &str, tools: &[Tool]) {
     let mut head = lead.to_string();
     let mut sep = "|---".repeat(lead.matches('|').count() - 1) + "|";
     for t in tools {
