@@ -61,17 +61,17 @@ fn node_off() -> &'static NodeOffsets {
 fn bump(f: impl FnOnce(&mut NodeCounts)) {
     // SAFETY: a helper without arguments.
     let id = unsafe { bpf_get_current_cgroup_id() };
-    if let Some(p) = NODE_COUNTS.get_ptr_mut(&id) {
-        // SAFETY: this CPU's copy of a hash value, valid for the program's run.
-        f(unsafe { &mut *p });
-        return;
+    // A cgroup's first event on two CPUs at once: both may find no entry, and the
+    // second insert then fails with EEXIST. Inserting zeros (which may fail for that
+    // reason) and then adding to this CPU's copy counts both; a full map loses this
+    // count only (counted); user space removes cgroups that are gone.
+    if NODE_COUNTS.get_ptr_mut(&id).is_none() {
+        let _ = NODE_COUNTS.insert(&id, &NodeCounts::default(), BPF_NOEXIST as u64);
     }
-    let mut c = NodeCounts::default();
-    f(&mut c);
-    // A full map loses this count only (counted); user space removes cgroups that
-    // are gone.
-    if NODE_COUNTS.insert(&id, &c, BPF_NOEXIST as u64).is_err() {
-        lost();
+    match NODE_COUNTS.get_ptr_mut(&id) {
+        // SAFETY: this CPU's copy of a hash value, valid for the program's run.
+        Some(p) => f(unsafe { &mut *p }),
+        None => lost(),
     }
 }
 
@@ -148,6 +148,11 @@ pub fn node_free(ctx: RawTracePointContext) -> u32 {
             pid == tgid,
         )
     };
+    // As in `bump`: zeros first (a concurrent first insert may win), then this
+    // CPU's copy.
+    if NODE_COMMANDS.get_ptr_mut(&key).is_none() {
+        let _ = NODE_COMMANDS.insert(&key, &CommandCpu::default(), BPF_NOEXIST as u64);
+    }
     match NODE_COMMANDS.get_ptr_mut(&key) {
         Some(p) => {
             // SAFETY: this CPU's copy of a hash value, valid for the program's run.
@@ -155,15 +160,7 @@ pub fn node_free(ctx: RawTracePointContext) -> u32 {
             c.cpu_ns += cpu_ns;
             c.processes += u64::from(leader);
         }
-        None => {
-            let c = CommandCpu {
-                cpu_ns,
-                processes: u64::from(leader),
-            };
-            if NODE_COMMANDS.insert(&key, &c, BPF_NOEXIST as u64).is_err() {
-                lost();
-            }
-        }
+        None => lost(),
     }
     0
 }
