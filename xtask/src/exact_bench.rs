@@ -9,7 +9,7 @@ use std::{
     fmt::Write as _,
     path::{Path, PathBuf},
     process::{Command, Stdio},
-    time::{Duration, Instant},
+    time::Instant,
 };
 
 use anyhow::Context as _;
@@ -18,176 +18,10 @@ use serde_json::Value;
 use crate::{
     measure::{read, stat},
     peers::{acc_interval, install, run_rusage, say_tool_header, tmp, Peers, Tool, TOOLS},
+    truth::{pre_join_secs, Truth},
 };
 
 pub const EXACT_MARK: &str = "## Exactness of every tool against the kernel's accounting";
-
-/// A cgroup in every hierarchy that keeps a truth: CPU (v1 cpuacct, else v2), storage
-/// bytes (v1 blkio, else v2 io) and peak memory (v1 memory, else v2). Removed, with
-/// whatever is left in it, on drop.
-struct Truth {
-    cpu: PathBuf,
-    v2: bool,
-    blkio: Option<PathBuf>,
-    memory: Option<PathBuf>,
-}
-
-fn mkcg(base: &str, name: &str) -> anyhow::Result<PathBuf> {
-    let dir = Path::new(base).join(name);
-    let _ = std::fs::remove_dir(&dir);
-    std::fs::create_dir(&dir).with_context(|| format!("cgroup {}", dir.display()))?;
-    Ok(dir)
-}
-
-impl Truth {
-    fn new(tag: &str) -> anyhow::Result<Truth> {
-        let name = format!("rt-exact-{tag}-{}", std::process::id());
-        if Path::new("/sys/fs/cgroup/cpuacct/cpuacct.usage").exists() {
-            let blkio = mkcg("/sys/fs/cgroup/blkio", &name).ok();
-            if let Some(b) = &blkio {
-                // v1 blkio counts a group's bytes only where a throttling rule exists:
-                // a limit no workload reaches (1 TiB/s) turns the counting on.
-                for d in std::fs::read_dir("/sys/block")
-                    .into_iter()
-                    .flatten()
-                    .flatten()
-                {
-                    if let Ok(dev) = std::fs::read_to_string(d.path().join("dev")) {
-                        for f in [
-                            "blkio.throttle.read_bps_device",
-                            "blkio.throttle.write_bps_device",
-                        ] {
-                            let _ =
-                                std::fs::write(b.join(f), format!("{} 1099511627776", dev.trim()));
-                        }
-                    }
-                }
-            }
-            Ok(Truth {
-                cpu: mkcg("/sys/fs/cgroup/cpuacct", &name)?,
-                v2: false,
-                blkio,
-                memory: mkcg("/sys/fs/cgroup/memory", &name).ok(),
-            })
-        } else {
-            let base = if Path::new("/sys/fs/cgroup/unified/cgroup.procs").exists() {
-                "/sys/fs/cgroup/unified"
-            } else {
-                "/sys/fs/cgroup"
-            };
-            // The io and memory files exist only where the parent delegates them.
-            let _ = std::fs::write(
-                Path::new(base).join("cgroup.subtree_control"),
-                "+io +memory",
-            );
-            Ok(Truth {
-                cpu: mkcg(base, &name)?,
-                v2: true,
-                blkio: None,
-                memory: None,
-            })
-        }
-    }
-
-    /// `workload incgroup`'s argument: the CPU directory first (joined last).
-    fn join_arg(&self) -> String {
-        let mut dirs = vec![self.cpu.display().to_string()];
-        for d in [&self.blkio, &self.memory].into_iter().flatten() {
-            dirs.push(d.display().to_string());
-        }
-        dirs.join(":")
-    }
-
-    fn cpu_secs(&self) -> f64 {
-        let (file, key, div) = if self.v2 {
-            ("cpu.stat", Some("usage_usec "), 1e6)
-        } else {
-            ("cpuacct.usage", None, 1e9)
-        };
-        let text = std::fs::read_to_string(self.cpu.join(file)).unwrap_or_default();
-        let v = match key {
-            Some(k) => text.lines().find_map(|l| l.strip_prefix(k)),
-            None => Some(text.as_str()),
-        };
-        v.and_then(|v| v.trim().parse::<f64>().ok())
-            .map_or(f64::NAN, |v| v / div)
-    }
-
-    /// Storage bytes written by the group, all devices.
-    fn write_bytes(&self) -> Option<u64> {
-        let (text, v1) = match &self.blkio {
-            Some(b) => (
-                std::fs::read_to_string(b.join("blkio.throttle.io_service_bytes")).ok()?,
-                true,
-            ),
-            None => (
-                std::fs::read_to_string(self.cpu.join("io.stat")).ok()?,
-                false,
-            ),
-        };
-        let mut sum = 0;
-        for line in text.lines() {
-            let f: Vec<&str> = line.split_whitespace().collect();
-            if f.first().is_none_or(|d| !d.contains(':')) {
-                continue;
-            }
-            if v1 {
-                if let [_, "Write", n] = f[..] {
-                    sum += n.parse::<u64>().unwrap_or(0);
-                }
-            } else {
-                for kv in &f[1..] {
-                    if let Some(n) = kv.strip_prefix("wbytes=") {
-                        sum += n.parse::<u64>().unwrap_or(0);
-                    }
-                }
-            }
-        }
-        Some(sum)
-    }
-
-    fn peak_bytes(&self) -> Option<u64> {
-        let f = match &self.memory {
-            Some(d) => d.join("memory.max_usage_in_bytes"),
-            None => self.cpu.join("memory.peak"),
-        };
-        std::fs::read_to_string(f).ok()?.trim().parse().ok()
-    }
-
-    fn dirs(&self) -> Vec<&PathBuf> {
-        [Some(&self.cpu), self.blkio.as_ref(), self.memory.as_ref()]
-            .into_iter()
-            .flatten()
-            .collect()
-    }
-}
-
-impl Drop for Truth {
-    fn drop(&mut self) {
-        let t0 = Instant::now();
-        for d in self.dirs() {
-            loop {
-                let pids: Vec<i32> = std::fs::read_to_string(d.join("cgroup.procs"))
-                    .map(|s| s.lines().filter_map(|l| l.trim().parse().ok()).collect())
-                    .unwrap_or_default();
-                if pids.is_empty() || t0.elapsed() > Duration::from_secs(5) {
-                    break;
-                }
-                for pid in pids {
-                    // SAFETY: killing the leftovers of our own workload.
-                    unsafe { libc::kill(pid, libc::SIGKILL) };
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            for _ in 0..50 {
-                if std::fs::remove_dir(d).is_ok() || !d.exists() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        }
-    }
-}
 
 /// One workload: `workload MODE …`, or `sh -c SCRIPT` run in a scratch directory on
 /// disk (O_DIRECT needs one; a tmpfs refuses it).
@@ -233,7 +67,7 @@ struct Outcome {
 }
 
 fn one(p: &Peers, t: Tool, w: &Path, s: &Shape, scratch: &Path) -> anyhow::Result<Outcome> {
-    let cg = Truth::new("x")?;
+    let cg = Truth::new("exact-x")?;
     let pre = tmp("exact-pre");
     let out = tmp(&format!(
         "exact-out-{}",
@@ -258,26 +92,36 @@ fn one(p: &Peers, t: Tool, w: &Path, s: &Shape, scratch: &Path) -> anyhow::Resul
     let mut c = t.command(p, acc_interval(t), &out, &cmd, true);
     c.current_dir(scratch);
     run_rusage(&mut c).with_context(|| format!("{} on {}", t.name(), s.name))?;
-    // The root's CPU before it joined: the middle of the readings around the join.
-    let window: Vec<f64> = std::fs::read_to_string(&pre)
-        .unwrap_or_default()
-        .split_whitespace()
-        .filter_map(|v| v.parse().ok())
-        .collect();
-    let pre_ns = if window.is_empty() {
-        0.0
-    } else {
-        window.iter().sum::<f64>() / window.len() as f64
-    };
     Ok(Outcome {
         out,
-        cpu: cg.cpu_secs() + pre_ns / 1e9,
+        cpu: cg.cpu_secs() + pre_join_secs(&pre),
         written: cg.write_bytes(),
         peak: cg.peak_bytes(),
     })
 }
 
 /// "median (min–max)" of percentages, or what stands for none.
+/// Runs `s` under every tool, `runs` rounds with the tools interleaved, and hands
+/// each run that completed to `f` with the tool's index; one that failed is said.
+fn each_run(
+    p: &Peers,
+    tools: &[Tool],
+    w: &Path,
+    s: &Shape,
+    scratch: &Path,
+    runs: usize,
+    mut f: impl FnMut(usize, Tool, Outcome),
+) {
+    for _ in 0..runs {
+        for (i, &t) in tools.iter().enumerate() {
+            match one(p, t, w, s, scratch) {
+                Ok(o) => f(i, t, o),
+                Err(e) => eprintln!("xtask: {e:#}"),
+            }
+        }
+    }
+}
+
 fn pct_cell(v: Vec<f64>, none: &str) -> String {
     if v.is_empty() {
         return none.to_string();
@@ -333,30 +177,21 @@ pub fn run(dir: &Path, quick: bool) -> anyhow::Result<String> {
         let mut wchar: Vec<Vec<f64>> = vec![vec![]; tools.len()];
         let mut reported = vec![false; tools.len()];
         let mut truths = vec![];
-        for _ in 0..runs {
-            for (i, &t) in tools.iter().enumerate() {
-                let o = match one(&p, t, &w, s, &scratch) {
-                    Ok(o) => o,
-                    Err(e) => {
-                        eprintln!("xtask: {e:#}");
-                        continue;
-                    }
-                };
-                let Some(truth) = o.written.filter(|&b| b > 0) else {
-                    eprintln!("xtask: the cgroup counted no writes ({})", s.name);
-                    continue;
-                };
-                truths.push(truth as f64 / 1048576.0);
-                let im = t.io_mem(&o.out).unwrap_or_default();
-                if let Some(b) = im.write_bytes {
-                    reported[i] = true;
-                    cells[i].push(100.0 * b as f64 / truth as f64);
-                }
-                if let Some(c) = im.wchar {
-                    wchar[i].push(100.0 * c as f64 / (50u64 << 20) as f64);
-                }
+        each_run(&p, &tools, &w, s, &scratch, runs, |i, t, o| {
+            let Some(truth) = o.written.filter(|&b| b > 0) else {
+                eprintln!("xtask: the cgroup counted no writes ({})", s.name);
+                return;
+            };
+            truths.push(truth as f64 / 1048576.0);
+            let im = t.io_mem(&o.out).unwrap_or_default();
+            if let Some(b) = im.write_bytes {
+                reported[i] = true;
+                cells[i].push(100.0 * b as f64 / truth as f64);
             }
-        }
+            if let Some(c) = im.wchar {
+                wchar[i].push(100.0 * c as f64 / (50u64 << 20) as f64);
+            }
+        });
         let (m, lo, hi) = stat(truths);
         let mut row = format!("| {} | {m:.1} ({lo:.1}–{hi:.1}) |", s.name);
         let mut wrow = "| … `wchar`, % of 50 MiB | |".to_string();
@@ -400,25 +235,16 @@ pub fn run(dir: &Path, quick: bool) -> anyhow::Result<String> {
     for s in &mem_shapes {
         let mut cells: Vec<Vec<f64>> = vec![vec![]; tools.len()];
         let mut truths = vec![];
-        for _ in 0..runs {
-            for (i, &t) in tools.iter().enumerate() {
-                let o = match one(&p, t, &w, s, &scratch) {
-                    Ok(o) => o,
-                    Err(e) => {
-                        eprintln!("xtask: {e:#}");
-                        continue;
-                    }
-                };
-                let Some(truth) = o.peak.filter(|&b| b > 0) else {
-                    continue;
-                };
-                let truth = truth as f64 / 1048576.0;
-                truths.push(truth);
-                if let Some(m) = t.io_mem(&o.out).unwrap_or_default().peak_mib {
-                    cells[i].push(100.0 * m / truth);
-                }
+        each_run(&p, &tools, &w, s, &scratch, runs, |i, t, o| {
+            let Some(truth) = o.peak.filter(|&b| b > 0) else {
+                return;
+            };
+            let truth = truth as f64 / 1048576.0;
+            truths.push(truth);
+            if let Some(m) = t.io_mem(&o.out).unwrap_or_default().peak_mib {
+                cells[i].push(100.0 * m / truth);
             }
-        }
+        });
         let (m, lo, hi) = stat(truths);
         let mut row = format!("| {} | {m:.1} ({lo:.1}–{hi:.1}) |", s.name);
         for (i, &t) in tools.iter().enumerate() {
@@ -489,27 +315,18 @@ pub fn run(dir: &Path, quick: bool) -> anyhow::Result<String> {
         let mut cells: Vec<Vec<f64>> = vec![vec![]; tools.len()];
         let mut procs: Vec<Vec<f64>> = vec![vec![]; tools.len()];
         let mut truths = vec![];
-        for _ in 0..runs {
-            for (i, &t) in tools.iter().enumerate() {
-                let o = match one(&p, t, &w, s, &scratch) {
-                    Ok(o) => o,
-                    Err(e) => {
-                        eprintln!("xtask: {e:#}");
-                        continue;
+        each_run(&p, &tools, &w, s, &scratch, runs, |i, t, o| {
+            match t.parse(&o.out, acc_interval(t)) {
+                Ok((cpu, n)) => {
+                    truths.push(o.cpu);
+                    cells[i].push(100.0 * cpu / o.cpu);
+                    if let Some(n) = n {
+                        procs[i].push(n as f64);
                     }
-                };
-                match t.parse(&o.out, acc_interval(t)) {
-                    Ok((cpu, n)) => {
-                        truths.push(o.cpu);
-                        cells[i].push(100.0 * cpu / o.cpu);
-                        if let Some(n) = n {
-                            procs[i].push(n as f64);
-                        }
-                    }
-                    Err(e) => eprintln!("xtask: {} on {}: {e:#}", t.name(), s.name),
                 }
+                Err(e) => eprintln!("xtask: {} on {}: {e:#}", t.name(), s.name),
             }
-        }
+        });
         let (m, lo, hi) = stat(truths);
         let mut row = format!("| {} | {m:.2} ({lo:.2}–{hi:.2}) |", s.name);
         for i in 0..tools.len() {

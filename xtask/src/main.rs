@@ -9,6 +9,7 @@ mod measure;
 mod node_bench;
 mod peers;
 mod soak;
+mod truth;
 
 use std::{
     path::{Path, PathBuf},

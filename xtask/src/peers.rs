@@ -428,70 +428,6 @@ pub(crate) fn install(tr: &Path) -> anyhow::Result<Peers> {
     })
 }
 
-/// A fresh cgroup (v1 cpuacct where mounted, else v2) whose usage is the truth.
-struct Cg {
-    dir: PathBuf,
-    v2: bool,
-}
-
-impl Cg {
-    fn new(tag: &str) -> anyhow::Result<Cg> {
-        let (base, v2) = if Path::new("/sys/fs/cgroup/cpuacct/cpuacct.usage").exists() {
-            ("/sys/fs/cgroup/cpuacct", false)
-        } else if Path::new("/sys/fs/cgroup/unified/cgroup.procs").exists() {
-            ("/sys/fs/cgroup/unified", true)
-        } else {
-            ("/sys/fs/cgroup", true)
-        };
-        let dir = Path::new(base).join(format!("rt-peers-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir(&dir);
-        std::fs::create_dir(&dir).with_context(|| format!("cgroup {}", dir.display()))?;
-        Ok(Cg { dir, v2 })
-    }
-    fn usage_secs(&self) -> f64 {
-        if self.v2 {
-            std::fs::read_to_string(self.dir.join("cpu.stat"))
-                .ok()
-                .and_then(|s| {
-                    s.lines()
-                        .find_map(|l| l.strip_prefix("usage_usec "))
-                        .and_then(|v| v.trim().parse::<f64>().ok())
-                })
-                .unwrap_or(f64::NAN)
-                / 1e6
-        } else {
-            std::fs::read_to_string(self.dir.join("cpuacct.usage"))
-                .ok()
-                .and_then(|s| s.trim().parse::<f64>().ok())
-                .unwrap_or(f64::NAN)
-                / 1e9
-        }
-    }
-    fn pids(&self) -> Vec<i32> {
-        std::fs::read_to_string(self.dir.join("cgroup.procs"))
-            .map(|s| s.lines().filter_map(|l| l.trim().parse().ok()).collect())
-            .unwrap_or_default()
-    }
-}
-
-impl Drop for Cg {
-    fn drop(&mut self) {
-        let t0 = Instant::now();
-        loop {
-            let p = self.pids();
-            if p.is_empty() || t0.elapsed() > Duration::from_secs(5) {
-                break;
-            }
-            for pid in p {
-                // SAFETY: killing the leftovers of our own workload.
-                unsafe { libc::kill(pid, libc::SIGKILL) };
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = std::fs::remove_dir(&self.dir);
-    }
-}
-
 /// Spawns `cmd`, waits with wait4, and returns (wall secs, rusage CPU secs of the
 /// process and the descendants it reaped, peak RSS MiB of the largest of them, stdout).
 pub(crate) fn run_rusage(cmd: &mut Command) -> anyhow::Result<(f64, f64, f64, String)> {
@@ -809,14 +745,14 @@ pub fn run(dir: &Path, quick: bool) -> anyhow::Result<String> {
         let mut cells = String::new();
         let mut truths = vec![];
         for &t in &tools {
-            let cg = Cg::new("acc")?;
+            let cg = crate::truth::Truth::cpu_only("peers-acc")?;
             let pre = tmp("pre");
             let out = tmp("out");
             let _ = std::fs::remove_file(&out);
             let mut cmd: Vec<OsString> = vec![
                 w.clone().into(),
                 "incgroup".into(),
-                cg.dir.clone().into(),
+                cg.join_arg().into(),
                 "--pre".into(),
                 pre.clone().into(),
                 "--".into(),
@@ -836,17 +772,7 @@ pub fn run(dir: &Path, quick: bool) -> anyhow::Result<String> {
             let r = run_rusage(&mut c);
             // `--pre` gives the root's CPU just before and just after it joined:
             // the join itself is the truth's only uncertainty; take its middle.
-            let window: Vec<f64> = std::fs::read_to_string(&pre)
-                .unwrap_or_default()
-                .split_whitespace()
-                .filter_map(|v| v.parse().ok())
-                .collect();
-            let pre_ns = if window.is_empty() {
-                0.0
-            } else {
-                window.iter().sum::<f64>() / window.len() as f64
-            };
-            let truth = cg.usage_secs() + pre_ns / 1e9;
+            let truth = cg.cpu_secs() + crate::truth::pre_join_secs(&pre);
             drop(cg);
             let cell = match r.and_then(|_| t.parse(&out, acc_interval(t))) {
                 Ok((cpu, procs)) => {
