@@ -214,6 +214,37 @@ const CONTAINER_METRICS: &[(&str, &str, bool, Get)] = &[
     ),
 ];
 
+/// Labelled values of one metric.
+type Series<'a> = Vec<(Vec<(&'a str, String)>, f64)>;
+
+/// One metric family, a counter or a gauge, with a sample per labelled value; none
+/// when there is no value.
+fn family(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    counter: bool,
+    series: &Series,
+) -> Result<(), std::fmt::Error> {
+    if series.is_empty() {
+        return Ok(());
+    }
+    let kind = if counter {
+        ConstCounter::new(0f64).metric_type()
+    } else {
+        ConstGauge::new(0f64).metric_type()
+    };
+    let mut m = enc.encode_descriptor(name, help, None, kind)?;
+    for (l, v) in series {
+        if counter {
+            ConstCounter::new(*v).encode(m.encode_family(l)?)?;
+        } else {
+            ConstGauge::new(*v).encode(m.encode_family(l)?)?;
+        }
+    }
+    Ok(())
+}
+
 impl Collector for Exported {
     fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let snap = match self.0.lock() {
@@ -221,31 +252,16 @@ impl Collector for Exported {
             Err(p) => p.into_inner().clone(),
         };
         for (name, help, counter, get) in CONTAINER_METRICS {
-            let series: Vec<(Vec<(&str, String)>, f64)> = snap
+            let series: Series = snap
                 .containers
                 .iter()
                 .filter_map(|c| get(c).map(|v| (labels(c), v)))
                 .collect();
-            if series.is_empty() {
-                continue;
-            }
-            if *counter {
-                let mut m =
-                    enc.encode_descriptor(name, help, None, ConstCounter::new(0f64).metric_type())?;
-                for (l, v) in &series {
-                    ConstCounter::new(*v).encode(m.encode_family(l)?)?;
-                }
-            } else {
-                let mut m =
-                    enc.encode_descriptor(name, help, None, ConstGauge::new(0f64).metric_type())?;
-                for (l, v) in &series {
-                    ConstGauge::new(*v).encode(m.encode_family(l)?)?;
-                }
-            }
+            family(&mut enc, name, help, *counter, &series)?;
         }
         // The OOM killer's victims by command: one series per command seen, at most
         // MAX_OOM_COMMANDS per container (the session keeps the first ones).
-        let by_cmd: Vec<(Vec<(&str, String)>, f64)> = snap
+        let by_cmd: Series = snap
             .containers
             .iter()
             .flat_map(|c| {
@@ -256,17 +272,13 @@ impl Collector for Exported {
                 })
             })
             .collect();
-        if !by_cmd.is_empty() {
-            let mut m = enc.encode_descriptor(
-                "resource_tracker_container_oom_victims",
-                "Processes of the container the OOM killer chose, by command (eBPF).",
-                None,
-                ConstCounter::new(0f64).metric_type(),
-            )?;
-            for (l, v) in &by_cmd {
-                ConstCounter::new(*v).encode(m.encode_family(l)?)?;
-            }
-        }
+        family(
+            &mut enc,
+            "resource_tracker_container_oom_victims",
+            "Processes of the container the OOM killer chose, by command (eBPF).",
+            true,
+            &by_cmd,
+        )?;
         // The top commands by CPU of ended processes (at most 5 per container).
         for (name, help, pick) in [
             (
@@ -280,7 +292,7 @@ impl Collector for Exported {
                 1,
             ),
         ] {
-            let series: Vec<(Vec<(&str, String)>, f64)> = snap
+            let series: Series = snap
                 .containers
                 .iter()
                 .flat_map(|c| {
@@ -291,14 +303,7 @@ impl Collector for Exported {
                     })
                 })
                 .collect();
-            if series.is_empty() {
-                continue;
-            }
-            let mut m =
-                enc.encode_descriptor(name, help, None, ConstCounter::new(0f64).metric_type())?;
-            for (l, v) in &series {
-                ConstCounter::new(*v).encode(m.encode_family(l)?)?;
-            }
+            family(&mut enc, name, help, true, &series)?;
         }
         if let Some(t) = snap.bpf_run_secs {
             let c = ConstCounter::new(t);
