@@ -204,13 +204,8 @@ pub fn advise(
     };
     std::thread::scope(|s| {
         s.spawn(|| {
-            match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(rt) => rt.block_on(ask(base, rec, cloud, duration_secs)),
-                Err(e) => fail(format!("Keeper: no runtime ({e})")),
-            }
+            super::on_own_runtime(ask(base, rec, cloud, duration_secs))
+                .unwrap_or_else(|e| fail(format!("Keeper: no runtime ({e})")))
         })
         .join()
         .unwrap_or_else(|_| fail("Keeper: the request's thread failed".into()))

@@ -96,23 +96,26 @@ pub const TIMEOUT: Duration = Duration::from_secs(1);
 /// the result as soon as there is one (the streaming thread waits on it); the
 /// handle gives it to the summary at the end. Identifying fields are read only
 /// when they may be shared.
+/// Runs `f` on a runtime of its own. A name lookup (metadata.google.internal,
+/// Keeper's host) runs on a blocking thread that cannot be cancelled: a slow
+/// resolver is not waited for once `f` has given up.
+fn on_own_runtime<T>(f: impl std::future::Future<Output = T>) -> std::io::Result<T> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let out = rt.block_on(f);
+    rt.shutdown_background();
+    Ok(out)
+}
+
 pub fn spawn(
     ep: Endpoints,
     identify: bool,
     on_found: impl FnOnce(&Discovered) + Send + 'static,
 ) -> std::thread::JoinHandle<Discovered> {
     std::thread::spawn(move || {
-        let cloud = match tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-        {
-            Ok(rt) => {
-                let found = rt.block_on(discover(&ep, TIMEOUT));
-                // A name lookup (metadata.google.internal) runs on a blocking thread
-                // that cannot be cancelled; do not wait for a slow resolver.
-                rt.shutdown_background();
-                found
-            }
+        let cloud = match on_own_runtime(discover(&ep, TIMEOUT)) {
+            Ok(found) => found,
             Err(e) => {
                 log::debug!("cloud discovery: starting its runtime: {e}");
                 None
