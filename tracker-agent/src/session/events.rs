@@ -37,7 +37,7 @@ fn clock_offset() -> f64 {
     // SAFETY: a valid out pointer.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     let mono = ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9;
-    crate::sink::report::unix_now() - mono
+    crate::model::reading::unix_now() - mono
 }
 
 impl EventLog {
@@ -84,7 +84,7 @@ impl EventLog {
     pub fn seed_running(&mut self, pids: impl Iterator<Item = u32>) {
         let Some(t) = &self.timeline else { return };
         let Ok(mut t) = t.lock() else { return };
-        let now = crate::sink::report::unix_now();
+        let now = crate::model::reading::unix_now();
         let mut buf = String::new();
         for pid in pids {
             if crate::engine::procread::read_into(&format!("/proc/{pid}/stat"), &mut buf).is_none()

@@ -8,7 +8,7 @@ use std::{
         atomic::{AtomicU64, Ordering},
         Arc, Mutex,
     },
-    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+    time::{Duration, Instant},
 };
 
 use anyhow::Context as _;
@@ -32,12 +32,6 @@ const TOP_COMMANDS: usize = 5;
 
 /// Commands a container's OOM-victim series are kept for (bounded cardinality).
 const MAX_OOM_COMMANDS: usize = 16;
-
-fn unix_now() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
-}
 
 pub fn run(st: NodeSettings) -> anyhow::Result<i32> {
     let h = Hierarchies::probe(&st.roots);
@@ -268,7 +262,7 @@ pub fn run(st: NodeSettings) -> anyhow::Result<i32> {
             if unnamed && st.kubelet.is_some() {
                 ask.notify_one();
             }
-            let now = unix_now();
+            let now = crate::model::reading::unix_now();
             let samples = model.step(&read, Instant::now(), now);
             if let Some(w) = out.as_mut() {
                 let mut ok = true;

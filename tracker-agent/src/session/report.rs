@@ -14,13 +14,14 @@ use serde_json::Value;
 use crate::{
     discovery::keeper,
     model::{
+        reading::unix_now,
         recorded::{self, CsvRows, JsonLine},
         report::{self, ProcEventIn, RunBuilder, TimelineBuilder},
         stats::ServerAdvice,
         CloudInfo, Sample, Summary,
     },
     settings::report::ReportSettings,
-    sink::report::{unix_now, write_page, Page},
+    sink::report::{write_page, Page},
     warn::say,
 };
 

@@ -14,6 +14,7 @@ use super::Sink;
 use crate::{
     fsafe::{self, Owner},
     model::{
+        reading::unix_now,
         report::{Combined, RunBuilder, RunData, TimelineBuilder},
         stats::ServerAdvice,
         Sample, Summary,
@@ -131,12 +132,6 @@ fn write_html(path: &Path, html: &str, owner: Option<&Owner>) -> anyhow::Result<
         return Err(e).with_context(|| format!("writing the report file {}", path.display()));
     }
     Ok(())
-}
-
-pub fn unix_now() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 /// Fed the process events by the session (`EventLog`).
