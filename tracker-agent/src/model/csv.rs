@@ -3,7 +3,7 @@
 //! sibling's 33rd (`system_steal_time`), then ours.
 //! Empty cells stand for null (no tree, no GPU, a source that could not be read).
 
-use super::sample::Sample;
+use super::sample::{sum_present, Sample};
 
 pub const PYTHON_COLUMNS: [&str; 32] = [
     "timestamp",
@@ -116,11 +116,7 @@ fn text(s: &str) -> String {
 
 /// Bytes in the interval summed over the entries that have them; empty when none has.
 fn interval_bytes(v: impl Iterator<Item = Option<u64>>) -> String {
-    let mut sum: Option<u64> = None;
-    for b in v.flatten() {
-        sum = Some(sum.unwrap_or(0).saturating_add(b));
-    }
-    sum.map(|s| s.to_string()).unwrap_or_default()
+    sum_present(v).map(|s| s.to_string()).unwrap_or_default()
 }
 
 pub fn row(s: &Sample) -> String {
@@ -145,23 +141,14 @@ pub fn row(s: &Sample) -> String {
     cells.push(interval_bytes(s.disk.iter().map(|d| d.read_bytes)));
     cells.push(interval_bytes(s.disk.iter().map(|d| d.write_bytes)));
     // Python: used = total − available to users (reserved blocks count as used).
-    let mounts = s.disk.iter().flat_map(|d| d.mounts.iter());
-    let (total, avail) = mounts.fold((0u64, 0u64), |(t, a), m| {
-        (t + m.total_bytes, a + m.available_bytes)
-    });
+    let (total, avail) = s.disk_space();
     let gb = |b: u64| num(b as f64 / 1e9, 6);
     cells.push(gb(total));
     cells.push(gb(total.saturating_sub(avail)));
     cells.push(gb(avail));
     cells.push(interval_bytes(s.network.iter().map(|n| n.rx_bytes)));
     cells.push(interval_bytes(s.network.iter().map(|n| n.tx_bytes)));
-    let gpu_usage: f64 = s.gpu.iter().filter_map(|g| g.utilization_pct).sum::<f64>() / 100.0;
-    let gpu_vram: f64 = s
-        .gpu
-        .iter()
-        .filter_map(|g| g.vram_used_bytes)
-        .map(|b| b as f64 / 1048576.0)
-        .sum();
+    let (gpu_usage, gpu_vram) = s.gpu_totals();
     let gpu_used = s
         .gpu
         .iter()

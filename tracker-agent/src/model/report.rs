@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use serde::Serialize;
 
 use super::{
-    sample::Sample,
+    sample::{sum_present, Sample},
     stats::{Recommendation, RunStatsOut, UsageAccum},
 };
 
@@ -54,22 +54,13 @@ fn per_sec(b: Option<u64>, secs: f64) -> Option<f64> {
     b.filter(|_| secs > 0.0).map(|b| b as f64 / secs)
 }
 
-fn sum_some(v: impl Iterator<Item = Option<u64>>) -> Option<u64> {
-    v.flatten().fold(None, |a, b| Some(a.unwrap_or(0) + b))
-}
-
 /// One sample's chart values.
 fn values(s: &Sample) -> [Option<f64>; NCOL] {
     let dt = s.interval_secs;
     let p = s.process.as_ref();
-    let used_bytes: u64 = s
-        .disk
-        .iter()
-        .flat_map(|d| &d.mounts)
-        .map(|m| m.total_bytes.saturating_sub(m.available_bytes))
-        .sum();
+    let (total, avail) = s.disk_space();
     let has_mounts = s.disk.iter().any(|d| !d.mounts.is_empty());
-    let gpus = !s.gpu.is_empty();
+    let gpus = (!s.gpu.is_empty()).then(|| s.gpu_totals());
     [
         s.cpu.process_cores_used,
         s.cpu.utilization_pct,
@@ -77,22 +68,16 @@ fn values(s: &Sample) -> [Option<f64>; NCOL] {
         s.memory.used_mib,
         p.and_then(|p| per_sec(Some(p.read_bytes), dt)),
         p.and_then(|p| per_sec(Some(p.write_bytes), dt)),
-        per_sec(sum_some(s.disk.iter().map(|d| d.read_bytes)), dt),
-        per_sec(sum_some(s.disk.iter().map(|d| d.write_bytes)), dt),
-        has_mounts.then_some(used_bytes as f64 / 1e9),
-        per_sec(sum_some(s.network.iter().map(|n| n.rx_bytes)), dt),
-        per_sec(sum_some(s.network.iter().map(|n| n.tx_bytes)), dt),
+        per_sec(sum_present(s.disk.iter().map(|d| d.read_bytes)), dt),
+        per_sec(sum_present(s.disk.iter().map(|d| d.write_bytes)), dt),
+        has_mounts.then_some(total.saturating_sub(avail) as f64 / 1e9),
+        per_sec(sum_present(s.network.iter().map(|n| n.rx_bytes)), dt),
+        per_sec(sum_present(s.network.iter().map(|n| n.tx_bytes)), dt),
         p.and_then(|p| p.gpu_usage),
         p.and_then(|p| p.gpu_vram_mib),
         p.and_then(|p| p.gpu_utilized.map(|g| g as f64)),
-        gpus.then(|| s.gpu.iter().filter_map(|g| g.utilization_pct).sum::<f64>() / 100.0),
-        gpus.then(|| {
-            s.gpu
-                .iter()
-                .filter_map(|g| g.vram_used_bytes)
-                .map(|b| b as f64 / 1048576.0)
-                .sum()
-        }),
+        gpus.map(|(busy, _)| busy),
+        gpus.map(|(_, vram)| vram),
         (dt > 0.0).then(|| s.tracker.cpu_secs / dt),
         p.map(|p| p.live_processes as f64),
     ]

@@ -30,6 +30,42 @@ pub struct Sample {
     pub version: &'static str,
 }
 
+impl Sample {
+    /// All mounts' (total, available to users) bytes; used is total − available,
+    /// reserved blocks counting as used, as the Python package counts it.
+    pub fn disk_space(&self) -> (u64, u64) {
+        self.disk
+            .iter()
+            .flat_map(|d| &d.mounts)
+            .fold((0, 0), |(t, a), m| {
+                (t + m.total_bytes, a + m.available_bytes)
+            })
+    }
+
+    /// All GPUs: busy GPUs (Σ utilisation ÷ 100) and VRAM used, MiB.
+    pub fn gpu_totals(&self) -> (f64, f64) {
+        let busy = self
+            .gpu
+            .iter()
+            .filter_map(|g| g.utilization_pct)
+            .sum::<f64>()
+            / 100.0;
+        let vram = self
+            .gpu
+            .iter()
+            .filter_map(|g| g.vram_used_bytes)
+            .map(|b| b as f64 / 1048576.0)
+            .sum();
+        (busy, vram)
+    }
+}
+
+/// Σ of the values present; None when none is.
+pub fn sum_present(v: impl Iterator<Item = Option<u64>>) -> Option<u64> {
+    v.flatten()
+        .fold(None, |a, b| Some(a.unwrap_or(0u64).saturating_add(b)))
+}
+
 /// Host CPU from /proc/stat plus the tree's share. Host fields are null when
 /// /proc/stat cannot be read.
 #[derive(Clone, Debug, Default, Serialize)]

@@ -154,13 +154,7 @@ impl UsageAccum {
         self.gpu.add(p.gpu_usage);
         self.vram.add(p.gpu_vram_mib);
         self.gpus.add(p.gpu_utilized.map(|g| g as f64));
-        let (total, avail) = s
-            .disk
-            .iter()
-            .flat_map(|d| &d.mounts)
-            .fold((0u64, 0u64), |(t, a), m| {
-                (t + m.total_bytes, a + m.available_bytes)
-            });
+        let (total, avail) = s.disk_space();
         self.disk_used_gb
             .add(Some(total.saturating_sub(avail) as f64 / 1e9));
         self.net_recv += s.network.iter().filter_map(|n| n.rx_bytes).sum::<u64>();
@@ -168,16 +162,9 @@ impl UsageAccum {
         self.sys_cpu.add(s.cpu.utilization_pct);
         self.sys_memory.add(s.memory.unavailable_mib);
         if !s.gpu.is_empty() {
-            self.sys_gpu.add(Some(
-                s.gpu.iter().filter_map(|g| g.utilization_pct).sum::<f64>() / 100.0,
-            ));
-            self.sys_vram.add(Some(
-                s.gpu
-                    .iter()
-                    .filter_map(|g| g.vram_used_bytes)
-                    .map(|b| b as f64 / 1048576.0)
-                    .sum(),
-            ));
+            let (busy, vram) = s.gpu_totals();
+            self.sys_gpu.add(Some(busy));
+            self.sys_vram.add(Some(vram));
         }
     }
 
