@@ -315,6 +315,7 @@ pub fn closed_url() -> String {
     format!("http://127.0.0.1:{}", free_port())
 }
 
+pub mod churn;
 pub mod containers;
 pub mod e2e;
 pub mod http;

@@ -44,6 +44,8 @@ pub struct Opts<'a> {
     pub interval: &'a str,
     /// Record the cgroup's CPU over time (`Tracked::series`).
     pub poll: bool,
+    /// Runs beside the tracker, from its start; the tracker is waited for after.
+    pub during: Option<&'a dyn Fn()>,
 }
 
 impl Default for Opts<'_> {
@@ -56,6 +58,7 @@ impl Default for Opts<'_> {
             settle: true,
             interval: "0.2",
             poll: false,
+            during: None,
         }
     }
 }
@@ -83,6 +86,7 @@ pub fn track_with(opts: &Opts) -> Tracked {
         settle,
         interval,
         poll,
+        during,
     } = *opts;
     let cg = Cgroup::new(tag);
     let scratch = Scratch::new(tag);
@@ -134,6 +138,14 @@ pub fn track_with(opts: &Opts) -> Tracked {
             }
             std::thread::sleep(Duration::from_millis(2));
         }
+        child.wait_with_output().expect("tracker output")
+    } else if let Some(during) = during {
+        let child = c
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run {c:?}: {e}"));
+        during();
         child.wait_with_output().expect("tracker output")
     } else {
         run(&mut c)

@@ -126,6 +126,23 @@ fn cases() -> Vec<Case> {
             &["TRACKER_HTTP_TIMEOUT"],
         ));
     }
+    // The tail's bound: 0 is allowed (end with the command); negative, not a
+    // number, or over a day is not.
+    for bad in ["-1", "abc", "nan", "inf", "86401", "1e300", "2s"] {
+        v.push(run_flag("--tail-timeout", bad, &["--tail-timeout", bad]));
+        v.push(env(
+            "TRACKER_TAIL_TIMEOUT",
+            bad,
+            2,
+            &["TRACKER_TAIL_TIMEOUT"],
+        ));
+        if bad.parse::<f64>().is_ok_and(|x| x.is_finite()) {
+            v.push(config(
+                &format!("[tracker]\ntail_timeout_secs = {}\n", toml_num(bad)),
+                &["tail_timeout_secs"],
+            ));
+        }
+    }
     for bad in ["0", "-1", "abc", "1.5", "99999999999", "4294967296", ""] {
         v.push(flag(&["--pid", bad], 2, &["--pid"]));
     }

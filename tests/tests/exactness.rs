@@ -11,7 +11,8 @@ use std::process::Command;
 use serde_json::Value;
 use tracker_tests::{
     truth::{
-        cgroup_cpu_at, check_adds_up, cpu_ratio, f, track, track_cmd, track_with, u, Opts, Tracked,
+        assert_exact_cpu, cgroup_cpu_at, check_adds_up, cpu_ratio, f, track, track_cmd, track_with,
+        u, Opts, Tracked,
     },
     *,
 };
@@ -280,8 +281,14 @@ fn a_daemon_that_outlives_the_root_is_still_running() {
         return;
     }
     worst_of(3, "daemon", |i| {
-        // The daemon spins 200 ms, then sleeps past the end of the run.
-        let t = track_cmd(&format!("daemon{i}"), &[], &["daemon", "200"], false, false);
+        // The daemon spins 200 ms within the tail's bound, then sleeps past it.
+        let t = track_cmd(
+            &format!("daemon{i}"),
+            &["--tail-timeout", "0.6"],
+            &["daemon", "200"],
+            false,
+            false,
+        );
         assert_eq!(u(&t.summary, "still_running"), 1, "{}", t.summary);
         assert_eq!(u(&t.summary, "processes_spawned"), 3);
         assert_eq!(u(&t.summary, "processes_exited"), 2);
@@ -459,4 +466,336 @@ fn in_a_pid_namespace_it_says_so_and_counts_with_procfs() {
     );
     assert!(f(&summary, "cpu_total_secs") > 0.0, "{summary}");
     assert!(u(&summary, "processes_spawned") >= 1, "{summary}");
+}
+
+/// Which backend a shape runs on, and its CPU tolerance against the cgroup.
+#[derive(Clone, Copy)]
+enum Backend {
+    Ebpf,
+    Procfs,
+}
+
+impl Backend {
+    fn flags(self) -> &'static [&'static str] {
+        match self {
+            Backend::Ebpf => &[],
+            Backend::Procfs => &["--no-ebpf"],
+        }
+    }
+    fn name(self) -> &'static str {
+        match self {
+            Backend::Ebpf => "ebpf",
+            Backend::Procfs => "procfs",
+        }
+    }
+    /// eBPF within 0.5 %, procfs within 1 % (its live members' times are whole ticks
+    /// between two samples; the final figures come from the tracker's own `wait4`).
+    fn tolerance(self) -> f64 {
+        match self {
+            Backend::Ebpf => CPU_TOLERANCE,
+            Backend::Procfs => 0.01,
+        }
+    }
+}
+
+/// Every exit event is of a process forked inside the tree (or the root): a record
+/// of anything else means a task outside the tree was taken for a member.
+fn no_foreign_exits(events: &[Value], what: &str) {
+    let mut ours: std::collections::HashSet<u64> = events
+        .iter()
+        .filter(|e| e["kind"] == "fork")
+        .map(|e| e["pid"].as_u64().expect("pid"))
+        .collect();
+    // The root: the first exec's process, registered before it ran.
+    if let Some(root) = events.iter().find(|e| e["kind"] == "exec") {
+        ours.insert(root["pid"].as_u64().expect("pid"));
+    }
+    let foreign: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["kind"] == "exit" && !ours.contains(&e["pid"].as_u64().expect("pid")))
+        .collect();
+    assert!(
+        foreign.is_empty(),
+        "{what}: {} exit record(s) of processes never forked in the tree: {foreign:?}",
+        foreign.len()
+    );
+    let names: std::collections::HashSet<&str> =
+        events.iter().filter_map(|e| e["comm"].as_str()).collect();
+    assert!(
+        !names.contains("foreignspin"),
+        "{what}: a process outside the tree is among its events: {names:?}"
+    );
+}
+
+/// Runs one shape on one backend; the events file is checked on eBPF.
+fn shape_run(tag: &str, backend: Backend, cmd: &[&str], shell: bool) -> Tracked {
+    let scratch = Scratch::new(tag);
+    let events = scratch.path("events.jsonl");
+    let events_arg = events.to_string_lossy().into_owned();
+    let mut extra: Vec<&str> = backend.flags().to_vec();
+    if matches!(backend, Backend::Ebpf) {
+        extra.extend(["--events", &events_arg]);
+    }
+    let t = track_with(&Opts {
+        tag,
+        extra: &extra,
+        cmd,
+        shell,
+        ..Opts::default()
+    });
+    assert_eq!(t.code, 0, "{tag}: {}", t.stderr);
+    assert_eq!(t.summary["backend"], backend.name(), "{tag}: {}", t.stderr);
+    if matches!(backend, Backend::Ebpf) {
+        no_foreign_exits(&read_jsonl(&events), tag);
+    }
+    t
+}
+
+/// The shapes where trees go wrong, as workload commands (shell scripts where the
+/// second item is true), each with the processes it makes when counts are exact.
+fn shapes(w: &str) -> Vec<(&'static str, Vec<String>, bool, u64)> {
+    vec![
+        (
+            // The inner shell reaps the burner and exits at once: both vanish
+            // between two polls, and the outer shell's cutime holds them both.
+            "nested",
+            vec![format!("sh -c '{w} spin 500000; true'; sleep 0.3")],
+            true,
+            4,
+        ),
+        (
+            "swarm",
+            vec!["swarm", "150", "3000", "2", "fork"]
+                .into_iter()
+                .map(String::from)
+                .collect(),
+            false,
+            151,
+        ),
+        (
+            "orphans",
+            vec!["orphans", "40", "8"]
+                .into_iter()
+                .map(String::from)
+                .collect(),
+            false,
+            81,
+        ),
+        (
+            "threadexec",
+            vec!["threadexec", "150000"]
+                .into_iter()
+                .map(String::from)
+                .collect(),
+            false,
+            1,
+        ),
+        (
+            "vfork",
+            vec!["vfork", "40", "4000"]
+                .into_iter()
+                .map(String::from)
+                .collect(),
+            false,
+            41,
+        ),
+    ]
+}
+
+fn run_shapes(backend: Backend, churn: bool, runs: usize) {
+    let w = workload().to_string_lossy().into_owned();
+    let _churn = churn.then(|| tracker_tests::churn::Churn::start("shapes"));
+    let mut worst: f64 = 0.0;
+    for (name, cmd, shell, procs) in shapes(&w) {
+        let cmd: Vec<&str> = cmd.iter().map(String::as_str).collect();
+        for i in 0..runs {
+            let tag = format!("{name}-{}-{i}", backend.name());
+            let t = shape_run(&tag, backend, &cmd, shell);
+            let r = cpu_ratio(&t);
+            eprintln!(
+                "{name} on {} (churn {churn}) run {i}: CPU {:.3} % of the cgroup, {} processes",
+                backend.name(),
+                100.0 * r,
+                u(&t.summary, "processes_spawned")
+            );
+            assert_exact_cpu(&t, &tag, backend.tolerance());
+            worst = worst.max((r - 1.0).abs());
+            match backend {
+                Backend::Ebpf => {
+                    assert_eq!(u(&t.summary, "processes_spawned"), procs, "{tag}");
+                    assert_eq!(u(&t.summary, "processes_exited"), procs, "{tag}");
+                    assert_eq!(t.summary["process_counts"], "exact");
+                }
+                Backend::Procfs => {
+                    assert!(u(&t.summary, "processes_spawned") <= procs, "{tag}");
+                    assert_eq!(t.summary["process_counts"], "lower_bound");
+                }
+            }
+        }
+    }
+    eprintln!(
+        "shapes on {} (churn {churn}): worst CPU error {:.3} %",
+        backend.name(),
+        100.0 * worst
+    );
+}
+
+#[test]
+fn shapes_on_procfs_count_each_process_once() {
+    run_shapes(Backend::Procfs, false, 3);
+}
+
+#[test]
+fn shapes_beside_unrelated_churn() {
+    if !ebpf_available() {
+        return;
+    }
+    run_shapes(Backend::Ebpf, true, 3);
+    run_shapes(Backend::Procfs, true, 2);
+}
+
+/// A member's tid is freed when it is reaped, while its entry waits for the sweep
+/// or the kernel's free; a task outside the tree given that tid (the test asks the
+/// kernel for it through ns_last_pid) must be neither a member nor read as one.
+#[test]
+fn a_reused_pid_is_never_a_member() {
+    if !ebpf_available() {
+        return;
+    }
+    use std::io::{BufRead, Write};
+    let w = workload().to_string_lossy().into_owned();
+    let scratch = Scratch::new("reuse-foreign");
+    let (out, back) = (scratch.path("out.fifo"), scratch.path("back.fifo"));
+    for p in [&out, &back] {
+        let c = std::ffi::CString::new(p.to_string_lossy().as_bytes()).expect("path");
+        // SAFETY: a NUL-terminated path of our own scratch directory.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo");
+    }
+    // A distinctive name for the foreign task, so that its records are told apart.
+    let foreign = scratch.path("foreignspin");
+    std::fs::copy(&w, &foreign).expect("copy the workload");
+    let rounds = 30;
+    let script = format!(
+        "exec 3>{o} 4<{b}; for i in $(seq {rounds}); do {w} spin 4000 & p=$!; wait $p; echo $p >&3; read a <&4; done",
+        o = out.display(),
+        b = back.display()
+    );
+    let hits = std::cell::Cell::new(0);
+    let during = || {
+        let mut rd = std::io::BufReader::new(std::fs::File::open(&out).expect("open out.fifo"));
+        let mut wr = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&back)
+            .expect("open back.fifo");
+        let mut line = String::new();
+        for _ in 0..rounds {
+            line.clear();
+            if rd.read_line(&mut line).unwrap_or(0) == 0 {
+                break;
+            }
+            let pid: u32 = line.trim().parse().expect("a pid");
+            // The next pid the kernel hands out is the member's, just freed.
+            let _ = std::fs::write("/proc/sys/kernel/ns_last_pid", (pid - 1).to_string());
+            let mut c = Command::new("/bin/sh")
+                .arg("-c")
+                .arg(format!(
+                    "{f} spin 20000; {f} spin 2000",
+                    f = foreign.display()
+                ))
+                .spawn()
+                .expect("foreign");
+            if c.id() == pid {
+                hits.set(hits.get() + 1);
+            }
+            let _ = c.wait();
+            writeln!(wr).expect("ack");
+        }
+    };
+    let events = scratch.path("events.jsonl");
+    let events_arg = events.to_string_lossy().into_owned();
+    let t = track_with(&Opts {
+        tag: "reuse-foreign",
+        // No sample while it runs: the dead members' entries wait for their free.
+        extra: &["--events", &events_arg],
+        cmd: &[&script],
+        shell: true,
+        interval: "30",
+        during: Some(&during),
+        ..Opts::default()
+    });
+    assert_eq!(t.code, 0, "{}", t.stderr);
+    eprintln!(
+        "{} of {rounds} foreign processes got a member's freed pid",
+        hits.get()
+    );
+    assert!(
+        hits.get() >= rounds / 2,
+        "the kernel did not hand out the freed pids ({} of {rounds})",
+        hits.get()
+    );
+    no_foreign_exits(&read_jsonl(&events), "reused pids");
+    // The shell, its `seq` and one child a round.
+    assert_eq!(u(&t.summary, "processes_spawned"), rounds as u64 + 2);
+    assert_eq!(u(&t.summary, "processes_exited"), rounds as u64 + 2);
+    assert_exact_cpu(&t, "reused pids", CPU_TOLERANCE);
+}
+
+/// Members that finish after the root (a script's background job) are waited for up
+/// to the tail's bound and counted whole; with a bound of 0 the run ends with the
+/// root, as a daemon's does.
+#[test]
+fn children_that_finish_after_the_root() {
+    let w = workload().to_string_lossy().into_owned();
+    let script = format!("{w} spin 80000 & {w} spin 150000 & exit 0");
+    let script = script.as_str();
+    for backend in [Backend::Ebpf, Backend::Procfs] {
+        if matches!(backend, Backend::Ebpf) && !ebpf_available() {
+            continue;
+        }
+        for i in 0..3 {
+            let tag = format!("tail-{}-{i}", backend.name());
+            let t = shape_run(&tag, backend, &[script], true);
+            assert_eq!(u(&t.summary, "still_running"), 0, "{tag}: {}", t.summary);
+            if matches!(backend, Backend::Ebpf) {
+                assert_eq!(u(&t.summary, "processes_exited"), 3, "{tag}");
+            }
+            assert_exact_cpu(&t, &tag, backend.tolerance());
+        }
+    }
+    if ebpf_available() {
+        let t = track_cmd("tail-zero", &["--tail-timeout", "0"], &[script], true, true);
+        assert_eq!(t.code, 0, "{}", t.stderr);
+        assert!(
+            u(&t.summary, "still_running") >= 1,
+            "with no tail the run ends with the root: {}",
+            t.summary
+        );
+    }
+}
+
+/// A process's exit event carries the CPU of all its threads, whichever of them
+/// retires last: the same figure run after run, equal to the cgroup's.
+#[test]
+fn a_threaded_exit_record_carries_every_thread() {
+    if !ebpf_available() {
+        return;
+    }
+    for i in 0..5 {
+        let tag = format!("threxit{i}");
+        let scratch = Scratch::new(&tag);
+        let events = scratch.path("events.jsonl");
+        let events_arg = events.to_string_lossy().into_owned();
+        let t = track(&tag, &["--events", &events_arg], &["burner", "2", "300"]);
+        assert_eq!(t.code, 0, "{}", t.stderr);
+        let ev = read_jsonl(&events);
+        let exits: Vec<&Value> = ev.iter().filter(|e| e["kind"] == "exit").collect();
+        assert_eq!(exits.len(), 1, "{exits:?}");
+        let cpu = f(exits[0], "cpu_secs");
+        let truth = t.truth_ns as f64 / 1e9;
+        eprintln!("2-thread burner run {i}: exit record {cpu:.4} s, cgroup {truth:.4} s");
+        assert!(
+            (cpu / truth - 1.0).abs() < CPU_TOLERANCE + 0.002,
+            "exit record {cpu} s vs the cgroup's {truth} s"
+        );
+    }
 }

@@ -28,11 +28,18 @@ pub struct TaskInfo {
     pub tree: u32,
     /// `TASK_FLAG_*` bits.
     pub flags: u32,
-    pub _pad: u32,
-    /// Address of the `task_struct`: the sweep reads a dead task's final figures
-    /// through it (safe while the entry exists, which the free removes first), and it
-    /// tells a dead task from another that took its tid. 0 until the kernel sees the
-    /// task (a registered root learns it at exec, every thread at its exit).
+    /// For an entry user space registered (`task` 0): the low 32 bits of the task's
+    /// start time in clock ticks since boot, as /proc/PID/stat's `starttime` gives it;
+    /// the first program that meets the task checks it before taking the entry as
+    /// that task's, so a pid reused between /proc and the registration is not
+    /// mistaken for the member. 0: not checked.
+    pub start_ticks: u32,
+    /// Address of the `task_struct`: the identity of the member. Every program checks
+    /// it before it takes an event as this member's (a tid is freed at the reap, and
+    /// another task may get it while this entry waits to retire); the sweep reads a
+    /// dead task's final figures through it (safe while the entry exists, which the
+    /// free removes first). 0 only for an entry user space registered, until a
+    /// program meets the task (at its exec, fork or exit).
     pub task: u64,
     /// `bpf_ktime_get_ns()` at `sched_process_exit`, 0 before: the EXIT record
     /// carries it, so a process's end is its exit, not the later sweep.
@@ -227,6 +234,11 @@ pub struct Offsets {
     pub rss_stride: u32,
     /// Offset of the counter's value in one element (`percpu_counter.count`).
     pub rss_count: u32,
+    /// `task->start_boottime` (`real_start_time` before 5.5), or `NO_FIELD`: with
+    /// `tick_ns`, the start time /proc/PID/stat shows, for registered entries.
+    pub task_start_boottime: u32,
+    /// Nanoseconds per clock tick of /proc's times (10,000,000 for USER_HZ 100).
+    pub tick_ns: u32,
 }
 
 /// `TASK_DEAD` in `task->__state`: set just before the final context switch.

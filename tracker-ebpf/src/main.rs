@@ -15,7 +15,9 @@
 mod node;
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel},
+    helpers::{
+        bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns, bpf_probe_read_kernel,
+    },
     macros::{map, raw_tracepoint},
     maps::{HashMap, PerCpuArray, RingBuf},
     programs::RawTracePointContext,
@@ -55,6 +57,8 @@ static OFFSETS: Offsets = Offsets {
     mm_rss_stat: NO_FIELD,
     rss_stride: 0,
     rss_count: 0,
+    task_start_boottime: NO_FIELD,
+    tick_ns: 0,
 };
 
 const BPF_RB_NO_WAKEUP: u64 = 1;
@@ -121,6 +125,34 @@ fn stats(tree: u32) -> Option<&'static mut TreeStats> {
     Some(unsafe { &mut *p })
 }
 
+/// The running task's address.
+#[inline(always)]
+fn current_task() -> *const u8 {
+    // SAFETY: a helper without arguments.
+    unsafe { bpf_get_current_task() as *const u8 }
+}
+
+/// Whether the entry `info` is `task`'s. A tid alone does not say: it is freed when
+/// the member is reaped, while its entry waits seconds for the sweep or the free,
+/// and another task (of the host or of the tree) may get it meanwhile. The entry's
+/// task address does; an entry registered from user space has none yet and is
+/// checked by its start time, then takes the address (`claim`).
+///
+/// # Safety
+/// `task` must be a task the kernel handed to the program (or the current task).
+#[inline(always)]
+unsafe fn is_member(info: &TaskInfo, task: *const u8) -> bool {
+    if info.task != 0 {
+        return info.task == task as u64;
+    }
+    let o = off();
+    if info.start_ticks == 0 || o.task_start_boottime == NO_FIELD || o.tick_ns == 0 {
+        return true;
+    }
+    let start: u64 = field(task, o.task_start_boottime);
+    (start / u64::from(o.tick_ns)) as u32 == info.start_ticks
+}
+
 /// Sends one record. A full ring costs only the record: the totals in
 /// `TREE_STATS` are kept apart from it.
 ///
@@ -161,10 +193,18 @@ unsafe fn emit(tree: u32, task: *const u8, ev: Event, wake: bool) {
 #[raw_tracepoint(tracepoint = "sched_process_fork")]
 pub fn sched_process_fork(ctx: RawTracePointContext) -> u32 {
     let cur = bpf_get_current_pid_tgid() as u32;
-    // SAFETY: the value is read at once, before any other map operation.
-    let Some(parent) = (unsafe { TASKS.get(cur) }) else {
+    let Some(p) = TASKS.get_ptr_mut(cur) else {
         return 0;
     };
+    // SAFETY: a hash map value, read and written at once; a concurrent removal
+    // (the member's own retirement) cannot happen while the member forks.
+    let parent = unsafe { &mut *p };
+    let me = current_task();
+    // SAFETY: `me` is the current task.
+    if !unsafe { is_member(parent, me) } {
+        return 0;
+    }
+    parent.task = me as u64;
     let tree = parent.tree;
     let parent_tgid = parent.tgid;
     let parent_flags = parent.flags;
@@ -172,6 +212,13 @@ pub fn sched_process_fork(ctx: RawTracePointContext) -> u32 {
     let o = off();
     // SAFETY: `child` is the tracepoint's task argument.
     let (tid, tgid): (u32, u32) = unsafe { (field(child, o.task_pid), field(child, o.task_tgid)) };
+    // The child's tid may still key a dead member's entry (freed at its reap, the
+    // entry waiting for its sweep or free): that member retires now, with figures
+    // final since its exit, before the tid becomes the child's.
+    // SAFETY: the value is copied out at once.
+    if let Some(old) = unsafe { TASKS.get(tid) }.copied() {
+        retire_displaced(tid, old);
+    }
     // A thread of the root is part of the root: any of them may be its last.
     let flags = if tid != tgid {
         parent_flags & TASK_FLAG_ROOT
@@ -182,7 +229,7 @@ pub fn sched_process_fork(ctx: RawTracePointContext) -> u32 {
         tgid,
         tree,
         flags,
-        _pad: 0,
+        start_ticks: 0,
         task: child as u64,
         exit_ns: 0,
     };
@@ -225,8 +272,11 @@ pub fn sched_process_exec(ctx: RawTracePointContext) -> u32 {
         return 0;
     };
     let task: *const u8 = ctx.arg(0);
-    // The exec'ing thread is `task`: a root registered from user space learns its
-    // identity here, and a moved entry takes the thread's.
+    // SAFETY: `task` is the tracepoint's task argument.
+    if !unsafe { is_member(&info, task) } {
+        return 0;
+    }
+    // A root registered from user space learns its identity here.
     info.task = task as u64;
     if key != cur {
         // A non-leader thread exec'd and took the leader's tid: the old leader (dead)
@@ -275,10 +325,15 @@ pub fn sched_process_exit(ctx: RawTracePointContext) -> u32 {
     // SAFETY: a hash map value, valid until removed, which happens only after this
     // exit: the sweep takes exited entries only, and the free comes later still.
     let info = unsafe { &mut *p };
+    let task: *const u8 = ctx.arg(0);
+    // Another task with a dead member's tid (which waits to retire) is not the member.
+    // SAFETY: `task` is the tracepoint's task argument.
+    if !unsafe { is_member(info, task) } {
+        return 0;
+    }
     info.flags |= TASK_FLAG_EXITED;
     // SAFETY: a helper without arguments.
     info.exit_ns = unsafe { bpf_ktime_get_ns() };
-    let task: *const u8 = ctx.arg(0);
     // From here on the sweep reads this task's final figures through its address.
     info.task = task as u64;
     let o = off();
@@ -545,6 +600,24 @@ unsafe fn final_figures(task: *const u8, key: u32) -> Event {
         },
         ..Event::default()
     }
+}
+
+/// A dead member whose tid a new member of the tree takes: retires at once. Its
+/// pid was freed at its reap, after its exit; its task stays allocated while the
+/// entry exists. An entry user space registered that no program ever met (its task
+/// gone before the registration) has no figures to give and just goes.
+#[inline(always)]
+fn retire_displaced(tid: u32, old: TaskInfo) {
+    if old.task == 0 {
+        let _ = TASKS.remove(tid);
+        return;
+    }
+    let task = old.task as *const u8;
+    // SAFETY: the task is allocated while its entry exists (the free removes it
+    // first); `commit` removes the entry before it adds the figures, so a retirement
+    // racing this one counts them once.
+    let ev = unsafe { final_figures(task, tid) };
+    commit(tid, old, ev, task);
 }
 
 /// Takes the entry (whoever removes it first retires the task, so a task retires

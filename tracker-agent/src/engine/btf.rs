@@ -392,6 +392,13 @@ impl<'a> Btf<'a> {
             mm_rss_stat,
             rss_stride,
             rss_count,
+            // Renamed from `real_start_time` in 5.5.
+            task_start_boottime: match self.offset_of(t, "start_boottime")? {
+                Some(o) => o,
+                None => self.optional(t, "real_start_time")?,
+            },
+            // Filled by the loader, which knows the tick.
+            tick_ns: 0,
         })
     }
 }

@@ -44,6 +44,22 @@ impl Engine {
         }
     }
 
+    /// Whether a process of the tree is still running (after the command's exit,
+    /// the members it left).
+    pub fn tree_alive(&mut self) -> bool {
+        match self {
+            Engine::Ebpf(e) => e.tree_alive(),
+            Engine::Procfs(e) => e.tree_alive(),
+        }
+    }
+
+    /// At the end of a run: events still held back.
+    pub fn flush_events(&mut self, on_event: &mut dyn FnMut(ProcEvent)) {
+        if let Engine::Ebpf(e) = self {
+            e.flush_events(on_event);
+        }
+    }
+
     /// Takes what the ring holds between two samples.
     pub fn drain(&mut self, ring: &mut Ring, on_event: &mut dyn FnMut(ProcEvent)) {
         if let Engine::Ebpf(e) = self {

@@ -43,6 +43,9 @@ pub struct ProcfsEngine {
     kept_io: Figures,
     /// Exact usage of processes the tracker reaped itself: pid → (cpu ns, user, sys).
     reaped: HashMap<u32, (u64, u64, u64)>,
+    /// Members that vanished with the tracker as their parent before the note of
+    /// their reap came: their last sighting is in the kept totals until it does.
+    awaiting: HashMap<u32, Member>,
     seen: u64,
     exited: u64,
     max_rss_kib: u64,
@@ -53,6 +56,19 @@ pub struct ProcfsEngine {
     live: Vec<u32>,
     /// Walk the tree through `children` files instead of scanning all of /proc.
     children_files: bool,
+}
+
+/// Whether `pid` ignores SIGCHLD (its children are then reaped by the kernel, and
+/// their times are added to no one).
+fn ignores_sigchld(pid: u32) -> bool {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return false;
+    };
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigIgn:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .is_some_and(|mask| mask & (1 << (libc::SIGCHLD - 1)) != 0)
 }
 
 /// Reads all processes of the host: pid → stat.
@@ -168,6 +184,7 @@ impl ProcfsEngine {
             kept_sys: 0,
             kept_io: Figures::default(),
             reaped: HashMap::new(),
+            awaiting: HashMap::new(),
             seen: 0,
             exited: 0,
             max_rss_kib: 0,
@@ -182,13 +199,30 @@ impl ProcfsEngine {
     /// The tracker reaped `pid` itself (wait4): its rusage is exact and includes every
     /// descendant it waited for.
     pub fn note_reaped(&mut self, pid: u32, user_ns: u64, sys_ns: u64, maxrss_kib: u64) {
-        self.reaped.insert(pid, (user_ns + sys_ns, user_ns, sys_ns));
         self.max_rss_kib = self.max_rss_kib.max(maxrss_kib);
+        if let Some(m) = self.awaiting.remove(&pid) {
+            // Vanished before this note came: its last sighting was kept meanwhile,
+            // and the exact figures replace it (they are never smaller).
+            self.kept_cpu = (self.kept_cpu + user_ns + sys_ns).saturating_sub(m.cpu());
+            self.kept_user = (self.kept_user + user_ns).saturating_sub(m.user_ns);
+            self.kept_sys = (self.kept_sys + sys_ns).saturating_sub(m.sys_ns);
+            return;
+        }
+        self.reaped.insert(pid, (user_ns + sys_ns, user_ns, sys_ns));
     }
 
     /// Live processes of the tree at the last `read` (for the GPU attribution).
     pub fn live_pids(&self) -> impl Iterator<Item = u32> + '_ {
         self.live.iter().copied()
+    }
+
+    /// Whether a process of the tree is running (not a zombie) now.
+    pub fn tree_alive(&mut self) -> bool {
+        let (all, set) = self.find_tree();
+        set.iter().any(|p| {
+            all.get(p)
+                .is_some_and(|st| st.state != b'Z' && st.state != b'X')
+        })
     }
 
     /// The tree now: every process read (pid → stat) and the members among them.
@@ -246,6 +280,40 @@ impl ProcfsEngine {
         (all, set)
     }
 
+    /// A vanished member's last sighting counts from now on.
+    fn keep(&mut self, m: &Member) {
+        self.kept_cpu += m.cpu();
+        self.kept_user += m.user_ns;
+        self.kept_sys += m.sys_ns;
+        self.kept_io.add(&m.io);
+    }
+
+    /// Whether a vanished member's figures reached a member's own account: a reaped
+    /// child's CPU and I/O go into its reaper's `cutime`/`cstime` and /proc/PID/io,
+    /// which a live member reports, or which travel up with a vanished one to its own
+    /// reaper. Counting the child too would count it twice.
+    fn in_a_members_account(
+        &self,
+        m: &Member,
+        live: &HashSet<u32>,
+        gone: &HashSet<u32>,
+        gone_reaped: &HashSet<u32>,
+    ) -> bool {
+        if live.contains(&m.ppid) {
+            // A parent that ignores SIGCHLD has its children reaped by the kernel,
+            // which adds nothing to the parent.
+            return !ignores_sigchld(m.ppid);
+        }
+        if gone_reaped.contains(&m.ppid) {
+            return true;
+        }
+        // Its parent vanished too. Under `run` the tracker is the subreaper: had the
+        // child outlived its parent, the tracker would have reaped it (and its exact
+        // figures are counted when they come), so its parent did. Attached, an
+        // orphan goes to a reaper outside the tree: its last sighting is kept.
+        self.reaper.is_some() && gone.contains(&m.ppid)
+    }
+
     pub fn read(&mut self, opts: ReadOpts) -> anyhow::Result<TreeTotals> {
         let (all, set) = self.find_tree();
 
@@ -263,6 +331,7 @@ impl ProcfsEngine {
             .map(|(p, _)| *p)
             .filter(|p| self.reaped.contains_key(p))
             .collect();
+        let gone_pids: HashSet<u32> = gone.iter().map(|(p, _)| *p).collect();
         for (pid, m) in gone {
             self.members.remove(&pid);
             self.exited += 1;
@@ -272,14 +341,15 @@ impl ProcfsEngine {
                 self.kept_user += user;
                 self.kept_sys += sys;
                 self.kept_io.add(&m.io);
-            } else if set.contains(&m.ppid) || gone_reaped.contains(&m.ppid) {
-                // Reaped by a live member (now inside its cutime/cstime), or by a
-                // member whose exact rusage the tracker holds.
+            } else if self.reaper == Some(m.ppid) {
+                // The tracker reaps it, and its exact figures are on their way: the
+                // last sighting stands in until they come.
+                self.keep(&m);
+                self.awaiting.insert(pid, m);
+            } else if self.in_a_members_account(&m, &set, &gone_pids, &gone_reaped) {
+                // Its figures are in its reaper's cutime/cstime and I/O, which count.
             } else {
-                self.kept_cpu += m.cpu();
-                self.kept_user += m.user_ns;
-                self.kept_sys += m.sys_ns;
-                self.kept_io.add(&m.io);
+                self.keep(&m);
             }
         }
 

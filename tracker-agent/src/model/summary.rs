@@ -93,6 +93,10 @@ pub struct Summary {
     pub tracker_max_rss_mib: f64,
     pub bpf_run_time_secs: Option<f64>,
     pub backend_reason: Option<String>,
+    /// `exact` (eBPF: every fork and exit of the tree) or `lower_bound` (procfs:
+    /// processes that live and die between two polls are not counted; their CPU
+    /// and I/O are, through their reapers).
+    pub process_counts: &'static str,
     pub ebpf_load_ms: Option<f64>,
     pub bpf_programs: Vec<BpfProgram>,
     pub top_commands: Vec<TopCommand>,
@@ -188,6 +192,11 @@ impl Summary {
             tracker_max_rss_mib: stats.max_tracker_rss_mib,
             bpf_run_time_secs: stats.bpf_run_time_secs,
             backend_reason,
+            process_counts: if backend == "ebpf" {
+                "exact"
+            } else {
+                "lower_bound"
+            },
             ebpf_load_ms: None,
             bpf_programs: Vec::new(),
             top_commands,

@@ -253,6 +253,15 @@ async fn tick(ticker: &Option<Ticker>, next: tokio::time::Instant) {
     tokio::time::sleep_until(next).await;
 }
 
+/// How often the tail checks whether the tree is empty: one map read (eBPF) or a
+/// walk of the members (procfs).
+const TAIL_POLL: Duration = Duration::from_millis(5);
+
+/// Whether any process of the tree is still running.
+fn tree_alive(engine: &mut Option<Engine>) -> bool {
+    engine.as_mut().is_some_and(Engine::tree_alive)
+}
+
 /// Runs the loop until the command exits, or until a signal when attached or
 /// host-only; the final sample is written before returning.
 pub fn run(
@@ -326,6 +335,8 @@ async fn run_loop(
     // The kernel wakes us only when the ring is a quarter full; otherwise it is
     // drained at each sample. (A 100 ms drain timer cost ~1 ms of CPU a second.)
     let mut status: Option<i32> = None;
+    // Set once the command has exited with members of its tree still running.
+    let mut tail_until: Option<tokio::time::Instant> = None;
     // TRACKER_STOP_WITH_PARENT (set by the Python package): an attached or host-only
     // tracker stops, as on SIGTERM, once the process that started it is gone (a
     // killed interpreter must not leave a tracker running for ever). Checked at each
@@ -358,10 +369,36 @@ async fn run_loop(
                 }
                 if Some(r.pid) == t.command_root {
                     status = Some(r.status);
+                    // The command is done; members it left running still belong to
+                    // the run, up to the tail's bound.
+                    if st.tail_timeout.is_zero() || !tree_alive(&mut lp.engine) {
+                        break;
+                    }
+                    tail_until = Some(tokio::time::Instant::now() + st.tail_timeout);
+                } else if tail_until.is_some() && !tree_alive(&mut lp.engine) {
+                    break;
+                }
+            }
+            // The last member may end without a reap of ours (a member reaps it, or
+            // init): a short poll, only while the tail lasts.
+            _ = async {
+                match tail_until {
+                    Some(_) => tokio::time::sleep(TAIL_POLL).await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                if tail_until.is_some_and(|u| tokio::time::Instant::now() >= u)
+                    || !tree_alive(&mut lp.engine)
+                {
                     break;
                 }
             }
             Some((sig, from_tty)) = sig_rx.recv() => match end::on_signal(t.command_root, from_tty) {
+                // The command is gone: a signal during the tail ends the wait.
+                OnSignal::Forward(_) if status.is_some() => {
+                    log::info!("signal {sig}: not waiting for the rest of the tree");
+                    break;
+                }
                 OnSignal::Forward(root) => end::forward(root, sig),
                 OnSignal::Ignore => {}
                 OnSignal::Stop => {
@@ -405,6 +442,10 @@ async fn run_loop(
         }
     }
     emit(&mut lp, ring.as_mut().map(|r| r.get_mut()), sinks);
+    if let Some(e) = &mut lp.engine {
+        let events = &mut lp.events;
+        e.flush_events(&mut |ev| events.show(ev));
+    }
     Ok(Ended {
         top: lp.events.finish(),
         sampler: lp.sampler,

@@ -115,6 +115,11 @@ pub struct Opts {
     /// TOML config file [default: resource-tracker.toml, skipped when absent].
     #[arg(short = 'c', long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// Seconds to wait, once the command has exited, for the rest of its tree to
+    /// finish (0: end with the command; at most 86400) [default: 2]; env
+    /// TRACKER_TAIL_TIMEOUT, [tracker] tail_timeout_secs.
+    #[arg(long, value_name = "SECS", allow_hyphen_values = true)]
+    pub tail_timeout: Option<String>,
     /// Output format [default: json].
     #[arg(short = 'f', long, value_enum)]
     pub format: Option<Format>,
@@ -210,6 +215,7 @@ mod tests {
         let subject = [
             ("pid", "PID"),
             ("interval", "between samples"),
+            ("tail_timeout", "rest of its tree"),
             ("config", "config"),
             ("format", "format"),
             ("output", "samples to FILE"),

@@ -40,6 +40,7 @@ pub struct TrackerSection {
     pub output: Option<PathBuf>,
     pub quiet: Option<bool>,
     pub upload_interval_secs: Option<f64>,
+    pub tail_timeout_secs: Option<f64>,
     pub discover: Option<bool>,
     pub share_identity: Option<bool>,
     pub renice: Option<i64>,

@@ -81,7 +81,14 @@ pub struct Settings {
     /// Attached or host-only: stop once the process that started the tracker is
     /// gone (`TRACKER_STOP_WITH_PARENT`, set by the Python package).
     pub stop_with_parent: bool,
+    /// How long, once the command has exited, the run waits for the rest of its tree
+    /// (members still running: a script's background job, a worker finishing).
+    pub tail_timeout: Duration,
 }
+
+/// The tail's default wait: members that finish within it after the command are
+/// counted whole; a daemon that outlives it is `still_running`.
+pub const DEFAULT_TAIL_SECS: f64 = 2.0;
 
 fn sentinel_settings(
     get_env: GetEnv,
@@ -265,6 +272,18 @@ pub fn resolve(cli: Cli, get_env: GetEnv) -> Result<Settings, String> {
         (None, Some(v)) => seconds(&in_file("upload_interval_secs"), &v.to_string(), 1.0)?,
         (None, None) => 60.0,
     };
+    let tail = match (
+        &opts.tail_timeout,
+        env_var(get_env, "TRACKER_TAIL_TIMEOUT")?,
+        tr.tail_timeout_secs,
+    ) {
+        (Some(s), _, _) => values::tail_secs("--tail-timeout", s)?,
+        (None, Some(s), _) => values::tail_secs("environment variable TRACKER_TAIL_TIMEOUT", &s)?,
+        (None, None, Some(v)) => {
+            values::tail_secs(&in_file("tail_timeout_secs"), &format!("{v:?}"))?
+        }
+        (None, None, None) => DEFAULT_TAIL_SECS,
+    };
     let discover = opts.discover
         || env_bool(get_env, "TRACKER_DISCOVER")?
             .or(tr.discover)
@@ -336,6 +355,7 @@ pub fn resolve(cli: Cli, get_env: GetEnv) -> Result<Settings, String> {
         report: opts.report.clone(),
         keeper,
         stop_with_parent: env_bool(get_env, "TRACKER_STOP_WITH_PARENT")?.unwrap_or(false),
+        tail_timeout: Duration::from_secs_f64(tail),
     })
 }
 

@@ -38,6 +38,28 @@ pub fn seconds(origin: &str, text: &str, min: f64) -> Result<f64, String> {
     Ok(v)
 }
 
+/// The longest wait for a tree's tail: a day.
+pub const MAX_TAIL_SECS: f64 = 86_400.0;
+
+/// A wait for the tree's tail from `origin`: 0 (none) up to a day.
+pub fn tail_secs(origin: &str, text: &str) -> Result<f64, String> {
+    let v: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("{origin}: '{text}' is not a number of seconds"))?;
+    if !v.is_finite() || v < 0.0 {
+        return Err(format!(
+            "{origin}: must be 0 or a positive number of seconds, got '{text}'"
+        ));
+    }
+    if v > MAX_TAIL_SECS {
+        return Err(format!(
+            "{origin}: the largest value is {MAX_TAIL_SECS} seconds (a day), got '{text}'"
+        ));
+    }
+    Ok(v)
+}
+
 /// A nice value (-20 to 19) from `origin`.
 pub fn nice(origin: &str, text: &str) -> Result<i32, String> {
     match text.trim().parse::<i32>() {

@@ -32,11 +32,16 @@ pub(super) struct Ledger {
 const MAX_PROC_CPU: usize = 100_000;
 
 impl Ledger {
-    /// Takes one EXIT record; returns the process's total CPU when it was the last.
-    pub(super) fn retire(&mut self, ev: &Event) -> Option<u64> {
+    /// Takes one EXIT record; returns the process's total CPU of the threads retired
+    /// so far when it was the last to exit. `late`: a thread retiring after its
+    /// process's last record, whose CPU the caller adds to that process.
+    pub(super) fn retire(&mut self, ev: &Event, late: bool) -> Option<u64> {
         self.retired.add(&ev.fig);
         if ev.flags & EVENT_FLAG_SHARED_TID == 0 {
             self.live.remove(&ev.tid);
+        }
+        if late {
+            return None;
         }
         if ev.flags & EVENT_FLAG_GROUP_DEAD != 0 {
             return Some(self.proc_cpu.remove(&ev.pid).unwrap_or(0) + ev.fig.cpu_ns);
@@ -101,6 +106,12 @@ pub(super) mod tests {
 
     /// A thread counts with its last live reading until its record, then with its
     /// final figures: once, whatever the order of readings and records.
+    impl Ledger {
+        fn retire_now(&mut self, ev: &Event) -> Option<u64> {
+            self.retire(ev, false)
+        }
+    }
+
     #[test]
     fn ledger_counts_each_thread_once() {
         let mut l = Ledger::default();
@@ -108,14 +119,20 @@ pub(super) mod tests {
         l.live.insert(12, reading(5));
         assert_eq!(l.total().cpu_ns, 45);
         // 11 retires with 50: its reading is replaced, not added.
-        assert_eq!(l.retire(&exit(11, 10, 50, 0)), None);
+        assert_eq!(l.retire_now(&exit(11, 10, 50, 0)), None);
         assert_eq!(l.total().cpu_ns, 55);
         assert_eq!(l.total().write_bytes, 500);
         // A thread that was never read (born and dead between two readings).
-        assert_eq!(l.retire(&exit(13, 13, 7, EVENT_FLAG_GROUP_DEAD)), Some(7));
+        assert_eq!(
+            l.retire_now(&exit(13, 13, 7, EVENT_FLAG_GROUP_DEAD)),
+            Some(7)
+        );
         assert_eq!(l.total().cpu_ns, 62);
         // The process's last thread: the record carries its whole CPU.
-        assert_eq!(l.retire(&exit(12, 10, 6, EVENT_FLAG_GROUP_DEAD)), Some(56));
+        assert_eq!(
+            l.retire_now(&exit(12, 10, 6, EVENT_FLAG_GROUP_DEAD)),
+            Some(56)
+        );
         assert_eq!(l.total().cpu_ns, 63);
         assert!(l.live.is_empty() && l.proc_cpu.is_empty());
     }
@@ -128,7 +145,7 @@ pub(super) mod tests {
         l.live.insert(30, reading(100));
         l.live.insert(31, reading(40));
         // The old leader retires under the exec'ing thread's tid (tids swapped).
-        l.retire(&exit(31, 30, 110, EVENT_FLAG_SHARED_TID));
+        l.retire_now(&exit(31, 30, 110, EVENT_FLAG_SHARED_TID));
         l.exec(&Event {
             kind: EVENT_EXEC,
             pid: 30,
@@ -145,7 +162,7 @@ pub(super) mod tests {
     fn shared_tid_keeps_the_live_reading() {
         let mut l = Ledger::default();
         l.live.insert(20, reading(9));
-        l.retire(&exit(20, 20, 3, EVENT_FLAG_SHARED_TID));
+        l.retire_now(&exit(20, 20, 3, EVENT_FLAG_SHARED_TID));
         assert_eq!(l.total().cpu_ns, 12);
         assert!(l.live.contains_key(&20));
     }

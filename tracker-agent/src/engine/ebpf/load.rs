@@ -191,9 +191,10 @@ impl EbpfEngine {
         let t_read = t0.elapsed();
         let btf = Btf::parse(&data)
             .map_err(|e| EbpfUnavailable::NoBtf(format!("{}: {e}", path.display())))?;
-        let offsets = btf
+        let mut offsets = btf
             .offsets()
             .map_err(|e| EbpfUnavailable::NoBtf(e.to_string()))?;
+        offsets.tick_ns = u32::try_from(1_000_000_000 / procread::clk_tck()).unwrap_or(0);
         drop(btf);
         drop(data);
         let degraded = offset_degradations(&offsets);
@@ -287,6 +288,7 @@ impl EbpfEngine {
             files: procread::FileCache::default(),
             live_max_rss_kib: 0,
             roster: Default::default(),
+            ready: Vec::new(),
             pass: 0,
             readings: Vec::new(),
             keys: Vec::new(),

@@ -37,6 +37,7 @@ mod load;
 pub(crate) use load::in_host_pid_ns;
 pub mod node;
 mod records;
+mod roster;
 
 use super::{
     degraded::{self, Degradations},
@@ -45,6 +46,7 @@ use super::{
 };
 use ledger::{at_least, Ledger};
 use records::{decode, proc_event, Record};
+use roster::Roster;
 
 /// Run on demand (`BPF_PROG_TEST_RUN`), never attached.
 const PROBE: &str = "probe";
@@ -80,14 +82,6 @@ struct Listing {
     exited: Vec<u32>,
 }
 
-/// A member user space reads, by its key in the task map.
-#[derive(Clone, Copy, Debug)]
-struct Member {
-    tgid: u32,
-    /// The reading pass that last got a READING record for it.
-    read_in: u32,
-}
-
 /// One process's share of a pass's readings.
 #[derive(Clone, Copy, Debug, Default)]
 struct ProcGauge {
@@ -95,6 +89,15 @@ struct ProcGauge {
     leader: Option<(bool, u64)>,
     /// Threads read that have not exited.
     threads: u64,
+}
+
+/// The low 32 bits of a thread's start time in ticks (/proc's `starttime`), which the
+/// programs check before they take a registered entry as that thread's; 0 (not
+/// checked) when it cannot be read.
+fn start_ticks(tgid: u32, tid: u32, buf: &mut String) -> u32 {
+    procread::read_into(&format!("/proc/{tgid}/task/{tid}/stat"), buf)
+        .and_then(|_| procread::parse_stat(buf))
+        .map_or(0, |st| st.starttime as u32)
 }
 
 pub struct EbpfEngine {
@@ -116,7 +119,10 @@ pub struct EbpfEngine {
     /// Largest RSS seen of live members (KiB), since they may exit between readings.
     live_max_rss_kib: u64,
     /// Members by key, from the registration and the ring's FORK and EXEC records.
-    roster: IdMap<Member>,
+    roster: Roster,
+    /// Process events complete since the last reading (their last thread retired
+    /// after the event's record), shown at the next.
+    ready: Vec<(Event, u64)>,
     /// Bumped at each reading pass.
     pass: u32,
     /// This pass's READING records.
@@ -151,7 +157,7 @@ impl EbpfEngine {
             tgid: pid,
             tree: self.tree,
             flags: TASK_FLAG_ROOT,
-            _pad: 0,
+            start_ticks: start_ticks(pid, pid, &mut self.buf),
             task: 0,
             exit_ns: 0,
         };
@@ -173,7 +179,7 @@ impl EbpfEngine {
                         tgid,
                         tree: self.tree,
                         flags: if tgid == pid { TASK_FLAG_ROOT } else { 0 },
-                        _pad: 0,
+                        start_ticks: start_ticks(tgid, tid, &mut self.buf),
                         task: 0,
                         exit_ns: 0,
                     };
@@ -230,10 +236,21 @@ impl EbpfEngine {
     }
 
     fn enrol(&mut self, key: u32, tgid: u32) {
-        self.roster
-            .entry(key)
-            .or_insert(Member { tgid, read_in: 0 })
-            .tgid = tgid;
+        self.roster.enrol(key, tgid);
+    }
+
+    /// A member that left the task map without a record of ours (lost on a full
+    /// ring): its process's event may have waited only for it.
+    fn forget(&mut self, key: u32) {
+        if let Some(m) = self.roster.remove(key) {
+            let none = Event {
+                pid: m.tgid,
+                ..Event::default()
+            };
+            if let Some(done) = self.roster.retired(&none, None) {
+                self.ready.push(done);
+            }
+        }
     }
 
     /// Records were lost (FORKs among them, perhaps): the members are listed again
@@ -250,6 +267,14 @@ impl EbpfEngine {
                 self.enrol(key, key & !GRAVEYARD_KEY);
             }
         }
+    }
+
+    /// Whether a process of the tree has not exited: from the kernel's counts (the
+    /// root is registered, not spawned in the tree). A failed read says no, so the
+    /// run ends rather than waits.
+    pub fn tree_alive(&self) -> bool {
+        self.kernel_stats()
+            .is_ok_and(|k| k.procs_spawned + self.root_spawned > k.procs_exited)
     }
 
     /// Processes live at the last reading.
@@ -337,6 +362,17 @@ impl EbpfEngine {
         t0.elapsed()
     }
 
+    /// At the end of a run: process events still waiting for a thread whose record
+    /// was lost, with the CPU known.
+    pub fn flush_events(&mut self, shown: &mut dyn FnMut(ProcEvent)) {
+        let left = self.roster.take_pending();
+        for (ev, cpu) in self.ready.drain(..).chain(left) {
+            if let Some(pe) = proc_event(&ev, Some(cpu)) {
+                shown(pe);
+            }
+        }
+    }
+
     /// Takes every record the ring holds into the ledger; `shown` gets the events to
     /// show (forks, execs and process exits).
     pub fn drain(&mut self, ring: &mut RingBuf<MapData>, shown: &mut dyn FnMut(ProcEvent)) {
@@ -365,18 +401,24 @@ impl EbpfEngine {
                 None
             }
             EVENT_EXIT => {
-                if ev.flags & EVENT_FLAG_SHARED_TID == 0 {
-                    self.roster.remove(&ev.tid);
+                let key = if ev.flags & EVENT_FLAG_SHARED_TID == 0 {
+                    ev.tid
                 } else {
-                    self.roster.remove(&(GRAVEYARD_KEY | ev.pid));
-                }
-                Some(self.ledger.retire(ev)?)
+                    GRAVEYARD_KEY | ev.pid
+                };
+                self.roster.remove(key);
+                let late = self.roster.is_pending(ev.pid);
+                let last = self.ledger.retire(ev, late);
+                // The process's event carries the CPU of all its threads: it waits
+                // for those that retire after its last one exited.
+                let (whole, cpu) = self.roster.retired(ev, last)?;
+                return proc_event(&whole, Some(cpu));
             }
             EVENT_EXEC => {
                 // A non-leader exec: the exec'ing thread's entry moved to the
                 // leader's tid, and the old leader waits under a key of its own.
                 if ev.tid != ev.pid {
-                    self.roster.remove(&ev.tid);
+                    self.roster.remove(ev.tid);
                     self.enrol(GRAVEYARD_KEY | ev.pid, ev.pid);
                     self.enrol(ev.pid, ev.pid);
                 }
@@ -391,7 +433,7 @@ impl EbpfEngine {
     fn take_reading(&mut self, r: LiveReading) {
         // A reading of a member that retired since is superseded by its EXIT record,
         // which the ring orders after it.
-        if let Some(m) = self.roster.get_mut(&r.tid) {
+        if let Some(m) = self.roster.get_mut(r.tid) {
             m.read_in = self.pass;
             self.ledger.reading(r.tid, r.fig);
             self.readings.push(r);
@@ -410,7 +452,7 @@ impl EbpfEngine {
         self.readings.clear();
         let mut keys = std::mem::take(&mut self.keys);
         keys.clear();
-        keys.extend(self.roster.keys().copied());
+        keys.extend(self.roster.keys());
         let mut ok = true;
         for batch in keys.chunks(PROBE_BATCH) {
             match self.probe(batch) {
@@ -435,17 +477,20 @@ impl EbpfEngine {
         // totals already.
         let mut rest: StdHashMap<u32, Vec<u32>> = StdHashMap::new();
         let mut gone = Vec::new();
-        for (&key, m) in &self.roster {
+        for (key, m) in self.roster.iter() {
             if m.read_in == self.pass || key & GRAVEYARD_KEY != 0 {
                 continue;
             }
             match self.tasks.get(&key, 0) {
+                // A member that has exited is never read from /proc: once reaped, its
+                // tid may be another task's. Its last reading stands until it retires.
+                Ok(info) if info.tree == self.tree && info.flags & TASK_FLAG_EXITED != 0 => {}
                 Ok(info) if info.tree == self.tree => rest.entry(info.tgid).or_default().push(key),
                 _ => gone.push(key),
             }
         }
         for key in gone {
-            self.roster.remove(&key);
+            self.forget(key);
         }
         Some(rest)
     }
@@ -517,7 +562,7 @@ impl EbpfEngine {
         }
         self.files.sweep();
         for tid in gone {
-            self.roster.remove(&tid);
+            self.forget(tid);
         }
         alive
     }
@@ -629,6 +674,11 @@ impl EbpfEngine {
         self.gauges(opts, &mut t, &mut read_now, &proc_alive);
         if let Some(r) = ring {
             self.drain(r, shown);
+        }
+        for (ev, cpu) in self.ready.drain(..) {
+            if let Some(pe) = proc_event(&ev, Some(cpu)) {
+                shown(pe);
+            }
         }
         let mut f = if k.lost_events == 0 && ring_read {
             self.ledger.total()
