@@ -799,3 +799,32 @@ fn a_threaded_exit_record_carries_every_thread() {
         );
     }
 }
+
+/// A tracker in a time namespace (a container's, say) reads start times from /proc
+/// shifted by the namespace's boottime offset; the root it registers is still known
+/// by the kernel's own start time, so the tree is followed whole.
+#[test]
+fn a_tracker_in_a_time_namespace_follows_the_tree() {
+    if !ebpf_available() {
+        return;
+    }
+    let scratch = Scratch::new("timens");
+    let sum = scratch.path("summary.json");
+    let o = run(Command::new("unshare")
+        .args(["--time", "--boottime", "100000", "--fork"])
+        .arg(tracker())
+        .args(["run", "-q", "--summary"])
+        .arg(&sum)
+        .args([
+            "--",
+            "/bin/sh",
+            "-c",
+            "for i in 1 2 3 4 5; do /bin/true; done",
+        ]));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let s = read_json(&sum);
+    assert_eq!(s["backend"], "ebpf", "{s}");
+    assert_eq!(u(&s, "processes_spawned"), 6, "{s}");
+    assert_eq!(u(&s, "processes_exited"), 6, "{s}");
+    assert_eq!(u(&s, "execs"), 6, "{s}");
+}

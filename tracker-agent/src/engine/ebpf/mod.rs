@@ -91,13 +91,31 @@ struct ProcGauge {
     threads: u64,
 }
 
-/// The low 32 bits of a thread's start time in ticks (/proc's `starttime`), which the
-/// programs check before they take a registered entry as that thread's; 0 (not
-/// checked) when it cannot be read.
+/// The low 32 bits of a thread's start time in ticks as the kernel keeps it
+/// (`task->start_boottime`), which the programs check before they take a registered
+/// entry as that thread's; 0 (not checked) when it cannot be read. /proc's
+/// `starttime` adds the reader's time namespace's boottime offset, taken off here.
 fn start_ticks(tgid: u32, tid: u32, buf: &mut String) -> u32 {
-    procread::read_into(&format!("/proc/{tgid}/task/{tid}/stat"), buf)
+    let Some(st) = procread::read_into(&format!("/proc/{tgid}/task/{tid}/stat"), buf)
         .and_then(|_| procread::parse_stat(buf))
-        .map_or(0, |st| st.starttime as u32)
+    else {
+        return 0;
+    };
+    let offset = procread::read_into("/proc/self/timens_offsets", buf)
+        .and_then(|_| boottime_offset_ticks(buf))
+        .unwrap_or(0);
+    st.starttime.wrapping_sub(offset) as u32
+}
+
+/// The `boottime` line of /proc/PID/timens_offsets ("boottime SECS NSECS"), in ticks.
+fn boottime_offset_ticks(text: &str) -> Option<u64> {
+    let line = text.lines().find(|l| l.starts_with("boottime"))?;
+    let mut it = line.split_whitespace().skip(1);
+    let secs: i64 = it.next()?.parse().ok()?;
+    let nsecs: i64 = it.next()?.parse().ok()?;
+    let tck = i64::try_from(procread::clk_tck()).ok()?;
+    let ticks = secs.checked_mul(tck)? + nsecs / (1_000_000_000 / tck.max(1));
+    Some(ticks as u64)
 }
 
 pub struct EbpfEngine {
@@ -752,5 +770,17 @@ impl EbpfEngine {
 
     pub fn stats_enabled(&self) -> bool {
         self.stats_enabled
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_time_namespace_offset_in_ticks() {
+        let tck = super::procread::clk_tck();
+        let text = "monotonic 0 0\nboottime 5 500000000\n";
+        assert_eq!(super::boottime_offset_ticks(text), Some(5 * tck + tck / 2));
+        assert_eq!(super::boottime_offset_ticks("monotonic 0 0\n"), None);
+        assert_eq!(super::boottime_offset_ticks("boottime x 0\n"), None);
     }
 }
