@@ -51,3 +51,17 @@ mod tests {
         assert!(super::warn_once("t.b", "b"));
     }
 }
+
+/// Text from outside (a path, a value) fit for one line: control characters are
+/// shown escaped (`\n`, `\u{1b}`), so a name cannot split or forge a line.
+pub fn escaped(s: &str) -> String {
+    if !s.chars().any(char::is_control) {
+        return s.to_string();
+    }
+    s.chars()
+        .map(|c| match c {
+            c if c.is_control() => c.escape_default().to_string(),
+            c => c.to_string(),
+        })
+        .collect()
+}

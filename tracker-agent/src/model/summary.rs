@@ -128,9 +128,16 @@ pub struct StreamReport {
     pub spooled_batches: u64,
     /// `s3` or `inline`; null when `finish` was not accepted.
     pub data_source: Option<&'static str>,
-    /// Nothing reached S3 and the rows did not all fit inline: `finish` carried
-    /// the first that fit and marked the run failed; every row is in `kept_dir`.
+    /// The server holds fewer rows than the run produced: nothing reached S3 and
+    /// the rows did not all fit inline, or some batches never reached S3. `finish`
+    /// marked the run failed; the rest is in `kept_dir`.
     pub partial: bool,
+    /// Rows produced but not accepted by Sentinel (in S3 and listed, or inline).
+    pub rows_not_sent: u64,
+    /// Of those, rows written to `kept_dir`.
+    pub rows_kept: u64,
+    /// The spool failed mid-run: why, and where batches went instead.
+    pub spool_failed: Option<String>,
     pub finished: bool,
     /// Where batches that could not be uploaded were written.
     pub kept_dir: Option<PathBuf>,

@@ -33,6 +33,11 @@ pub trait Sink {
     fn fall_back(&mut self) -> Option<PathBuf> {
         None
     }
+    /// What the sink can no longer do as asked, as a named degradation for the
+    /// samples from now on (a spool that failed, say).
+    fn degraded(&self) -> Option<(&'static str, String)> {
+        None
+    }
 }
 
 /// The run's sinks in order. A failing sink never ends the run (the command it
@@ -55,6 +60,14 @@ impl Sinks {
                 *live = recover(sink.as_mut(), e, |k| k.write(s));
             }
         }
+    }
+
+    /// The live sinks' degradations.
+    pub fn degraded(&self) -> impl Iterator<Item = (&'static str, String)> + '_ {
+        self.list
+            .iter()
+            .filter(|(_, l)| *l)
+            .filter_map(|(s, _)| s.degraded())
     }
 
     pub fn finish(&mut self, summary: &mut Summary) {

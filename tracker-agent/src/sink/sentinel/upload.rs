@@ -1,7 +1,10 @@
 //! The streaming thread: registers the run, uploads sealed batches with backoff,
 //! refreshes credentials, and finishes the run.
 
-use std::time::{Duration, Instant, SystemTime};
+use std::{
+    sync::{Arc, Mutex},
+    time::{Duration, Instant, SystemTime},
+};
 
 use aws_sdk_s3::primitives::{DateTime, DateTimeFormat};
 use serde_json::{json, Value};
@@ -47,6 +50,11 @@ struct Uploader {
     /// The reason last warned about in this episode.
     warned: Option<String>,
     told_unregistered: bool,
+    /// What the spool's failure costs, shared with the sampling thread, which names
+    /// it in every sample from then on.
+    degraded: Arc<Mutex<Option<String>>>,
+    /// The last reason a row could not be queued, said once.
+    said_push: Option<String>,
 }
 
 impl Uploader {
@@ -69,6 +77,45 @@ impl Uploader {
         self.report.last_error = Some(format!("{what}: {e}"));
         self.retry_at = Some(tokio::time::Instant::now() + self.backoff);
         self.backoff = (self.backoff * 2).min(self.max_backoff);
+    }
+
+    /// Names a spool that failed, once per change: in a warning, in the report and
+    /// for the samples.
+    fn note_spool(&mut self) {
+        let Some(e) = &self.q.spool_failed else {
+            return;
+        };
+        let detail = match &self.q.kept_failed {
+            None => format!(
+                "the spool failed ({e}); batches past the memory limit are kept in files under {}",
+                std::env::temp_dir().display()
+            ),
+            Some(k) => format!(
+                "the spool failed ({e}) and so did the kept directory ({k}); batches past the memory limit stay in memory"
+            ),
+        };
+        if self.report.spool_failed.as_deref() == Some(detail.as_str()) {
+            return;
+        }
+        log::warn!("Sentinel: {detail}");
+        if let Ok(mut d) = self.degraded.lock() {
+            *d = Some(detail.clone());
+        }
+        self.report.spool_failed = Some(detail);
+    }
+
+    /// Queues one row; a failure is said once per reason.
+    fn push(&mut self, r: &str) {
+        self.report.rows += 1;
+        if let Err(e) = self.q.push(r) {
+            let e = e.to_string();
+            if self.said_push.as_deref() != Some(e.as_str()) {
+                log::warn!("Sentinel: spooling rows: {e}");
+            }
+            self.report.last_error = Some(format!("spooling: {e}"));
+            self.said_push = Some(e);
+        }
+        self.note_spool();
     }
 
     fn recovered(&mut self) {
@@ -286,7 +333,12 @@ impl Uploader {
                 }
                 self.work().await;
             }
-            if self.uploaded.is_empty() {
+            if !self.uploaded.is_empty() && self.q.sealed_len() > 0 {
+                // Some batches in S3, the rest only on this machine: the run on the
+                // server is incomplete and says so.
+                status = "failed";
+                self.report.partial = true;
+            } else if self.uploaded.is_empty() {
                 if let Ok((csv, all)) = self.q.csv_upto(INLINE_MAX) {
                     if !all {
                         // What fits, and the run marked failed: its data is partial.
@@ -345,12 +397,16 @@ impl Uploader {
         }
     }
 
-    /// Batches not uploaded go to `<spool dir>/resource-tracker-unsent-<pid>/`.
+    /// Batches not uploaded go to `<spool dir>/resource-tracker-unsent-<pid>-XXXXXX/`;
+    /// where that cannot be written, to the kept directory under the temp dir. Rows
+    /// that fit nowhere are counted and said.
     fn keep(&mut self) {
         let _ = self.q.seal();
+        self.note_spool();
         if self.q.sealed_len() == 0 {
             return;
         }
+        let waiting = self.q.rows_waiting() as u64;
         let prefix = format!("resource-tracker-unsent-{}-", std::process::id());
         match self.q.keep(&self.cfg.spool_dir, &prefix) {
             Ok(Some((dir, n))) => {
@@ -358,13 +414,31 @@ impl Uploader {
                     "Sentinel: {n} batches were not uploaded; kept in {}",
                     dir.display()
                 );
+                self.report.rows_kept += waiting;
                 self.report.kept_dir = Some(dir);
             }
             Ok(None) => {}
-            Err(e) => log::warn!(
-                "Sentinel: keeping the batches that were not uploaded in {}: {e}",
-                self.cfg.spool_dir.display()
-            ),
+            Err(e) => {
+                let (dir, lost) = self.q.keep_in_fallback();
+                let spool = self.cfg.spool_dir.display();
+                match &dir {
+                    Some(d) => log::warn!(
+                        "Sentinel: keeping the batches that were not uploaded in {spool}: {e}; kept in {} instead",
+                        d.display()
+                    ),
+                    None => log::warn!(
+                        "Sentinel: keeping the batches that were not uploaded in {spool}: {e}"
+                    ),
+                }
+                if lost > 0 {
+                    log::warn!(
+                        "Sentinel: {lost} rows could be kept nowhere ({}); they are only in the local outputs",
+                        self.q.kept_failed.as_deref().unwrap_or("no space")
+                    );
+                }
+                self.report.rows_kept += waiting - lost as u64;
+                self.report.kept_dir = dir;
+            }
         }
     }
 }
@@ -374,6 +448,7 @@ pub(super) async fn run_stream(
     run: RunInfo,
     found: Discovered,
     mut rx: mpsc::UnboundedReceiver<Msg>,
+    degraded: Arc<Mutex<Option<String>>>,
 ) -> StreamReport {
     let timeout = cfg.timeout;
     let api = match Api::new(&cfg.api_url, cfg.token.clone(), timeout) {
@@ -385,7 +460,12 @@ pub(super) async fn run_stream(
     };
     let period = Duration::from_secs_f64(cfg.upload_interval);
     let mut u = Uploader {
-        q: Queue::new(csv::header() + "\n", cfg.memory_limit, &cfg.spool_dir),
+        q: Queue::new(
+            csv::header() + "\n",
+            cfg.memory_limit,
+            &cfg.spool_dir,
+            &std::env::temp_dir(),
+        ),
         body: registration_body(&run, &found),
         report: StreamReport {
             api_url: cfg.api_url.clone(),
@@ -405,6 +485,8 @@ pub(super) async fn run_stream(
         failing: 0,
         warned: None,
         told_unregistered: false,
+        degraded,
+        said_push: None,
     };
     u.register().await;
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
@@ -413,13 +495,7 @@ pub(super) async fn run_stream(
     let exit_code = loop {
         tokio::select! {
             m = rx.recv() => match m {
-                Some(Msg::Row(r)) => {
-                    u.report.rows += 1;
-                    if let Err(e) = u.q.push(&r) {
-                        u.report.last_error = Some(format!("spooling: {e}"));
-                        log::warn!("Sentinel: spooling rows: {e}");
-                    }
-                }
+                Some(Msg::Row(r)) => u.push(&r),
                 Some(Msg::Finish { exit_code }) => break exit_code,
                 None => break 0,
             },
@@ -427,6 +503,7 @@ pub(super) async fn run_stream(
                 if let Err(e) = u.q.seal() {
                     log::warn!("Sentinel: sealing a batch: {e}");
                 }
+                u.note_spool();
                 if u.retry_at.is_none() {
                     u.work().await;
                 }
@@ -439,14 +516,19 @@ pub(super) async fn run_stream(
     };
     // Rows sent before Finish are already received (one channel, in order).
     while let Ok(Msg::Row(r)) = rx.try_recv() {
-        u.report.rows += 1;
-        let _ = u.q.push(&r);
+        u.push(&r);
     }
     log::debug!(
         "Sentinel: finishing after {:.1} s",
         started.elapsed().as_secs_f64()
     );
     u.finish(exit_code).await;
+    u.note_spool();
     u.report.spooled_batches = u.q.spooled;
+    u.report.rows_not_sent = u.report.rows.saturating_sub(u.report.rows_uploaded);
+    if u.report.rows_not_sent > 0 && u.report.finished && !u.report.partial {
+        // `finish` was accepted with fewer rows than the run produced.
+        u.report.partial = true;
+    }
     u.report
 }
