@@ -236,3 +236,57 @@ fn a_stopped_command_does_not_hold_the_tracker() {
         assert_eq!(st.code(), Some(128 + libc::SIGTERM), "{backend:?}");
     }
 }
+
+/// Started with stderr closed (`2>&-`), where the samples would go: the runtime
+/// would have put /dev/null there. The samples are kept in a private file under
+/// TMPDIR that the summary names, the command runs to its end and its exit code
+/// is the tracker's.
+#[test]
+fn a_stderr_closed_at_start_keeps_the_samples() {
+    let s = Scratch::new("stderr-closed");
+    let marker = s.path("marker");
+    let script = format!(
+        "exec {} run -i 0.1 --summary {} -- {} 2>&-",
+        tracker().display(),
+        s.path("summary.json").display(),
+        command(&marker)
+            .iter()
+            .map(|a| format!("'{}'", a.replace('\'', "'\\''")))
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    let o = Command::new("sh")
+        .args(["-c", &script])
+        .env("TMPDIR", &s.0)
+        .stdout(Stdio::null())
+        .output()
+        .expect("sh");
+    assert_eq!(o.status.code(), Some(7), "{o:?}");
+    assert_eq!(
+        std::fs::read_to_string(&marker).ok().as_deref(),
+        Some("done\n")
+    );
+    let sum = read_json(&s.path("summary.json"));
+    let kept = PathBuf::from(sum["samples_kept_in"].as_str().expect("samples_kept_in"));
+    assert!(kept.starts_with(&s.0), "{}", kept.display());
+    let lines = read_jsonl(&kept);
+    assert_eq!(
+        Some(lines.len() as u64),
+        sum["samples"].as_u64(),
+        "every sample kept"
+    );
+    assert_eq!(
+        lines.last().expect("a sample")["tracker"]["degraded"],
+        serde_json::json!([])
+    );
+    // With stderr open to /dev/null by choice, nothing is kept.
+    let o = tracker_in(&s.0)
+        .args(["run", "-i", "0.1", "--summary"])
+        .arg(s.path("summary2.json"))
+        .args(["--", "true"])
+        .stderr(Stdio::null())
+        .output()
+        .expect("run");
+    assert_eq!(o.status.code(), Some(0));
+    assert!(read_json(&s.path("summary2.json"))["samples_kept_in"].is_null());
+}

@@ -102,6 +102,9 @@ pub struct Summary {
     pub cloud: Option<CloudInfo>,
     /// Sentinel streaming, when SENTINEL_API_TOKEN was set.
     pub streaming: Option<StreamReport>,
+    /// Where the samples went because stderr, their destination, was closed at
+    /// start (`2>&-`); null otherwise.
+    pub samples_kept_in: Option<PathBuf>,
     /// The Python package's `stats()` over the tree's samples; null without a tree.
     pub stats: Option<RunStatsOut>,
     /// What the run needs (`recommend_resources()`), and whether the server was
@@ -202,6 +205,7 @@ impl Summary {
             host: HostInfo::default(),
             cloud: None,
             streaming: None,
+            samples_kept_in: None,
             stats: stats.usage.stats(),
             recommendation: stats.usage.recommendation(),
             recommended_server: None,
