@@ -953,3 +953,60 @@ fn a_spool_dir_that_cannot_be_written_is_refused_at_start() {
         assert!(!dir.path("started").exists(), "the command started");
     }
 }
+
+/// Registration answered with garbage every time: each answer may have made a
+/// run on the server, so registering stops after three, the count is in the
+/// summary, a warning names the run id the server may hold, and the rows are
+/// kept locally; the exit code stays the command's.
+#[test]
+fn unusable_registration_answers_stop_after_three_and_are_said() {
+    let m = mock(&Scenario::offline().fault("register", &["malformed"; 20]));
+    let dir = Scratch::new("stream-garbage-reg");
+    let r = run_streamed(&dir, &m, "1", &["sh", "-c", "sleep 6; exit 3"]);
+    assert_eq!(r.status.code(), Some(3), "{}", r.stderr);
+    let regs = m.records_of("register").len();
+    assert_eq!(regs, 3, "registrations tried: {regs}\n{}", r.stderr);
+    let s = &r.summary["streaming"];
+    assert_eq!(s["registrations_not_understood"], 3, "{s}");
+    assert!(
+        r.stderr.contains("registering stops") && r.stderr.contains("external_run_id"),
+        "{}",
+        r.stderr
+    );
+    let kept = s["kept_dir"].as_str().expect("kept_dir");
+    assert_eq!(kept_rows(Path::new(kept), r.header()), r.rows());
+    assert_no_token(&r);
+}
+
+/// S3 answers 403 to every PUT: credentials are refreshed with a gap that
+/// doubles, not twice per retry (71 refreshes in the probe's run), and the rows
+/// still reach Sentinel inline at the end.
+#[test]
+fn a_persistent_403_does_not_storm_the_refresh_endpoint() {
+    let Some(moto) = Moto::start("stream-403-storm", 2) else {
+        return;
+    };
+    let m = mock(&Scenario::new(&moto).fault("s3_put", &["status:403:AccessDenied"; 200]));
+    let dir = Scratch::new("stream-403-storm");
+    let r = run_streamed(&dir, &m, "1", &["sleep", "10"]);
+    assert!(r.status.success(), "{}", r.stderr);
+    let refreshes = m.records_of("refresh").len();
+    let puts = m.records_of("s3_put").len();
+    eprintln!("10 s of 403: {puts} PUTs, {refreshes} refreshes");
+    assert!(
+        (1..=6).contains(&refreshes),
+        "{refreshes} refreshes for {puts} PUTs"
+    );
+    let fin: Vec<Value> = m
+        .records_of("finish")
+        .into_iter()
+        .filter(|f| f["status"] == 200)
+        .collect();
+    assert_eq!(fin.len(), 1, "{fin:?}");
+    assert_eq!(fin[0]["body"]["data_source"], "inline");
+    assert_eq!(
+        fin[0]["body"]["data_csv"].as_str(),
+        Some(r.local.as_str()),
+        "inline CSV = local CSV"
+    );
+}

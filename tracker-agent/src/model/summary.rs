@@ -126,6 +126,9 @@ pub struct StreamReport {
     /// Registrations that got no answer in time: each may have created a run on
     /// the server that stays unfinished.
     pub registrations_timed_out: u64,
+    /// Registrations answered with something that could not be used: each may
+    /// have made a run on the server too. Registering stops after three.
+    pub registrations_not_understood: u64,
     pub credential_refreshes: u64,
     /// Batches that waited in the spool file because memory was at its limit.
     pub spooled_batches: u64,

@@ -55,7 +55,17 @@ struct Uploader {
     degraded: Arc<Mutex<Option<String>>>,
     /// The last reason a row could not be queued, said once.
     said_push: Option<String>,
+    /// When a refresh was last forced by a 403, and how long until the next may
+    /// be: a 403 that refreshing does not cure is not refreshed at every retry.
+    forced_at: Option<tokio::time::Instant>,
+    forced_gap: Duration,
 }
+
+/// Registration answers that could not be used after which registering stops:
+/// each may have made a run on the server.
+const MAX_UNUSABLE_REGISTRATIONS: u64 = 3;
+/// The longest wait between refreshes forced by a persistent 403.
+const MAX_FORCED_GAP: Duration = Duration::from_secs(300);
 
 impl Uploader {
     /// A failure: warned once per distinct reason within an episode (a retry that
@@ -135,22 +145,50 @@ impl Uploader {
         self.reg.as_ref().map(|r| &r.credentials)
     }
 
+    /// Registrations that may have made a run on the server that stays
+    /// unfinished, in words; None when there are none.
+    fn maybe_unfinished(&self) -> Option<String> {
+        let (t, u) = (
+            self.report.registrations_timed_out,
+            self.report.registrations_not_understood,
+        );
+        let what = match (t, u) {
+            (0, 0) => return None,
+            (t, 0) => format!("{t} registration(s) timed out"),
+            (0, u) => format!("{u} registration answer(s) could not be used"),
+            (t, u) => format!("{t} registration(s) timed out and {u} answer(s) could not be used"),
+        };
+        Some(format!(
+            "{what}; the server may hold run(s) with external_run_id {} that stay unfinished",
+            self.body["external_run_id"]
+        ))
+    }
+
     async fn register(&mut self) -> bool {
         if self.reg.is_some() {
             return true;
         }
+        if self.report.registrations_not_understood >= MAX_UNUSABLE_REGISTRATIONS {
+            return false;
+        }
         let attempt = self.api.register(&self.body).await;
-        if let Err(ApiError::TimedOut(_)) = &attempt {
-            self.report.registrations_timed_out += 1;
+        match &attempt {
+            Err(ApiError::TimedOut(_)) => self.report.registrations_timed_out += 1,
+            Err(ApiError::Answer(_)) => {
+                self.report.registrations_not_understood += 1;
+                if self.report.registrations_not_understood == MAX_UNUSABLE_REGISTRATIONS {
+                    log::warn!(
+                        "Sentinel: {MAX_UNUSABLE_REGISTRATIONS} registration answers could not be used ({}); registering stops, and the rows are kept locally",
+                        self.maybe_unfinished().unwrap_or_default()
+                    );
+                }
+            }
+            _ => {}
         }
         match attempt {
             Ok(r) => {
-                if self.report.registrations_timed_out > 0 {
-                    log::warn!(
-                        "Sentinel: {} earlier registration(s) timed out; the server may hold run(s) with external_run_id {} that stay unfinished",
-                        self.report.registrations_timed_out,
-                        self.body["external_run_id"]
-                    );
+                if let Some(m) = self.maybe_unfinished() {
+                    log::warn!("Sentinel: earlier, {m}");
                 }
                 log::info!(
                     "Sentinel: run {} registered, uploading to s3://{}/{}",
@@ -243,7 +281,18 @@ impl Uploader {
                     .duration_since(SystemTime::now())
                     .map_or(true, |left| left <= REFRESH_BEFORE)
             });
-            if due || self.force_refresh {
+            // A 403 that refreshing did not cure is refreshed again only after a
+            // gap that doubles, up to MAX_FORCED_GAP.
+            let forced_ok = self
+                .forced_at
+                .is_none_or(|t| t.elapsed() >= self.forced_gap);
+            if due || (self.force_refresh && forced_ok) {
+                if self.force_refresh {
+                    self.forced_at = Some(tokio::time::Instant::now());
+                    self.forced_gap = (self.forced_gap * 2)
+                        .max(Duration::from_secs(2))
+                        .min(MAX_FORCED_GAP);
+                }
                 if let Err(e) = self.refresh().await {
                     if self.force_refresh {
                         self.fail("refreshing the upload credentials", &e.to_string());
@@ -272,6 +321,7 @@ impl Uploader {
                     self.report.rows_uploaded += rows as u64;
                     self.recovered();
                     auth_retried = false;
+                    self.forced_gap = Duration::ZERO;
                 }
                 Err(s3::PutError::Auth(m)) if !auth_retried => {
                     log::info!("Sentinel: {uri}: {m}; refreshing the credentials");
@@ -302,12 +352,11 @@ impl Uploader {
             self.register().await;
         }
         let Some(run_id) = self.reg.as_ref().map(|r| r.run_id.clone()) else {
-            match self.report.registrations_timed_out {
-                0 => log::warn!("Sentinel: the run was never registered; nothing was sent"),
-                n => log::warn!(
-                    "Sentinel: the run was never registered ({n} tries timed out; the server may hold runs with external_run_id {}); nothing was sent",
-                    self.body["external_run_id"]
-                ),
+            match self.maybe_unfinished() {
+                None => log::warn!("Sentinel: the run was never registered; nothing was sent"),
+                Some(m) => {
+                    log::warn!("Sentinel: the run was never registered ({m}); nothing was sent")
+                }
             }
             self.keep();
             return;
@@ -487,6 +536,8 @@ pub(super) async fn run_stream(
         told_unregistered: false,
         degraded,
         said_push: None,
+        forced_at: None,
+        forced_gap: Duration::ZERO,
     };
     u.register().await;
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
