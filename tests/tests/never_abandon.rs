@@ -290,3 +290,67 @@ fn a_stderr_closed_at_start_keeps_the_samples() {
     assert_eq!(o.status.code(), Some(0));
     assert!(read_json(&s.path("summary2.json"))["samples_kept_in"].is_null());
 }
+
+/// `TMPDIR=''` (or a relative TMPDIR): kept files go under /tmp and are named by
+/// an absolute path, not one relative to the working directory.
+#[test]
+fn an_empty_tmpdir_keeps_files_under_tmp() {
+    let s = Scratch::new("empty-tmpdir");
+    for tmpdir in ["", "relative"] {
+        let script = format!(
+            "cd {} && TMPDIR='{tmpdir}' exec {} run -i 0.1 --summary {} -- true 2>&-",
+            s.0.display(),
+            tracker().display(),
+            s.path("summary.json").display(),
+        );
+        let o = Command::new("sh")
+            .args(["-c", &script])
+            .stdout(Stdio::null())
+            .output()
+            .expect("sh");
+        assert_eq!(o.status.code(), Some(0), "{o:?}");
+        let sum = read_json(&s.path("summary.json"));
+        let kept = PathBuf::from(sum["samples_kept_in"].as_str().expect("samples_kept_in"));
+        assert!(
+            kept.is_absolute() && kept.starts_with("/tmp") && kept.exists(),
+            "TMPDIR={tmpdir:?}: {}",
+            kept.display()
+        );
+        if let Some(d) = kept.parent() {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+}
+
+/// `--report` on a read-only mount is refused at start, as `-o` is (exit 1, one
+/// line naming it), rather than found unwritable when the run ends.
+#[test]
+fn a_report_on_a_read_only_mount_is_refused_at_start() {
+    if skip_unless_root() {
+        return;
+    }
+    let s = Scratch::new("report-ro");
+    let fs = SmallFs::mount(s.path("ro"), 64);
+    let st = Command::new("mount")
+        .args(["-o", "remount,ro"])
+        .arg(&fs.0)
+        .status()
+        .expect("remount");
+    assert!(st.success(), "remount read-only");
+    let marker = s.path("started");
+    for flag in ["--report", "-o"] {
+        let o = tracker_in(&s.0)
+            .args(["run", "-q", flag])
+            .arg(fs.0.join("out"))
+            .args(["--", "touch"])
+            .arg(&marker)
+            .stderr(Stdio::piped())
+            .output()
+            .expect("run");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{flag}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(err.contains(&*fs.0.join("out").to_string_lossy()), "{err}");
+        assert!(!marker.exists(), "{flag}: the command started");
+    }
+}

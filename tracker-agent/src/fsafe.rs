@@ -262,6 +262,16 @@ fn as_user<T: Send>(o: &Owner, f: impl FnOnce() -> io::Result<T> + Send) -> io::
     })
 }
 
+/// The temp dir, always absolute: `TMPDIR` when it names an absolute path, else
+/// /tmp (`TMPDIR=''` or a relative one would put kept files under whatever the
+/// working directory is, and name them relative to it).
+pub fn temp_dir() -> PathBuf {
+    match std::env::var_os("TMPDIR").map(PathBuf::from) {
+        Some(p) if p.is_absolute() => p,
+        _ => PathBuf::from("/tmp"),
+    }
+}
+
 /// A file with no name in `dir` (`O_TMPFILE`), gone when closed. Where the file
 /// system cannot do that, a file made in a private directory and unlinked at once.
 pub fn anonymous_file(dir: &Path) -> io::Result<File> {

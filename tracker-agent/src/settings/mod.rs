@@ -141,7 +141,7 @@ fn sentinel_settings(
             }
             d
         }
-        _ => std::env::temp_dir(),
+        _ => crate::fsafe::temp_dir(),
     };
     let timeout = env_seconds(get_env, "TRACKER_HTTP_TIMEOUT", 0.1)?.unwrap_or(30.0);
     Ok(Some(sentinel::Config {

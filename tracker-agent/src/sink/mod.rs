@@ -108,7 +108,7 @@ fn recover(
 /// A new file `name` in a private directory under the temp dir, for what could
 /// not be written where the user asked; under sudo the invoking user's.
 pub fn fallback_file(name: &str, owner: Option<&Owner>) -> std::io::Result<(File, PathBuf)> {
-    let (dir, fd) = fsafe::private_dir(&std::env::temp_dir(), "resource-tracker-kept-")?;
+    let (dir, fd) = fsafe::private_dir(&fsafe::temp_dir(), "resource-tracker-kept-")?;
     let f = fsafe::create_in(&fd, name, false)?;
     if let Some(o) = owner {
         std::os::unix::fs::fchown(fd.as_fd(), Some(o.uid), Some(o.gid))?;

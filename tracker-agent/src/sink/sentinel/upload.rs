@@ -98,7 +98,7 @@ impl Uploader {
         let detail = match &self.q.kept_failed {
             None => format!(
                 "the spool failed ({e}); batches past the memory limit are kept in files under {}",
-                std::env::temp_dir().display()
+                crate::fsafe::temp_dir().display()
             ),
             Some(k) => format!(
                 "the spool failed ({e}) and so did the kept directory ({k}); batches past the memory limit stay in memory"
@@ -513,7 +513,7 @@ pub(super) async fn run_stream(
             csv::header() + "\n",
             cfg.memory_limit,
             &cfg.spool_dir,
-            &std::env::temp_dir(),
+            &crate::fsafe::temp_dir(),
         ),
         body: registration_body(&run, &found),
         report: StreamReport {
