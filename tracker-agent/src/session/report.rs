@@ -153,6 +153,9 @@ struct Lines<R> {
     ended: bool,
 }
 
+/// Seconds from 1970 past which a timestamp is not a time (the year 5138).
+const MAX_TIMESTAMP: f64 = 1e11;
+
 /// How far a line longer than MAX_LINE is skipped to find its end.
 const MAX_SKIP: u64 = 64 << 20;
 
@@ -315,6 +318,19 @@ impl Inputs {
     }
 
     fn sample(&mut self, name: &str, n: u64, s: &Sample, extra: recorded::Extra) {
+        // 1e308 parses as a number but is no time: it would stretch the chart's
+        // axis past any use and hide every other sample.
+        if s.timestamp_secs.is_infinite() || s.timestamp_secs.abs() > MAX_TIMESTAMP {
+            self.skip(
+                name,
+                n,
+                &format!(
+                    "timestamp_secs {} is not a time (more than {MAX_TIMESTAMP:e} s from 1970)",
+                    s.timestamp_secs
+                ),
+            );
+            return;
+        }
         let split = matches!(self.runs.last(), Some(r)
             if r.run.span().is_some_and(|(_, last)| s.timestamp_secs < last - BACKWARDS_SECS));
         if split {
