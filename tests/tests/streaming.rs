@@ -1010,3 +1010,54 @@ fn a_persistent_403_does_not_storm_the_refresh_endpoint() {
         "inline CSV = local CSV"
     );
 }
+
+/// Two batches reach S3, then S3 answers 503 to the end while the spool is full:
+/// rows produced = rows in S3 + rows kept, `finish` lists only what is in S3 and
+/// says `failed`, and the summary says `partial` with the count not sent.
+#[test]
+fn some_batches_in_s3_the_rest_kept_is_partial_and_counted() {
+    if !require(is_root(), "mounting a small tmpfs needs root") {
+        return;
+    }
+    let Some(moto) = Moto::start("stream-partial", 2) else {
+        return;
+    };
+    let mut faults = vec!["ok"; 2];
+    faults.extend(["status:503"; 300]);
+    let m = mock(&Scenario::new(&moto).fault("s3_put", &faults));
+    let dir = Scratch::new("stream-partial");
+    let spool = Tmpfs::mount(dir.path("spool"), 16, false);
+    std::fs::write(spool.0.join("fill"), vec![7u8; 12 << 10]).expect("fill the tmpfs");
+    let tmp = dir.path("tmp");
+    std::fs::create_dir(&tmp).expect("tmp");
+    let mut c = command(&dir, &m.api_url(), &m.s3_url(), "1", &["sleep", "6"]);
+    c.env("TRACKER_UPLOAD_MEMORY_LIMIT", "2048")
+        .env("TRACKER_SPOOL_DIR", &spool.0)
+        .env("TMPDIR", &tmp);
+    let r = run_with(&dir, c);
+    assert!(r.status.success(), "{}", r.stderr);
+    let (in_s3, uris) = bucket_rows(&moto, &r);
+    let s = &r.summary["streaming"];
+    let kept_dir = s["kept_dir"].as_str().expect("kept_dir");
+    let kept = kept_rows(Path::new(kept_dir), r.header());
+    eprintln!(
+        "rows produced {} = rows in S3 {} + rows kept {}",
+        r.rows().len(),
+        in_s3.len(),
+        kept.len()
+    );
+    let mut all = in_s3.clone();
+    all.extend(kept.iter().cloned());
+    assert_eq!(all, r.rows(), "S3 then kept = the local rows, in order");
+    assert_eq!(s["partial"], true, "{s}");
+    assert_eq!(s["rows_not_sent"].as_u64(), Some(kept.len() as u64), "{s}");
+    assert_eq!(s["rows_kept"].as_u64(), Some(kept.len() as u64), "{s}");
+    let fin: Vec<Value> = m
+        .records_of("finish")
+        .into_iter()
+        .filter(|f| f["status"] == 200)
+        .collect();
+    assert_eq!(fin.len(), 1, "{fin:?}");
+    assert_eq!(fin[0]["body"]["run_status"], "failed");
+    assert_eq!(fin[0]["body"]["data_uris"], serde_json::json!(uris));
+}
