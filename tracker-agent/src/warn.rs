@@ -85,16 +85,6 @@ pub fn warn_once(key: &str, msg: impl std::fmt::Display) -> bool {
     true
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn once_per_key() {
-        assert!(super::warn_once("t.a", "a"));
-        assert!(!super::warn_once("t.a", "a"));
-        assert!(super::warn_once("t.b", "b"));
-    }
-}
-
 /// Text from outside (a path, a value) fit for one line: control characters are
 /// shown escaped (`\n`, `\u{1b}`), so a name cannot split or forge a line.
 pub fn escaped(s: &str) -> String {
@@ -107,4 +97,21 @@ pub fn escaped(s: &str) -> String {
             c => c.to_string(),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn escaped_keeps_one_line() {
+        use super::escaped;
+        assert_eq!(escaped("plain/path"), "plain/path");
+        assert_eq!(escaped("a\nb\x1b[31m"), "a\\nb\\u{1b}[31m");
+    }
+
+    #[test]
+    fn once_per_key() {
+        assert!(super::warn_once("t.a", "a"));
+        assert!(!super::warn_once("t.a", "a"));
+        assert!(super::warn_once("t.b", "b"));
+    }
 }
