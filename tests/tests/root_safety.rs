@@ -295,7 +295,7 @@ fn as_root_a_users_directory_is_not_trusted() {
 /// any output): in the working directory it is ignored with a warning; named with
 /// -c it is refused (exit 2), whether another user owns it or anyone can write it.
 #[test]
-fn as_root_a_users_config_file_is_ignored_unless_named() {
+fn as_root_a_config_file_others_can_change_is_not_read() {
     if skip_unless_root() {
         return;
     }

@@ -83,10 +83,11 @@ fn checked(f: File, path: &Path) -> io::Result<File> {
         ));
     }
     // SAFETY: fcntl on a descriptor this function owns, with integer arguments.
-    let flags = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_GETFL) };
-    if flags < 0
-        || unsafe { libc::fcntl(f.as_raw_fd(), libc::F_SETFL, flags & !libc::O_NONBLOCK) } < 0
-    {
+    let ok = unsafe {
+        let flags = libc::fcntl(f.as_raw_fd(), libc::F_GETFL);
+        flags >= 0 && libc::fcntl(f.as_raw_fd(), libc::F_SETFL, flags & !libc::O_NONBLOCK) >= 0
+    };
+    if !ok {
         return Err(io::Error::last_os_error());
     }
     Ok(f)
