@@ -398,4 +398,30 @@ mod tests {
         assert!(create_in(&fd, "l", false).is_err());
         assert_eq!(std::fs::read(p1.join("a")).unwrap(), b"1");
     }
+
+    /// A FIFO is refused at once, for writing and for reading; a device named
+    /// under /dev is taken; an endless input is cut at its bound.
+    #[test]
+    fn nothing_blocks_and_reads_are_bounded() {
+        let d = scratch("nonblock");
+        let fifo = d.join("p");
+        let c = cstr(&fifo).unwrap();
+        // SAFETY: a valid C string.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let e = create_output(&fifo, None).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{e}");
+        assert!(e.to_string().contains("FIFO"), "{e}");
+        let e = open_input(&fifo).unwrap_err();
+        assert!(e.to_string().contains("FIFO"), "{e}");
+        assert_eq!(not_regular(&fifo), Some("a FIFO (named pipe)"));
+        assert!(create_output(Path::new("/dev/null"), None).is_ok());
+        assert_eq!(not_regular(Path::new("/dev/null")), None);
+        let e = read_input(Path::new("/dev/zero"), 4096).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::FileTooLarge);
+        let f = d.join("f");
+        std::fs::write(&f, "old contents").unwrap();
+        create_output(&f, None).unwrap().write_all(b"new").unwrap();
+        assert_eq!(read_input(&f, 3).unwrap(), b"new");
+        assert!(read_input(&f, 2).is_err());
+    }
 }
