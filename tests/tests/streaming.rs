@@ -939,6 +939,13 @@ fn a_spool_dir_that_cannot_be_written_is_refused_at_start() {
         dirs.push(t.0.clone());
         t
     });
+    // Full from the start: the write that proves it fails.
+    let _full = is_root().then(|| {
+        let t = Tmpfs::mount(dir.path("full"), 16, false);
+        let _ = std::fs::write(t.0.join("fill"), vec![7u8; 64 << 10]);
+        dirs.push(t.0.clone());
+        t
+    });
     for d in dirs {
         let mut c = command(&dir, &closed_url(), &closed_url(), "1", &["touch"]);
         c.arg(dir.path("started")).env("TRACKER_SPOOL_DIR", &d);
