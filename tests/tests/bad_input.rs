@@ -327,3 +327,34 @@ fn root_without_bpf_capabilities_is_told_why() {
     );
     assert_eq!(read_json(&s.path("s.json"))["backend"], "procfs");
 }
+
+/// A config path with a line break: the warning about it stays one line, the
+/// break shown escaped.
+#[test]
+fn a_config_path_with_a_newline_stays_one_line() {
+    let s = Scratch::new("cfg-newline");
+    let p = s.path("a\nb.toml");
+    let o = run(Command::new(tracker())
+        .current_dir(&s.0)
+        .args(["run", "-q", "-c"])
+        .arg(&p)
+        .args(["--", "true"]));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("a\\nb.toml") && err.contains("not found"),
+        "{err}"
+    );
+    // An existing one with a bad value: the error is one line too.
+    std::fs::write(&p, "[tracker]\ninterval_secs = 0\n").expect("config");
+    let o = run(Command::new(tracker())
+        .current_dir(&s.0)
+        .args(["run", "-q", "-c"])
+        .arg(&p)
+        .args(["--", "true"]));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.contains("a\\nb.toml"), "{err}");
+}

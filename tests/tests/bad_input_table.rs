@@ -172,6 +172,24 @@ fn cases() -> Vec<Case> {
             &["renice"],
         ));
     }
+    // Past what any integer type holds: said to be out of range, not "not a number".
+    for bad in [
+        "9223372036854775807",
+        "-9223372036854775808",
+        "2147483648",
+        "-2147483649",
+    ] {
+        v.push(env(
+            "TRACKER_RENICE",
+            bad,
+            2,
+            &["TRACKER_RENICE", "out of range"],
+        ));
+        v.push(config(
+            &format!("[tracker]\nrenice = {bad}\n"),
+            &["renice", "out of range"],
+        ));
+    }
     for bad in ["maybe", "1", ""] {
         v.push(run_flag(
             "--aggregate-cpu-steal",
@@ -311,6 +329,9 @@ fn cases() -> Vec<Case> {
         ("{file}", "is not a directory"),
         ("{dir}/missing", "No such file"),
         ("{link}", "symbolic link"),
+        // A directory that exists but takes no file: proven by a real write.
+        ("/proc", "no file can be made there"),
+        ("/sys", "TRACKER_SPOOL_DIR"),
     ] {
         v.push(stream_env(
             "TRACKER_SPOOL_DIR",
@@ -328,6 +349,8 @@ fn cases() -> Vec<Case> {
         ("SUDO_UID", "-1"),
         ("SUDO_GID", "x"),
         ("SUDO_UID", "99999999999"),
+        ("SUDO_UID", "4294967295"),
+        ("SUDO_GID", "4294967295"),
     ] {
         let mut c = env(var, bad, 2, &[var]);
         if var == "SUDO_GID" {
@@ -409,6 +432,73 @@ fn cases() -> Vec<Case> {
         2,
         &["--events", "--no-ebpf"],
     ));
+    // Files that are not regular files, and inputs without end: refused at once,
+    // never opened so that they block, never read without bound.
+    for f in ["-o", "--summary", "--events", "--report"] {
+        v.push(flag(
+            &["run", f, "{fifo}", "--", "touch", "{dir}/started"],
+            1,
+            &["{fifo}", "FIFO"],
+        ));
+    }
+    for (c, needle) in [
+        ("{fifo}", "FIFO"),
+        ("{dir}", "directory"),
+        ("{link}", "directory"),
+        ("/dev/zero", "longer than"),
+        ("/dev/full", "longer than"),
+        ("/dev/urandom", "longer than"),
+    ] {
+        v.push(flag(
+            &["run", "-c", c, "--", "touch", "{dir}/started"],
+            2,
+            &["config file", c, needle],
+        ));
+    }
+    v.push(flag(&["report", "{fifo}"], 1, &["{fifo}", "FIFO"]));
+    v.push(flag(
+        &["report", "-o", "{fifo}", "{file}"],
+        1,
+        &["{fifo}", "FIFO"],
+    ));
+    v.push(flag(&["node", "-o", "{fifo}"], 1, &["{fifo}", "FIFO"]));
+    // The config file is a file too: no output may be it, by any name.
+    for f in ["-o", "--summary", "--events", "--report"] {
+        let mut c = config("[tracker]\n", &[f, "the config file", "same file"]);
+        c.input = format!("run -c {{cfg}} {f} {{cfg}} -- touch {{dir}}/started");
+        c.args = s(&[
+            "run",
+            "-c",
+            "{cfg}",
+            f,
+            "{cfg}",
+            "--",
+            "touch",
+            "{dir}/started",
+        ]);
+        v.push(c);
+    }
+    let mut c = config(
+        "[tracker]\noutput = \"{cfg}\"\n",
+        &["-o", "the config file", "same file"],
+    );
+    c.args = s(&["run", "-c", "{cfg}", "--", "touch", "{dir}/started"]);
+    v.push(c);
+    // Two names of one file yet to be made: through a link to its directory, or a
+    // link to it that does not lead anywhere yet.
+    for (a, b) in [
+        ("{link}/x", "{dir}/x"),
+        ("{dangling}", "{dir}/target"),
+        ("{link}/hard", "{file}"),
+    ] {
+        for (fa, fb) in [("-o", "--summary"), ("--events", "--report")] {
+            v.push(flag(
+                &["run", fa, a, fb, b, "--", "touch", "{dir}/started"],
+                2,
+                &[fa, fb, "same file"],
+            ));
+        }
+    }
     // The command line itself.
     v.push(flag(&["run", "--"], 2, &["<CMD>"]));
     v.push(flag(&["run"], 2, &["<CMD>"]));
@@ -452,6 +542,8 @@ struct Scr {
     file: PathBuf,
     link: PathBuf,
     cfg: PathBuf,
+    fifo: PathBuf,
+    dangling: PathBuf,
 }
 
 impl Scr {
@@ -465,12 +557,20 @@ impl Scr {
         let link = s.path("l");
         std::os::unix::fs::symlink(&dir, &link).expect("symlink");
         let cfg = s.path("c.toml");
+        let fifo = s.path("p");
+        let made = Command::new("mkfifo").arg(&fifo).status().expect("mkfifo");
+        assert!(made.success(), "mkfifo");
+        // A link to a file not yet made: `{dir}/target`.
+        let dangling = s.path("dl");
+        std::os::unix::fs::symlink(dir.join("target"), &dangling).expect("symlink");
         Scr {
             s,
             dir,
             file,
             link,
             cfg,
+            fifo,
+            dangling,
         }
     }
 
@@ -479,11 +579,15 @@ impl Scr {
             .replace("{file}", &show(&self.file))
             .replace("{link}", &show(&self.link))
             .replace("{cfg}", &show(&self.cfg))
+            .replace("{fifo}", &show(&self.fifo))
+            .replace("{dangling}", &show(&self.dangling))
     }
 
     /// The scratch paths back to their names, for the table.
     fn unfill(&self, t: &str) -> String {
         t.replace(&show(&self.cfg), "{cfg}")
+            .replace(&show(&self.fifo), "{fifo}")
+            .replace(&show(&self.dangling), "{dangling}")
             .replace(&show(&self.dir), "{dir}")
             .replace(&show(&self.file), "{file}")
             .replace(&show(&self.link), "{link}")
@@ -498,7 +602,7 @@ fn show(p: &Path) -> String {
 fn check(i: usize, c: &Case) -> Result<String, String> {
     let scr = Scr::new(i);
     if let Some(body) = &c.config {
-        std::fs::write(&scr.cfg, body).expect("config");
+        std::fs::write(&scr.cfg, scr.fill(body)).expect("config");
     }
     let mut cmd = Command::new(tracker());
     e2e::clean_env(&mut cmd);
@@ -508,9 +612,9 @@ fn check(i: usize, c: &Case) -> Result<String, String> {
     for (k, v) in &c.env {
         cmd.env(k, scr.fill(v));
     }
-    let o = run(&mut cmd);
-    let err = String::from_utf8_lossy(&o.stderr).into_owned();
     let what = format!("case {i} `{}`", c.input);
+    let o = bounded(&mut cmd, &what)?;
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
     if err.contains("panicked") {
         return Err(format!("{what}: panicked: {err}"));
     }
@@ -541,6 +645,27 @@ fn check(i: usize, c: &Case) -> Result<String, String> {
         cell(&msg),
         c.code
     ))
+}
+
+/// Runs `cmd` (stdin closed); a run past 20 s is a hang: killed, and an error.
+fn bounded(cmd: &mut Command, what: &str) -> Result<std::process::Output, String> {
+    use std::process::Stdio;
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("{what}: {e}"))?;
+    let t0 = std::time::Instant::now();
+    while child.try_wait().map_err(|e| e.to_string())?.is_none() {
+        if t0.elapsed() > std::time::Duration::from_secs(20) {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!("{what}: still running after 20 s (a hang)"));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.wait_with_output().map_err(|e| e.to_string())
 }
 
 /// Text safe in a Markdown table cell.
@@ -599,8 +724,10 @@ fn every_bad_input_is_one_line_and_its_exit_code() {
          rewrites it; the test fails while the two differ). {} cases, each one line \
          on stderr, none a panic, and in none the command started. Exit code 2: the \
          input is wrong (nothing was started); 1: a file the user named cannot be \
-         made; 127: no such command, as with a shell. `{{dir}}`, `{{file}}`, `{{link}}` and `{{cfg}}` stand for a scratch \
-         directory, a regular file, a link to the directory and the config file.\n\n\
+         made; 127: no such command, as with a shell. `{{dir}}`, `{{file}}`, `{{link}}`, `{{cfg}}`, `{{fifo}}` and \
+         `{{dangling}}` stand for a scratch directory, a regular file, a link to the \
+         directory, the config file, a FIFO no one has open and a link to \
+         `{{dir}}/target`, which does not exist. No case may run past 20 s.\n\n\
          | Input | Message | Exit |\n|---|---|---|\n{}\n",
         rows.len(),
         rows.iter()

@@ -236,3 +236,121 @@ fn a_stopped_command_does_not_hold_the_tracker() {
         assert_eq!(st.code(), Some(128 + libc::SIGTERM), "{backend:?}");
     }
 }
+
+/// Started with stderr closed (`2>&-`), where the samples would go: the runtime
+/// would have put /dev/null there. The samples are kept in a private file under
+/// TMPDIR that the summary names, the command runs to its end and its exit code
+/// is the tracker's.
+#[test]
+fn a_stderr_closed_at_start_keeps_the_samples() {
+    let s = Scratch::new("stderr-closed");
+    let marker = s.path("marker");
+    let script = format!(
+        "exec {} run -i 0.1 --summary {} -- {} 2>&-",
+        tracker().display(),
+        s.path("summary.json").display(),
+        command(&marker)
+            .iter()
+            .map(|a| format!("'{}'", a.replace('\'', "'\\''")))
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    let o = Command::new("sh")
+        .args(["-c", &script])
+        .env("TMPDIR", &s.0)
+        .stdout(Stdio::null())
+        .output()
+        .expect("sh");
+    assert_eq!(o.status.code(), Some(7), "{o:?}");
+    assert_eq!(
+        std::fs::read_to_string(&marker).ok().as_deref(),
+        Some("done\n")
+    );
+    let sum = read_json(&s.path("summary.json"));
+    let kept = PathBuf::from(sum["samples_kept_in"].as_str().expect("samples_kept_in"));
+    assert!(kept.starts_with(&s.0), "{}", kept.display());
+    let lines = read_jsonl(&kept);
+    assert_eq!(
+        Some(lines.len() as u64),
+        sum["samples"].as_u64(),
+        "every sample kept"
+    );
+    assert_eq!(
+        lines.last().expect("a sample")["tracker"]["degraded"],
+        serde_json::json!([])
+    );
+    // With stderr open to /dev/null by choice, nothing is kept.
+    let o = tracker_in(&s.0)
+        .args(["run", "-i", "0.1", "--summary"])
+        .arg(s.path("summary2.json"))
+        .args(["--", "true"])
+        .stderr(Stdio::null())
+        .output()
+        .expect("run");
+    assert_eq!(o.status.code(), Some(0));
+    assert!(read_json(&s.path("summary2.json"))["samples_kept_in"].is_null());
+}
+
+/// `TMPDIR=''` (or a relative TMPDIR): kept files go under /tmp and are named by
+/// an absolute path, not one relative to the working directory.
+#[test]
+fn an_empty_tmpdir_keeps_files_under_tmp() {
+    let s = Scratch::new("empty-tmpdir");
+    for tmpdir in ["", "relative"] {
+        let script = format!(
+            "cd {} && TMPDIR='{tmpdir}' exec {} run -i 0.1 --summary {} -- true 2>&-",
+            s.0.display(),
+            tracker().display(),
+            s.path("summary.json").display(),
+        );
+        let o = Command::new("sh")
+            .args(["-c", &script])
+            .stdout(Stdio::null())
+            .output()
+            .expect("sh");
+        assert_eq!(o.status.code(), Some(0), "{o:?}");
+        let sum = read_json(&s.path("summary.json"));
+        let kept = PathBuf::from(sum["samples_kept_in"].as_str().expect("samples_kept_in"));
+        assert!(
+            kept.is_absolute() && kept.starts_with("/tmp") && kept.exists(),
+            "TMPDIR={tmpdir:?}: {}",
+            kept.display()
+        );
+        if let Some(d) = kept.parent() {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+}
+
+/// `--report` on a read-only mount is refused at start, as `-o` is (exit 1, one
+/// line naming it), rather than found unwritable when the run ends.
+#[test]
+fn a_report_on_a_read_only_mount_is_refused_at_start() {
+    if skip_unless_root() {
+        return;
+    }
+    let s = Scratch::new("report-ro");
+    let fs = SmallFs::mount(s.path("ro"), 64);
+    let st = Command::new("mount")
+        .args(["-o", "remount,ro"])
+        .arg(&fs.0)
+        .status()
+        .expect("remount");
+    assert!(st.success(), "remount read-only");
+    let marker = s.path("started");
+    for flag in ["--report", "-o"] {
+        let o = tracker_in(&s.0)
+            .args(["run", "-q", flag])
+            .arg(fs.0.join("out"))
+            .args(["--", "touch"])
+            .arg(&marker)
+            .stderr(Stdio::piped())
+            .output()
+            .expect("run");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{flag}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(err.contains(&*fs.0.join("out").to_string_lossy()), "{err}");
+        assert!(!marker.exists(), "{flag}: the command started");
+    }
+}

@@ -639,6 +639,38 @@ fn bad_input_is_named_and_leaves_no_half_page() {
     );
     assert!(whys.iter().any(|w| w.contains("not JSON")), "{whys:?}");
 
+    // A timestamp that parses but is no time (1e308): that line is skipped and
+    // named, the others make the page.
+    let mut lines: Vec<Value> = good
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let last = lines.len() - 1;
+    lines[last]["timestamp_secs"] = serde_json::json!(1e308);
+    let far = s.path("far.jsonl");
+    std::fs::write(
+        &far,
+        lines.iter().map(|v| format!("{v}\n")).collect::<String>(),
+    )
+    .unwrap();
+    let out = s.path("far.html");
+    let o = rt(&[&far, Path::new("-o"), &out]);
+    assert!(o.status.success(), "{}", err(&o));
+    let d = page_data(&std::fs::read_to_string(&out).unwrap());
+    assert_eq!(d["runs"][0]["skipped"], 1, "{}", err(&o));
+    assert!(
+        d["runs"][0]["skips"][0]["why"]
+            .as_str()
+            .is_some_and(|w| w.contains("is not a time")),
+        "{}",
+        d["runs"][0]["skips"]
+    );
+    assert!(
+        err(&o).contains("1 line(s) could not be read"),
+        "{}",
+        err(&o)
+    );
+
     // Events with a command name that is not UTF-8, and a CSV with a column this
     // version does not know: read.
     let ev = s.path("ev.jsonl");

@@ -291,10 +291,11 @@ fn as_root_a_users_directory_is_not_trusted() {
     assert_eq!(o.status.code(), Some(0), "{}", one_line(&o));
 }
 
-/// As root, a config file in a working directory that someone else controls is not
-/// read (it could name any output); named with -c, it is.
+/// As root, a config file that someone else controls is not read (it could name
+/// any output): in the working directory it is ignored with a warning; named with
+/// -c it is refused (exit 2), whether another user owns it or anyone can write it.
 #[test]
-fn as_root_a_users_config_file_is_ignored_unless_named() {
+fn as_root_a_config_file_others_can_change_is_not_read() {
     if skip_unless_root() {
         return;
     }
@@ -317,15 +318,55 @@ fn as_root_a_users_config_file_is_ignored_unless_named() {
         "{err}"
     );
     assert_intact(&v);
-    // Named explicitly, it is the user's choice and is read.
+    // Named explicitly: refused, the command not started.
     let o = tracker_cmd(&cwd)
-        .args(["run", "-q", "-c", "resource-tracker.toml", "--", "true"])
+        .args(["run", "-q", "-c", "resource-tracker.toml", "--", "touch"])
+        .arg(s.path("started"))
         .output()
         .expect("run");
-    assert_eq!(o.status.code(), Some(0), "{}", one_line(&o));
-    assert!(std::fs::read_to_string(&v)
-        .expect("victim")
-        .starts_with('{'));
+    let err = one_line(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("belongs to uid 65534"), "{err}");
+    assert!(!s.path("started").exists());
+    assert_intact(&v);
+    // Root's own file that anyone can write: ignored in the working directory,
+    // refused when named.
+    let mine = dir(&s, "mine", 0o755, 0);
+    let cfg = mine.join("resource-tracker.toml");
+    std::fs::write(&cfg, format!("[tracker]\noutput = \"{}\"\n", v.display())).expect("cfg");
+    std::fs::set_permissions(&cfg, std::fs::Permissions::from_mode(0o666)).expect("chmod");
+    let o = tracker_cmd(&mine)
+        .args(["run", "-q", "--", "true"])
+        .output()
+        .expect("run");
+    let err = one_line(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(err.contains("anyone can write it"), "{err}");
+    assert_intact(&v);
+    let o = tracker_cmd(&mine)
+        .args(["run", "-q", "-c"])
+        .arg(&cfg)
+        .args(["--", "true"])
+        .output()
+        .expect("run");
+    let err = one_line(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("anyone can write it (mode 0666); not read as root"),
+        "{err}"
+    );
+    assert_intact(&v);
+    // Group-writable by a group other than root's: the same.
+    std::os::unix::fs::chown(&cfg, Some(0), Some(NOBODY)).expect("chown");
+    std::fs::set_permissions(&cfg, std::fs::Permissions::from_mode(0o664)).expect("chmod");
+    let o = tracker_cmd(&mine)
+        .args(["run", "-q", "-c"])
+        .arg(&cfg)
+        .args(["--", "true"])
+        .output()
+        .expect("run");
+    assert_eq!(o.status.code(), Some(2), "{}", one_line(&o));
+    assert_intact(&v);
 }
 
 /// TRACKER_SPOOL_DIR must name an existing directory, not a file or a link, and is
@@ -357,4 +398,160 @@ fn spool_dir_is_checked_at_start() {
         );
     }
     assert!(!missing.exists());
+}
+
+/// Runs `c` and fails the test if it has not ended within `secs` (it is killed).
+fn bounded(c: &mut Command, secs: u64) -> Output {
+    let mut child = c.stdin(Stdio::null()).spawn().expect("spawn");
+    let t0 = std::time::Instant::now();
+    while child.try_wait().expect("wait").is_none() {
+        if t0.elapsed() > std::time::Duration::from_secs(secs) {
+            let _ = child.kill();
+            let o = child.wait_with_output().expect("reap");
+            panic!(
+                "{c:?} still running after {secs} s: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    child.wait_with_output().expect("output")
+}
+
+/// FIFOs another user planted in a shared directory (as /tmp) where root writes
+/// or reads: nothing blocks, nothing is read or written through them. Outputs are
+/// refused at start (exit 1, one line naming the file), with or without someone
+/// holding the other end; a FIFO as the kernel's BTF costs eBPF only, and the
+/// command's exit code is the tracker's.
+#[test]
+fn planted_fifos_never_block_root() {
+    if skip_unless_root() {
+        return;
+    }
+    let s = Scratch::new("safe-fifo");
+    let shared = dir(&s, "tmp", 0o1777, 0);
+    as_nobody(&format!(
+        "cd {}; for f in o s e r c b ri ro no; do mkfifo $f.fifo; done",
+        shared.display()
+    ));
+    let f = |n: &str| shared.join(format!("{n}.fifo"));
+    let started = s.path("started");
+    for (flag, n) in [
+        ("-o", "o"),
+        ("--summary", "s"),
+        ("--events", "e"),
+        ("--report", "r"),
+    ] {
+        for reader in [false, true] {
+            // Someone holding the read end open makes a write open succeed.
+            let held = reader.then(|| {
+                Command::new("setpriv")
+                    .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+                    .args(["sh", "-c", &format!("exec sleep 20 < {}", f(n).display())])
+                    .spawn()
+                    .expect("reader")
+            });
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            let o = bounded(
+                tracker_cmd(&s.0)
+                    .args(["run", "-q", flag])
+                    .arg(f(n))
+                    .args(["--", "touch"])
+                    .arg(&started),
+                20,
+            );
+            if let Some(mut h) = held {
+                let _ = h.kill();
+                let _ = h.wait();
+            }
+            let err = one_line(&o);
+            assert_eq!(o.status.code(), Some(1), "{flag} (reader {reader}): {err}");
+            assert!(
+                err.contains(&*f(n).to_string_lossy()) && err.contains("FIFO"),
+                "{flag}: {err}"
+            );
+            assert_eq!(err.lines().count(), 1, "{err}");
+            assert!(!started.exists(), "{flag}: the command started");
+        }
+    }
+    // Inputs: refused in one line, never read.
+    std::fs::write(s.path("x.jsonl"), "{}\n").expect("input");
+    let cases: [(Vec<String>, i32); 4] = [
+        (
+            vec![
+                "run".into(),
+                "-c".into(),
+                show(&f("c")),
+                "--".into(),
+                "true".into(),
+            ],
+            2,
+        ),
+        (vec!["report".into(), show(&f("ri"))], 1),
+        (
+            vec![
+                "report".into(),
+                "-o".into(),
+                show(&f("ro")),
+                show(&s.path("x.jsonl")),
+            ],
+            1,
+        ),
+        (vec!["node".into(), "-o".into(), show(&f("no"))], 1),
+    ];
+    for (args, code) in cases {
+        let o = bounded(tracker_cmd(&s.0).args(&args), 20);
+        let err = one_line(&o);
+        assert_eq!(o.status.code(), Some(code), "{args:?}: {err}");
+        assert!(err.contains("FIFO"), "{args:?}: {err}");
+    }
+    // The kernel's BTF: eBPF is given up, the command runs, its exit code stays.
+    let o = bounded(
+        tracker_cmd(&s.0)
+            .env("TRACKER_KERNEL_BTF", f("b"))
+            .args(["run", "-q", "--", "sh", "-c", "exit 3"]),
+        20,
+    );
+    let err = one_line(&o);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    assert!(err.contains("b.fifo") && err.contains("FIFO"), "{err}");
+}
+
+/// Devices that never end, as inputs: every read is bounded, one line names the
+/// file, and the command runs when the input only costs eBPF.
+#[test]
+fn endless_inputs_are_read_within_a_bound() {
+    let s = Scratch::new("safe-zero");
+    for (args, code, needle) in [
+        (vec!["run", "-c", "/dev/zero", "--", "true"], 2, "/dev/zero"),
+        (
+            vec!["run", "-c", "/dev/urandom", "--", "true"],
+            2,
+            "/dev/urandom",
+        ),
+        (vec!["report", "/dev/zero"], 1, "/dev/zero"),
+    ] {
+        let t0 = std::time::Instant::now();
+        let o = bounded(tracker_cmd(&s.0).args(&args), 30);
+        let err = one_line(&o);
+        assert_eq!(o.status.code(), Some(code), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+        eprintln!("{args:?}: {:.2} s", t0.elapsed().as_secs_f64());
+    }
+    let o = bounded(
+        tracker_cmd(&s.0)
+            .env("TRACKER_KERNEL_BTF", "/dev/zero")
+            .args(["run", "-q", "--", "sh", "-c", "exit 5"]),
+        30,
+    );
+    let err = one_line(&o);
+    assert_eq!(o.status.code(), Some(5), "{err}");
+    // Without eBPF privileges the BTF is never read; with them, it is named.
+    if e2e::is_root() {
+        assert!(err.contains("/dev/zero"), "{err}");
+    }
+}
+
+fn show(p: &Path) -> String {
+    p.to_string_lossy().into_owned()
 }

@@ -767,3 +767,304 @@ fn no_token_in_a_namespace_without_routes_runs_clean() {
     assert!(err.contains("registering the run failed"), "{err}");
     assert!(!err.contains(TOKEN));
 }
+
+/// A tmpfs of `kib` KiB mounted at `at` (root only), unmounted when dropped.
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(at: PathBuf, kib: u32, ro: bool) -> Tmpfs {
+        std::fs::create_dir_all(&at).expect("mount point");
+        let opts = format!("size={kib}k,mode=0755{}", if ro { ",ro" } else { "" });
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &opts, "tmpfs"])
+            .arg(&at)
+            .status()
+            .expect("mount");
+        assert!(ok.success(), "mount a tmpfs at {}", at.display());
+        Tmpfs(at)
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// Rows of every `NNNN.csv.gz` in `dir`, in name order, after the header.
+fn kept_rows(dir: &Path, header: &str) -> Vec<String> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .expect("kept dir")
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    files.sort();
+    let mut rows = Vec::new();
+    for f in &files {
+        let mut text = String::new();
+        std::io::Read::read_to_string(
+            &mut flate2::read::GzDecoder::new(std::fs::File::open(f).expect("open")),
+            &mut text,
+        )
+        .expect("gzip");
+        let mut l = text.lines();
+        assert_eq!(l.next(), Some(header), "{}", f.display());
+        rows.extend(l.map(str::to_string));
+    }
+    rows
+}
+
+/// The spool fills mid-run while S3 answers 503 (a 16 KiB tmpfs, 12 KiB of it
+/// taken; a 2 KiB memory limit): no row is dropped. The spool's failure is said
+/// once and named in the samples and the summary, later batches wait in kept
+/// files, and once S3 is back every row reaches it.
+#[test]
+fn a_spool_that_fills_mid_run_loses_no_row() {
+    if !require(is_root(), "mounting a small tmpfs needs root") {
+        return;
+    }
+    let Some(moto) = Moto::start("stream-spoolfull", 2) else {
+        return;
+    };
+    let m = mock(&Scenario::new(&moto).fault("s3_put", &["status:503"; 6]));
+    let dir = Scratch::new("stream-spoolfull");
+    let spool = Tmpfs::mount(dir.path("spool"), 16, false);
+    std::fs::write(spool.0.join("fill"), vec![7u8; 12 << 10]).expect("fill the tmpfs");
+    let tmp = dir.path("tmp");
+    std::fs::create_dir(&tmp).expect("tmp");
+    let mut c = command(&dir, &m.api_url(), &m.s3_url(), "1", &["sleep", "9"]);
+    c.env("TRACKER_UPLOAD_MEMORY_LIMIT", "2048")
+        .env("TRACKER_SPOOL_DIR", &spool.0)
+        .env("TMPDIR", &tmp);
+    let r = run_with(&dir, c);
+    assert!(r.status.success(), "{}", r.stderr);
+    let s = &r.summary["streaming"];
+    assert!(
+        s["spool_failed"]
+            .as_str()
+            .is_some_and(|d| d.contains("spool")),
+        "{s}\n{}",
+        r.stderr
+    );
+    let said = r
+        .stderr
+        .lines()
+        .filter(|l| l.contains("Sentinel: the spool failed"))
+        .count();
+    assert_eq!(said, 1, "warned once:\n{}", r.stderr);
+    assert!(
+        r.summary["degraded"]
+            .as_array()
+            .is_some_and(|d| d.iter().any(|x| x["name"] == "spool_failed")),
+        "{}",
+        r.summary["degraded"]
+    );
+    assert!(
+        r.local
+            .lines()
+            .last()
+            .unwrap_or_default()
+            .contains("spool_failed"),
+        "the last sample names it"
+    );
+    let batches = assert_lossless(&moto, &m, &r);
+    eprintln!(
+        "rows produced {} = rows in S3 ({batches} objects); spooled batches {}",
+        r.rows().len(),
+        s["spooled_batches"]
+    );
+    assert_eq!(s["rows_not_sent"], 0, "{s}");
+    assert_eq!(s["partial"], false, "{s}");
+    // Kept files of uploaded batches are gone.
+    let left: Vec<_> = std::fs::read_dir(&tmp)
+        .expect("tmp")
+        .flatten()
+        .flat_map(|e| std::fs::read_dir(e.path()).into_iter().flatten())
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+/// The spool directory fills before the end, with the API unreachable: the
+/// batches that cannot be kept there are kept under the temp dir instead; rows
+/// produced = rows kept, and the summary counts them as not sent.
+#[test]
+fn a_spool_dir_full_at_the_end_keeps_every_row_elsewhere() {
+    if !require(is_root(), "mounting a small tmpfs needs root") {
+        return;
+    }
+    let dir = Scratch::new("stream-endfull");
+    let spool = Tmpfs::mount(dir.path("spool"), 16, false);
+    let tmp = dir.path("tmp");
+    std::fs::create_dir(&tmp).expect("tmp");
+    let fill = format!(
+        "sleep 1.5; head -c 65536 /dev/zero > {}/fill 2>/dev/null; sleep 0.5; exit 4",
+        spool.0.display()
+    );
+    let mut c = command(
+        &dir,
+        &closed_url(),
+        &closed_url(),
+        "1",
+        &["sh", "-c", &fill],
+    );
+    c.env("TRACKER_SPOOL_DIR", &spool.0).env("TMPDIR", &tmp);
+    let r = run_with(&dir, c);
+    assert_eq!(r.status.code(), Some(4), "{}", r.stderr);
+    let s = &r.summary["streaming"];
+    let kept = s["kept_dir"].as_str().expect("kept_dir");
+    assert!(Path::new(kept).starts_with(&tmp), "kept in {kept}: {s}");
+    assert_eq!(kept_rows(Path::new(kept), r.header()), r.rows());
+    let n = r.rows().len() as u64;
+    eprintln!("rows produced {n} = rows kept in {kept}");
+    assert_eq!(
+        (
+            s["rows"].as_u64(),
+            s["rows_kept"].as_u64(),
+            s["rows_not_sent"].as_u64()
+        ),
+        (Some(n), Some(n), Some(n)),
+        "{s}"
+    );
+    assert!(r.stderr.contains("instead"), "{}", r.stderr);
+}
+
+/// A spool directory that exists but takes no file is refused at start (exit 2,
+/// one line naming it), and the command is not started.
+#[test]
+fn a_spool_dir_that_cannot_be_written_is_refused_at_start() {
+    let dir = Scratch::new("stream-spoolro");
+    let mut dirs = vec![PathBuf::from("/proc")];
+    let _ro = is_root().then(|| {
+        let t = Tmpfs::mount(dir.path("ro"), 16, true);
+        dirs.push(t.0.clone());
+        t
+    });
+    // Full from the start: the write that proves it fails.
+    let _full = is_root().then(|| {
+        let t = Tmpfs::mount(dir.path("full"), 16, false);
+        let _ = std::fs::write(t.0.join("fill"), vec![7u8; 64 << 10]);
+        dirs.push(t.0.clone());
+        t
+    });
+    for d in dirs {
+        let mut c = command(&dir, &closed_url(), &closed_url(), "1", &["touch"]);
+        c.arg(dir.path("started")).env("TRACKER_SPOOL_DIR", &d);
+        let o = c.output().expect("run");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{}: {err}", d.display());
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(
+            err.contains("TRACKER_SPOOL_DIR") && err.contains(&*d.to_string_lossy()),
+            "{err}"
+        );
+        assert!(!dir.path("started").exists(), "the command started");
+    }
+}
+
+/// Registration answered with garbage every time: each answer may have made a
+/// run on the server, so registering stops after three, the count is in the
+/// summary, a warning names the run id the server may hold, and the rows are
+/// kept locally; the exit code stays the command's.
+#[test]
+fn unusable_registration_answers_stop_after_three_and_are_said() {
+    let m = mock(&Scenario::offline().fault("register", &["malformed"; 20]));
+    let dir = Scratch::new("stream-garbage-reg");
+    let r = run_streamed(&dir, &m, "1", &["sh", "-c", "sleep 6; exit 3"]);
+    assert_eq!(r.status.code(), Some(3), "{}", r.stderr);
+    let regs = m.records_of("register").len();
+    assert_eq!(regs, 3, "registrations tried: {regs}\n{}", r.stderr);
+    let s = &r.summary["streaming"];
+    assert_eq!(s["registrations_not_understood"], 3, "{s}");
+    assert!(
+        r.stderr.contains("registering stops") && r.stderr.contains("external_run_id"),
+        "{}",
+        r.stderr
+    );
+    let kept = s["kept_dir"].as_str().expect("kept_dir");
+    assert_eq!(kept_rows(Path::new(kept), r.header()), r.rows());
+    assert_no_token(&r);
+}
+
+/// S3 answers 403 to every PUT: credentials are refreshed with a gap that
+/// doubles, not twice per retry (71 refreshes in the probe's run), and the rows
+/// still reach Sentinel inline at the end.
+#[test]
+fn a_persistent_403_does_not_storm_the_refresh_endpoint() {
+    let Some(moto) = Moto::start("stream-403-storm", 2) else {
+        return;
+    };
+    let m = mock(&Scenario::new(&moto).fault("s3_put", &["status:403:AccessDenied"; 200]));
+    let dir = Scratch::new("stream-403-storm");
+    let r = run_streamed(&dir, &m, "1", &["sleep", "10"]);
+    assert!(r.status.success(), "{}", r.stderr);
+    let refreshes = m.records_of("refresh").len();
+    let puts = m.records_of("s3_put").len();
+    eprintln!("10 s of 403: {puts} PUTs, {refreshes} refreshes");
+    assert!(
+        (1..=6).contains(&refreshes),
+        "{refreshes} refreshes for {puts} PUTs"
+    );
+    let fin: Vec<Value> = m
+        .records_of("finish")
+        .into_iter()
+        .filter(|f| f["status"] == 200)
+        .collect();
+    assert_eq!(fin.len(), 1, "{fin:?}");
+    assert_eq!(fin[0]["body"]["data_source"], "inline");
+    assert_eq!(
+        fin[0]["body"]["data_csv"].as_str(),
+        Some(r.local.as_str()),
+        "inline CSV = local CSV"
+    );
+}
+
+/// Two batches reach S3, then S3 answers 503 to the end while the spool is full:
+/// rows produced = rows in S3 + rows kept, `finish` lists only what is in S3 and
+/// says `failed`, and the summary says `partial` with the count not sent.
+#[test]
+fn some_batches_in_s3_the_rest_kept_is_partial_and_counted() {
+    if !require(is_root(), "mounting a small tmpfs needs root") {
+        return;
+    }
+    let Some(moto) = Moto::start("stream-partial", 2) else {
+        return;
+    };
+    let mut faults = vec!["ok"; 2];
+    faults.extend(["status:503"; 300]);
+    let m = mock(&Scenario::new(&moto).fault("s3_put", &faults));
+    let dir = Scratch::new("stream-partial");
+    let spool = Tmpfs::mount(dir.path("spool"), 16, false);
+    std::fs::write(spool.0.join("fill"), vec![7u8; 12 << 10]).expect("fill the tmpfs");
+    let tmp = dir.path("tmp");
+    std::fs::create_dir(&tmp).expect("tmp");
+    let mut c = command(&dir, &m.api_url(), &m.s3_url(), "1", &["sleep", "6"]);
+    c.env("TRACKER_UPLOAD_MEMORY_LIMIT", "2048")
+        .env("TRACKER_SPOOL_DIR", &spool.0)
+        .env("TMPDIR", &tmp);
+    let r = run_with(&dir, c);
+    assert!(r.status.success(), "{}", r.stderr);
+    let (in_s3, uris) = bucket_rows(&moto, &r);
+    let s = &r.summary["streaming"];
+    let kept_dir = s["kept_dir"].as_str().expect("kept_dir");
+    let kept = kept_rows(Path::new(kept_dir), r.header());
+    eprintln!(
+        "rows produced {} = rows in S3 {} + rows kept {}",
+        r.rows().len(),
+        in_s3.len(),
+        kept.len()
+    );
+    let mut all = in_s3.clone();
+    all.extend(kept.iter().cloned());
+    assert_eq!(all, r.rows(), "S3 then kept = the local rows, in order");
+    assert_eq!(s["partial"], true, "{s}");
+    assert_eq!(s["rows_not_sent"].as_u64(), Some(kept.len() as u64), "{s}");
+    assert_eq!(s["rows_kept"].as_u64(), Some(kept.len() as u64), "{s}");
+    let fin: Vec<Value> = m
+        .records_of("finish")
+        .into_iter()
+        .filter(|f| f["status"] == 200)
+        .collect();
+    assert_eq!(fin.len(), 1, "{fin:?}");
+    assert_eq!(fin[0]["body"]["run_status"], "failed");
+    assert_eq!(fin[0]["body"]["data_uris"], serde_json::json!(uris));
+}

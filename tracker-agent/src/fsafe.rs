@@ -8,14 +8,22 @@
 //!   file-system identity (the kernel then checks their permissions, and the file is
 //!   theirs); as root otherwise, a directory others can write gets `O_NOFOLLOW` and
 //!   an existing file must be root's.
+//!
+//! No file the user names is opened so that it can block: every open is
+//! `O_NONBLOCK` (a FIFO nobody reads or writes answers at once), and what it opened
+//! must be a regular file unless the path names a device or a descriptor
+//! (/dev/null, /dev/stdout, /proc/self/fd/N). Reads of such inputs are bounded.
 
 use std::{
     ffi::CString,
     fs::File,
-    io,
+    io::{self, Read as _},
     os::{
         fd::{AsRawFd, FromRawFd, OwnedFd},
-        unix::{ffi::OsStrExt, fs::MetadataExt, fs::OpenOptionsExt},
+        unix::{
+            ffi::OsStrExt,
+            fs::{FileTypeExt as _, MetadataExt, OpenOptionsExt},
+        },
     },
     path::{Path, PathBuf},
 };
@@ -38,21 +46,108 @@ fn euid() -> u32 {
     unsafe { libc::geteuid() }
 }
 
-/// Opens (creates, or truncates) a file the user named, for writing.
-pub fn create_output(path: &Path, owner: Option<&Owner>) -> io::Result<File> {
-    match owner {
-        Some(o) => as_user(o, || {
-            File::options()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode(0o644)
-                .custom_flags(libc::O_CLOEXEC)
-                .open(path)
-        }),
-        None if euid() == 0 => create_as_root(path),
-        None => File::create(path),
+/// Whether the path names a device or a descriptor, which may be a terminal or a
+/// pipe by the user's choice (`-o /dev/stdout | jq`, `<(…)`): under /dev, or a
+/// process's `fd` directory in /proc.
+fn names_a_device(path: &Path) -> bool {
+    path.starts_with("/dev")
+        || (path.starts_with("/proc") && path.components().any(|c| c.as_os_str() == "fd"))
+}
+
+/// What a file that is not a regular file is, in words.
+fn kind_of(ft: std::fs::FileType) -> &'static str {
+    if ft.is_fifo() {
+        "a FIFO (named pipe)"
+    } else if ft.is_socket() {
+        "a socket"
+    } else if ft.is_char_device() {
+        "a character device"
+    } else if ft.is_block_device() {
+        "a block device"
+    } else if ft.is_dir() {
+        "a directory"
+    } else {
+        "not a regular file"
     }
+}
+
+/// A file opened with `O_NONBLOCK`: refused unless it is a regular file or the
+/// path names a device; then made blocking again (a pipe to a slow reader is
+/// waited for, not failed).
+fn checked(f: File, path: &Path) -> io::Result<File> {
+    let ft = f.metadata()?.file_type();
+    if !ft.is_file() && !names_a_device(path) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("it is {}, not a regular file", kind_of(ft)),
+        ));
+    }
+    // SAFETY: fcntl on a descriptor this function owns, with integer arguments.
+    let ok = unsafe {
+        let flags = libc::fcntl(f.as_raw_fd(), libc::F_GETFL);
+        flags >= 0 && libc::fcntl(f.as_raw_fd(), libc::F_SETFL, flags & !libc::O_NONBLOCK) >= 0
+    };
+    if !ok {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(f)
+}
+
+/// What an existing path is when it is neither a regular file nor a device or
+/// descriptor the user named (see `names_a_device`): a FIFO, a socket…; None
+/// otherwise (a missing path included).
+pub fn not_regular(path: &Path) -> Option<&'static str> {
+    let ft = std::fs::metadata(path).ok()?.file_type();
+    (!ft.is_file() && !names_a_device(path)).then(|| kind_of(ft))
+}
+
+/// Whether this process may write `path` (a read-only mount says so even to root).
+pub fn writable(path: &Path) -> io::Result<()> {
+    let c = cstr(path)?;
+    // SAFETY: a valid C string; faccessat only inspects the path.
+    let r = unsafe { libc::faccessat(libc::AT_FDCWD, c.as_ptr(), libc::W_OK, libc::AT_EACCESS) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// A write-only open of a FIFO that no one reads fails with ENXIO: said as such.
+fn no_reader(e: io::Error) -> io::Error {
+    if e.raw_os_error() == Some(libc::ENXIO) {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "it is a FIFO (named pipe) or a device with nothing behind it, not a regular file",
+        )
+    } else {
+        e
+    }
+}
+
+fn write_options(extra: i32) -> std::fs::OpenOptions {
+    let mut o = File::options();
+    o.write(true)
+        .create(true)
+        .mode(0o644)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC | extra);
+    o
+}
+
+/// Opens (creates, or truncates) a file the user named, for writing; never blocks
+/// on a FIFO or device (see the module's note).
+pub fn create_output(path: &Path, owner: Option<&Owner>) -> io::Result<File> {
+    let f = match owner {
+        Some(o) => as_user(o, || write_options(0).open(path)),
+        None if euid() == 0 => create_as_root(path),
+        None => write_options(0).open(path),
+    }
+    .map_err(no_reader)?;
+    let f = checked(f, path)?;
+    if f.metadata()?.file_type().is_file() {
+        f.set_len(0)?;
+    }
+    Ok(f)
 }
 
 /// Root without sudo: an output in a directory that others can write is neither
@@ -67,26 +162,72 @@ fn create_as_root(path: &Path) -> io::Result<File> {
         m.uid() != 0 || mode & 0o002 != 0 || (mode & 0o020 != 0 && m.gid() != 0)
     });
     if !shared {
-        return File::create(path);
+        return write_options(0).open(path);
     }
-    let f = File::options()
-        .write(true)
-        .create(true)
-        .mode(0o644)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)?;
+    let f = write_options(libc::O_NOFOLLOW).open(path)?;
     let m = f.metadata()?;
     if m.uid() != 0 || !m.file_type().is_file() || m.nlink() != 1 {
+        let what = if m.file_type().is_file() {
+            "it"
+        } else {
+            kind_of(m.file_type())
+        };
         return Err(io::Error::new(
             io::ErrorKind::PermissionDenied,
             format!(
-                "it belongs to uid {} in a directory others can write; not written as root",
+                "{what} belongs to uid {} in a directory others can write; not written as root",
                 m.uid()
             ),
         ));
     }
-    f.set_len(0)?;
     Ok(f)
+}
+
+/// Opens a file the user named for reading: never blocks (a FIFO, a device), and
+/// must be a regular file unless the path names a device.
+pub fn open_input(path: &Path) -> io::Result<File> {
+    let f = File::options()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)?;
+    checked(f, path)
+}
+
+/// Reads at most `max` bytes from `f`; more is an error that names the bound.
+pub fn read_bounded(f: File, max: u64) -> io::Result<Vec<u8>> {
+    let mut v = Vec::new();
+    f.take(max + 1).read_to_end(&mut v)?;
+    if v.len() as u64 > max {
+        return Err(io::Error::new(
+            io::ErrorKind::FileTooLarge,
+            format!("longer than the {} KiB read of it", max >> 10),
+        ));
+    }
+    Ok(v)
+}
+
+/// `open_input` and `read_bounded`.
+pub fn read_input(path: &Path, max: u64) -> io::Result<Vec<u8>> {
+    read_bounded(open_input(path)?, max)
+}
+
+/// As root: why a file others could have changed is not to be trusted (not root's
+/// nor `invoker`'s, or writable by a group or by others), None when it can be.
+/// A device the user named (/dev/null) holds nothing anyone wrote.
+pub fn others_can_write(f: &File, invoker: Option<u32>) -> io::Result<Option<String>> {
+    let m = f.metadata()?;
+    let mode = m.mode() & 0o7777;
+    Ok(if !m.file_type().is_file() {
+        None
+    } else if m.uid() != 0 && Some(m.uid()) != invoker {
+        Some(format!("it belongs to uid {}", m.uid()))
+    } else if mode & 0o002 != 0 {
+        Some(format!("anyone can write it (mode {mode:04o})"))
+    } else if mode & 0o020 != 0 && m.gid() != 0 {
+        Some(format!("group {} can write it (mode {mode:04o})", m.gid()))
+    } else {
+        None
+    })
 }
 
 /// Runs `f` on a thread that carries `o`'s file-system identity. Raw system calls
@@ -120,6 +261,16 @@ fn as_user<T: Send>(o: &Owner, f: impl FnOnce() -> io::Result<T> + Send) -> io::
         .join()
         .unwrap_or_else(|_| Err(io::Error::other("the thread opening the file failed")))
     })
+}
+
+/// The temp dir, always absolute: `TMPDIR` when it names an absolute path, else
+/// /tmp (`TMPDIR=''` or a relative one would put kept files under whatever the
+/// working directory is, and name them relative to it).
+pub fn temp_dir() -> PathBuf {
+    match std::env::var_os("TMPDIR").map(PathBuf::from) {
+        Some(p) if p.is_absolute() => p,
+        _ => PathBuf::from("/tmp"),
+    }
 }
 
 /// A file with no name in `dir` (`O_TMPFILE`), gone when closed. Where the file
@@ -246,5 +397,31 @@ mod tests {
         std::os::unix::fs::symlink("/etc/hostname", p1.join("l")).unwrap();
         assert!(create_in(&fd, "l", false).is_err());
         assert_eq!(std::fs::read(p1.join("a")).unwrap(), b"1");
+    }
+
+    /// A FIFO is refused at once, for writing and for reading; a device named
+    /// under /dev is taken; an endless input is cut at its bound.
+    #[test]
+    fn nothing_blocks_and_reads_are_bounded() {
+        let d = scratch("nonblock");
+        let fifo = d.join("p");
+        let c = cstr(&fifo).unwrap();
+        // SAFETY: a valid C string.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let e = create_output(&fifo, None).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{e}");
+        assert!(e.to_string().contains("FIFO"), "{e}");
+        let e = open_input(&fifo).unwrap_err();
+        assert!(e.to_string().contains("FIFO"), "{e}");
+        assert_eq!(not_regular(&fifo), Some("a FIFO (named pipe)"));
+        assert!(create_output(Path::new("/dev/null"), None).is_ok());
+        assert_eq!(not_regular(Path::new("/dev/null")), None);
+        let e = read_input(Path::new("/dev/zero"), 4096).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::FileTooLarge);
+        let f = d.join("f");
+        std::fs::write(&f, "old contents").unwrap();
+        create_output(&f, None).unwrap().write_all(b"new").unwrap();
+        assert_eq!(read_input(&f, 3).unwrap(), b"new");
+        assert!(read_input(&f, 2).is_err());
     }
 }

@@ -1,7 +1,50 @@
 //! Warnings that would otherwise repeat every sample (a /proc file missing on an
 //! unusual kernel, say) are printed once per key for the whole run.
 
-use std::{collections::HashSet, io::Write, sync::Mutex};
+use std::{
+    collections::HashSet,
+    io::Write,
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Mutex,
+    },
+};
+
+static STDERR_CLOSED: AtomicBool = AtomicBool::new(false);
+
+/// Run by the loader before `main`, hence before Rust's runtime reopens a closed
+/// descriptor 0, 1 or 2 on /dev/null: after that, a closed stderr (`2>&-`) could
+/// not be told from `2>/dev/null`.
+#[used]
+#[link_section = ".init_array"]
+static NOTE_CLOSED_STDERR: extern "C" fn() = note_closed_stderr;
+
+extern "C" fn note_closed_stderr() {
+    // SAFETY: F_GETFD only asks whether descriptor 2 is open.
+    if unsafe { libc::fcntl(2, libc::F_GETFD) } == -1 {
+        STDERR_CLOSED.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Whether the tracker was started with its stderr closed.
+pub fn stderr_was_closed() -> bool {
+    STDERR_CLOSED.load(Ordering::Relaxed)
+}
+
+/// One line to the system log, for what has no other place to go (a closed
+/// stderr); nothing when there is no syslog.
+pub fn to_syslog(msg: &str) {
+    let Ok(c) = std::ffi::CString::new(escaped(msg)) else {
+        return;
+    };
+    // SAFETY: static NUL-terminated identity and format strings; `c` outlives the
+    // call. LOG_NDELAY is not asked for: nothing is opened unless a line is sent.
+    unsafe {
+        libc::openlog(c"resource-tracker".as_ptr(), libc::LOG_PID, libc::LOG_USER);
+        libc::syslog(libc::LOG_WARNING, c"%s".as_ptr(), c.as_ptr());
+        libc::closelog();
+    }
+}
 
 /// An error with its causes on one line ("error sending request: connection
 /// refused"), each cause said once.
@@ -42,8 +85,29 @@ pub fn warn_once(key: &str, msg: impl std::fmt::Display) -> bool {
     true
 }
 
+/// Text from outside (a path, a value) fit for one line: control characters are
+/// shown escaped (`\n`, `\u{1b}`), so a name cannot split or forge a line.
+pub fn escaped(s: &str) -> String {
+    if !s.chars().any(char::is_control) {
+        return s.to_string();
+    }
+    s.chars()
+        .map(|c| match c {
+            c if c.is_control() => c.escape_default().to_string(),
+            c => c.to_string(),
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn escaped_keeps_one_line() {
+        use super::escaped;
+        assert_eq!(escaped("plain/path"), "plain/path");
+        assert_eq!(escaped("a\nb\x1b[31m"), "a\\nb\\u{1b}[31m");
+    }
+
     #[test]
     fn once_per_key() {
         assert!(super::warn_once("t.a", "a"));

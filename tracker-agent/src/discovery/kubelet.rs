@@ -149,6 +149,35 @@ pub struct Kubelet {
     client: reqwest::Client,
 }
 
+/// A CA or token file is small; more is not one (and /dev/zero never ends).
+const MAX_SECRET_FILE: u64 = 1 << 20;
+
+/// The CA certificate in `ca`, read without blocking and within a bound.
+fn ca_cert(ca: &std::path::Path) -> Result<reqwest::Certificate, String> {
+    let pem = crate::fsafe::read_input(ca, MAX_SECRET_FILE)
+        .map_err(|e| format!("{}: {e}", ca.display()))?;
+    reqwest::Certificate::from_pem(&pem)
+        .map_err(|e| format!("{}: not a PEM certificate ({e})", ca.display()))
+}
+
+/// Whether `ca` holds a certificate the client can use (at least one PEM
+/// certificate block, which `from_pem` alone does not insist on).
+pub fn check_ca(ca: &std::path::Path) -> Result<(), String> {
+    let cert = ca_cert(ca)?;
+    let pem = crate::fsafe::read_input(ca, MAX_SECRET_FILE)
+        .map_err(|e| format!("{}: {e}", ca.display()))?;
+    match reqwest::Certificate::from_pem_bundle(&pem) {
+        Ok(v) if !v.is_empty() => {}
+        Ok(_) => return Err(format!("{}: no PEM certificate in it", ca.display())),
+        Err(e) => return Err(format!("{}: not a PEM certificate ({e})", ca.display())),
+    }
+    reqwest::Client::builder()
+        .add_root_certificate(cert)
+        .build()
+        .map(|_| ())
+        .map_err(|e| format!("{}: {}", ca.display(), crate::warn::error_chain(&e)))
+}
+
 impl Kubelet {
     pub fn new(cfg: KubeletConfig) -> Result<Kubelet, String> {
         let mut b = reqwest::Client::builder()
@@ -159,10 +188,7 @@ impl Kubelet {
         if cfg.insecure_tls {
             b = b.danger_accept_invalid_certs(true);
         } else if let Some(ca) = &cfg.ca_file {
-            let pem = std::fs::read(ca).map_err(|e| format!("{}: {e}", ca.display()))?;
-            let cert = reqwest::Certificate::from_pem(&pem)
-                .map_err(|e| format!("{}: not a PEM certificate ({e})", ca.display()))?;
-            b = b.add_root_certificate(cert);
+            b = b.add_root_certificate(ca_cert(ca)?);
         }
         let client = b.build().map_err(|e| format!("HTTP client: {e}"))?;
         Ok(Kubelet { cfg, client })
@@ -173,7 +199,8 @@ impl Kubelet {
         let url = format!("{}/pods", self.cfg.url.trim_end_matches('/'));
         let mut req = self.client.get(&url);
         if let Some(f) = &self.cfg.token_file {
-            let token = std::fs::read_to_string(f)
+            let token = crate::fsafe::read_input(f, MAX_SECRET_FILE)
+                .map(|b| String::from_utf8_lossy(&b).into_owned())
                 .map_err(|e| format!("token file {}: {e}", f.display()))?;
             req = req.bearer_auth(token.trim());
         }

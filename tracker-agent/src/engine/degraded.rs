@@ -21,6 +21,10 @@ pub const PROBE_FAILED: &str = "probe_failed";
 /// Members that had exited were still on a CPU when the final sample was due.
 pub const SETTLE_TIMEOUT: &str = "settle_timeout";
 
+/// Sentinel's spool file failed (full, read-only): batches past the memory limit
+/// went to kept files or memory instead.
+pub const SPOOL_FAILED: &str = "spool_failed";
+
 /// The event ring could not be read any more.
 pub const RING_UNREAD: &str = "ring_unread";
 /// Procfs instead of eBPF, by the reason eBPF could not load (not `--no-ebpf`,
@@ -32,7 +36,7 @@ pub const EBPF_LOAD_FAILED: &str = "ebpf_load_failed";
 
 /// Every name, for the documentation's check.
 #[cfg(test)]
-pub const ALL: [&str; 12] = [
+pub const ALL: [&str; 13] = [
     MAP_FULL,
     RING_FULL,
     RING_UNREAD,
@@ -45,6 +49,7 @@ pub const ALL: [&str; 12] = [
     EBPF_NO_PRIVILEGE,
     EBPF_PID_NAMESPACE,
     EBPF_LOAD_FAILED,
+    SPOOL_FAILED,
 ];
 
 /// One named degradation.

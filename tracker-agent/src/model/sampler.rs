@@ -67,6 +67,11 @@ impl Sampler {
         self
     }
 
+    /// Adds (or updates) a degradation the session learnt of mid-run.
+    pub fn degrade(&mut self, name: &'static str, detail: String) {
+        self.degraded.set(name, detail);
+    }
+
     /// Sets the baseline without emitting. A tree the tracker started begins at zero
     /// (its first instructions belong to the first interval), so only an attached tree
     /// gets `tree`; the BPF counters always need one.

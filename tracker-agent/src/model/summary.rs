@@ -106,6 +106,9 @@ pub struct Summary {
     pub cloud: Option<CloudInfo>,
     /// Sentinel streaming, when SENTINEL_API_TOKEN was set.
     pub streaming: Option<StreamReport>,
+    /// Where the samples went because stderr, their destination, was closed at
+    /// start (`2>&-`); null otherwise.
+    pub samples_kept_in: Option<PathBuf>,
     /// The Python package's `stats()` over the tree's samples; null without a tree.
     pub stats: Option<RunStatsOut>,
     /// What the run needs (`recommend_resources()`), and whether the server was
@@ -127,14 +130,24 @@ pub struct StreamReport {
     /// Registrations that got no answer in time: each may have created a run on
     /// the server that stays unfinished.
     pub registrations_timed_out: u64,
+    /// Registrations answered with something that could not be used: each may
+    /// have made a run on the server too. Registering stops after three.
+    pub registrations_not_understood: u64,
     pub credential_refreshes: u64,
     /// Batches that waited in the spool file because memory was at its limit.
     pub spooled_batches: u64,
     /// `s3` or `inline`; null when `finish` was not accepted.
     pub data_source: Option<&'static str>,
-    /// Nothing reached S3 and the rows did not all fit inline: `finish` carried
-    /// the first that fit and marked the run failed; every row is in `kept_dir`.
+    /// The server holds fewer rows than the run produced: nothing reached S3 and
+    /// the rows did not all fit inline, or some batches never reached S3. `finish`
+    /// marked the run failed; the rest is in `kept_dir`.
     pub partial: bool,
+    /// Rows produced but not accepted by Sentinel (in S3 and listed, or inline).
+    pub rows_not_sent: u64,
+    /// Of those, rows written to `kept_dir`.
+    pub rows_kept: u64,
+    /// The spool failed mid-run: why, and where batches went instead.
+    pub spool_failed: Option<String>,
     pub finished: bool,
     /// Where batches that could not be uploaded were written.
     pub kept_dir: Option<PathBuf>,
@@ -204,6 +217,7 @@ impl Summary {
             host: HostInfo::default(),
             cloud: None,
             streaming: None,
+            samples_kept_in: None,
             stats: stats.usage.stats(),
             recommendation: stats.usage.recommendation(),
             recommended_server: None,

@@ -154,6 +154,12 @@ pub fn invoker() -> Result<Option<RunAs>, String> {
     if uid == 0 {
         return Ok(None);
     }
+    // (uid_t)-1 means "no change" to setuid and friends: never a user to become.
+    if uid == u32::MAX {
+        return Err(format!(
+            "SUDO_UID={uid} is not a user id (it means \"none\" to the kernel)"
+        ));
+    }
     let gid_env = std::env::var_os("SUDO_GID");
     let mut pwbuf = vec![0u8; 16384];
     // SAFETY: passwd is plain data; getpwuid_r writes into the buffers we own.
@@ -187,7 +193,13 @@ pub fn invoker() -> Result<Option<RunAs>, String> {
         Some(g) => g
             .to_str()
             .and_then(|s| s.parse().ok())
-            .ok_or_else(|| format!("SUDO_GID={g:?} is not a number"))?,
+            .ok_or_else(|| format!("SUDO_GID={g:?} is not a number"))
+            .and_then(|g: u32| match g {
+                u32::MAX => Err(format!(
+                    "SUDO_GID={g} is not a group id (it means \"none\" to the kernel)"
+                )),
+                g => Ok(g),
+            })?,
         None => pw_gid
             .ok_or_else(|| format!("SUDO_UID={uid} has no passwd entry and SUDO_GID is unset"))?,
     };

@@ -43,7 +43,10 @@ enum Start {
 /// Runs the whole session; returns the exit code the tracker should exit with.
 pub fn run(st: Settings) -> anyhow::Result<i32> {
     if let Some(c) = &st.config_file {
-        log::info!("settings from config file {}", c.display());
+        log::info!(
+            "settings from config file {}",
+            crate::warn::escaped(&c.display().to_string())
+        );
     }
     // Everything that can fail on bad input fails here, before anything starts.
     let start = match &st.target {

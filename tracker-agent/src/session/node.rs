@@ -81,21 +81,23 @@ pub fn run(st: NodeSettings) -> anyhow::Result<i32> {
         .build()
         .context("starting the endpoint's runtime")?;
     if let Some(addr) = st.listen {
-        match bg.block_on(tokio::net::TcpListener::bind(addr)) {
-            Ok(l) => {
-                let b = beat.clone();
-                let healthy = Arc::new(move || {
-                    start
-                        .elapsed()
-                        .saturating_sub(Duration::from_nanos(b.load(Ordering::Relaxed)))
-                        < stale
-                });
-                bg.spawn(prometheus::serve(l, shared.clone(), healthy));
-            }
-            Err(e) => say(format_args!(
-                "--listen {addr}: {e}; going on without the metrics endpoint"
-            )),
-        }
+        // An agent without its endpoint would look dead to its probes and scrape
+        // nothing: a port that cannot be had ends it at start (exit 1).
+        let l = bg
+            .block_on(tokio::net::TcpListener::bind(addr))
+            .with_context(|| format!("--listen {addr}: cannot serve the metrics endpoint"))?;
+        let at = l.local_addr().unwrap_or(addr);
+        say(format_args!(
+            "node: serving /metrics and /healthz on http://{at}"
+        ));
+        let b = beat.clone();
+        let healthy = Arc::new(move || {
+            start
+                .elapsed()
+                .saturating_sub(Duration::from_nanos(b.load(Ordering::Relaxed)))
+                < stale
+        });
+        bg.spawn(prometheus::serve(l, shared.clone(), healthy));
     }
     // Names: refreshed every 30 s, and at most every 5 s when a container the
     // kubelet has not named shows up; the sampling never waits for them.
@@ -161,8 +163,14 @@ pub fn run(st: NodeSettings) -> anyhow::Result<i32> {
         loop {
             tokio::select! {
                 _ = tick.tick() => {}
-                _ = int.recv() => break,
-                _ = term.recv() => break,
+                _ = int.recv() => {
+                    say("node: stopped by SIGINT");
+                    break;
+                }
+                _ = term.recv() => {
+                    say("node: stopped by SIGTERM");
+                    break;
+                }
             }
             let t0 = Instant::now();
             let found = scan(&root, &st.include);

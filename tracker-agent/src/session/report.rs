@@ -3,7 +3,6 @@
 //! and `--recommend-server` share with it.
 
 use std::{
-    fs::File,
     io::{BufRead, BufReader, Read as _},
     path::Path,
 };
@@ -13,6 +12,7 @@ use serde_json::Value;
 
 use crate::{
     discovery::keeper,
+    fsafe,
     model::{
         reading::unix_now,
         recorded::{self, CsvRows, JsonLine},
@@ -48,6 +48,14 @@ pub fn check_destination(flag: &str, p: &Path) -> anyhow::Result<()> {
     }
     if p.is_dir() {
         bail!("{flag} {}: is a directory", p.display());
+    }
+    if let Some(kind) = fsafe::not_regular(p) {
+        bail!("{flag} {}: it is {kind}, not a regular file", p.display());
+    }
+    // Refused now, as -o is, rather than found at the end of the run.
+    let target = if p.exists() { p } else { dir };
+    if let Err(e) = fsafe::writable(target) {
+        bail!("{flag} {}: cannot be written: {e}", p.display());
     }
     Ok(())
 }
@@ -141,7 +149,15 @@ struct Lines<R> {
     r: R,
     buf: Vec<u8>,
     n: u64,
+    /// A line ran past MAX_SKIP without an end (/dev/zero): nothing more is read.
+    ended: bool,
 }
+
+/// Seconds from 1970 past which a timestamp is not a time (the year 5138).
+const MAX_TIMESTAMP: f64 = 1e11;
+
+/// How far a line longer than MAX_LINE is skipped to find its end.
+const MAX_SKIP: u64 = 64 << 20;
 
 enum Line {
     Text(String),
@@ -151,8 +167,16 @@ enum Line {
 impl<R: BufRead> Lines<R> {
     fn next(&mut self) -> std::io::Result<Option<(u64, Line)>> {
         self.buf.clear();
+        if self.ended {
+            return Ok(None);
+        }
         let mut long = false;
+        let mut skipped = 0u64;
         loop {
+            if skipped > MAX_SKIP {
+                self.ended = true;
+                break;
+            }
             let chunk = self.r.fill_buf()?;
             if chunk.is_empty() {
                 if self.buf.is_empty() && !long {
@@ -173,6 +197,9 @@ impl<R: BufRead> Lines<R> {
                 }
             }
             self.r.consume(take);
+            if long {
+                skipped += take as u64;
+            }
             if done {
                 break;
             }
@@ -210,14 +237,15 @@ impl Inputs {
 
     fn read(&mut self, path: &Path) -> anyhow::Result<()> {
         let name = path.display().to_string();
-        let f = File::open(path).with_context(|| format!("cannot read {name}"))?;
-        if f.metadata().is_ok_and(|m| m.is_dir()) {
+        if std::fs::metadata(path).is_ok_and(|m| m.is_dir()) {
             bail!("{name} is a directory");
         }
+        let f = fsafe::open_input(path).with_context(|| format!("cannot read {name}"))?;
         let mut lines = Lines {
             r: BufReader::with_capacity(256 * 1024, f),
             buf: Vec::new(),
             n: 0,
+            ended: false,
         };
         // The first line that is not blank tells the kind of file.
         let first = loop {
@@ -258,7 +286,7 @@ impl Inputs {
 
     fn read_document(&mut self, path: &Path, name: &str) -> anyhow::Result<()> {
         let mut text = String::new();
-        let f = File::open(path).with_context(|| format!("cannot read {name}"))?;
+        let f = fsafe::open_input(path).with_context(|| format!("cannot read {name}"))?;
         let read = f.take(MAX_SUMMARY + 1).read_to_string(&mut text);
         let v: Option<Value> = read
             .ok()
@@ -290,6 +318,19 @@ impl Inputs {
     }
 
     fn sample(&mut self, name: &str, n: u64, s: &Sample, extra: recorded::Extra) {
+        // 1e308 parses as a number but is no time: it would stretch the chart's
+        // axis past any use and hide every other sample.
+        if s.timestamp_secs.is_infinite() || s.timestamp_secs.abs() > MAX_TIMESTAMP {
+            self.skip(
+                name,
+                n,
+                &format!(
+                    "timestamp_secs {} is not a time (more than {MAX_TIMESTAMP:e} s from 1970)",
+                    s.timestamp_secs
+                ),
+            );
+            return;
+        }
         let split = matches!(self.runs.last(), Some(r)
             if r.run.span().is_some_and(|(_, last)| s.timestamp_secs < last - BACKWARDS_SECS));
         if split {

@@ -118,6 +118,9 @@ impl Loop {
 /// Takes a sample and hands it to the sinks. A reading that fails is said once
 /// and the interval is skipped: the command's life cycle goes on.
 fn emit(lp: &mut Loop, ring: Option<&mut Ring>, sinks: &mut Sinks) {
+    for (name, detail) in sinks.degraded() {
+        lp.sampler.degrade(name, detail);
+    }
     match lp.sample(ring) {
         Ok(s) => sinks.write(&s),
         Err(e) => {

@@ -59,8 +59,13 @@ fn line_col(text: &str, offset: usize) -> (usize, usize) {
     (line, col)
 }
 
+/// A config file is a few lines; more is not one.
+const MAX_CONFIG: u64 = 1 << 20;
+
 /// As root, a config file found in the working directory (which may be anyone's)
-/// counts only when root owns it; one named with `-c` is the user's explicit choice.
+/// counts only when root owns it (a link included). Any config file read as root,
+/// named with `-c` or not, must also be one that no one else can change: see
+/// `fsafe::others_can_write`.
 fn trusted_as_root(path: &Path) -> bool {
     use std::os::unix::fs::MetadataExt as _;
     // SAFETY: geteuid has no preconditions.
@@ -81,26 +86,43 @@ fn trusted_as_root(path: &Path) -> bool {
 /// keys are warned about and ignored.
 pub fn load(explicit: Option<&Path>) -> Result<Option<(FileConfig, PathBuf)>, String> {
     let path = explicit.unwrap_or(Path::new(DEFAULT_CONFIG));
-    let name = path.display();
+    let name = crate::warn::escaped(&path.display().to_string());
     if explicit.is_none() && !trusted_as_root(path) {
-        log::warn!(
-            "config file {name}: not owned by root; ignored while running as root (name it with -c to use it)"
-        );
+        log::warn!("config file {name}: not owned by root; ignored while running as root");
         return Ok(None);
     }
-    let text = match std::fs::read(path) {
-        Ok(b) => String::from_utf8(b).map_err(|e| {
-            format!(
-                "config file {name}: not UTF-8 text (byte {})",
-                e.utf8_error().valid_up_to()
-            )
-        })?,
+    let f = match crate::fsafe::open_input(path) {
+        Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             if explicit.is_some() {
                 log::warn!("config file {name}: not found; going on without it");
             }
             return Ok(None);
         }
+        Err(e) => return Err(format!("config file {name}: {e}")),
+    };
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        let invoker = std::env::var("SUDO_UID").ok().and_then(|u| u.parse().ok());
+        match crate::fsafe::others_can_write(&f, invoker) {
+            Ok(None) => {}
+            Ok(Some(why)) if explicit.is_none() => {
+                log::warn!("config file {name}: {why}; ignored while running as root");
+                return Ok(None);
+            }
+            Ok(Some(why)) => {
+                return Err(format!("config file {name}: {why}; not read as root"));
+            }
+            Err(e) => return Err(format!("config file {name}: {e}")),
+        }
+    }
+    let text = match crate::fsafe::read_bounded(f, MAX_CONFIG) {
+        Ok(b) => String::from_utf8(b).map_err(|e| {
+            format!(
+                "config file {name}: not UTF-8 text (byte {})",
+                e.utf8_error().valid_up_to()
+            )
+        })?,
         Err(e) => return Err(format!("config file {name}: {e}")),
     };
     // The key a wrong value belongs to, as `[section] key` (serde's path).

@@ -137,8 +137,18 @@ fn sentinel_settings(
         _ => 16 << 20,
     };
     let spool_dir = match env_var(get_env, "TRACKER_SPOOL_DIR")? {
-        Some(v) if !v.trim().is_empty() => values::existing_dir("TRACKER_SPOOL_DIR", &v)?,
-        _ => std::env::temp_dir(),
+        Some(v) if !v.trim().is_empty() => {
+            let d = values::existing_dir("TRACKER_SPOOL_DIR", &v)?;
+            if let Err(e) = sentinel::probe_spool(&d) {
+                return Err(format!(
+                    "environment variable TRACKER_SPOOL_DIR: {}: {}",
+                    d.display(),
+                    values::cannot_write_in(&e)
+                ));
+            }
+            d
+        }
+        _ => crate::fsafe::temp_dir(),
     };
     let timeout = env_seconds(get_env, "TRACKER_HTTP_TIMEOUT", 0.1)?.unwrap_or(30.0);
     Ok(Some(sentinel::Config {
@@ -230,7 +240,7 @@ pub fn resolve(cli: Cli, get_env: GetEnv) -> Result<Settings, String> {
     };
     let cname = config_file
         .as_ref()
-        .map(|p| p.display().to_string())
+        .map(|p| crate::warn::escaped(&p.display().to_string()))
         .unwrap_or_default();
     let tr = &cfg.tracker;
     let in_file = |key: &str| format!("config file {cname}: [tracker] {key}");
@@ -312,6 +322,7 @@ pub fn resolve(cli: Cli, get_env: GetEnv) -> Result<Settings, String> {
         ("--summary", opts.summary.as_deref()),
         ("--events", opts.events.as_deref()),
         ("--report", opts.report.as_deref()),
+        ("the config file", config_file.as_deref()),
     ])?;
     let recommend_server = opts.recommend_server
         || env_bool(get_env, "TRACKER_RECOMMEND_SERVER")?

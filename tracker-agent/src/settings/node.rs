@@ -110,6 +110,11 @@ pub fn resolve(o: NodeOpts, get_env: GetEnv) -> Result<NodeSettings, String> {
             }
         }
     }
+    // A CA that cannot be used would only show at the first request, as names
+    // that never come: checked now.
+    if let (Some(f), false) = (&o.kubelet_ca_file, o.kubelet_insecure_tls) {
+        crate::discovery::kubelet::check_ca(f).map_err(|e| format!("--kubelet-ca-file: {e}"))?;
+    }
     Ok(NodeSettings {
         listen,
         interval,

@@ -67,6 +67,16 @@ pub fn nice(origin: &str, text: &str) -> Result<i32, String> {
         Ok(_) => Err(format!(
             "{origin}: '{text}' is not a nice value from -20 to 19"
         )),
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::num::IntErrorKind::PosOverflow | std::num::IntErrorKind::NegOverflow
+            ) =>
+        {
+            Err(format!(
+                "{origin}: '{text}' is out of range: a nice value is from -20 to 19"
+            ))
+        }
         Err(_) => Err(format!("{origin}: '{text}' is not a whole number")),
     }
 }
@@ -197,14 +207,29 @@ pub fn existing_dir(var: &str, v: &str) -> Result<PathBuf, String> {
     ))
 }
 
+/// Why a file cannot be made in an existing directory, in words that fit it: a
+/// file system that takes no new files (/proc, /sys) answers "not found".
+pub fn cannot_write_in(e: &std::io::Error) -> String {
+    use std::io::ErrorKind as K;
+    match e.kind() {
+        K::NotFound | K::Unsupported => {
+            format!("no file can be made there (the file system takes none: {e})")
+        }
+        K::ReadOnlyFilesystem => "cannot write there: a read-only file system".into(),
+        K::StorageFull | K::QuotaExceeded => format!("cannot write there: no space left ({e})"),
+        K::PermissionDenied => format!("cannot write there: permission denied ({e})"),
+        _ => format!("cannot write a file there: {e}"),
+    }
+}
+
 /// Output files named by several flags must differ: two writers on one file
 /// overwrite each other. Compared by name (made absolute) and, for files that
 /// exist, by identity (a link or a second name for the same file). A terminal or
 /// a pipe (`/dev/stderr`) may be shared.
 pub fn distinct_files(named: &[(&str, Option<&Path>)]) -> Result<(), String> {
     use std::os::unix::fs::MetadataExt;
-    let cwd = std::env::current_dir().unwrap_or_default();
-    // Each flag with its absolute path and, for an existing file, (device, inode).
+    // Each flag with its path made absolute and resolved as far as it exists and,
+    // for an existing file, (device, inode).
     type Named<'a> = (&'a str, (PathBuf, Option<(u64, u64)>));
     let given: Vec<Named> = named
         .iter()
@@ -215,9 +240,7 @@ pub fn distinct_files(named: &[(&str, Option<&Path>)]) -> Result<(), String> {
                 Ok(m) => Some((m.dev(), m.ino())),
                 Err(_) => None,
             };
-            // `components` drops `.` parts: `./x` and `x` are one name.
-            let name: PathBuf = cwd.join(p).components().collect();
-            Some((*flag, (name, id)))
+            Some((*flag, (resolved(p), id)))
         })
         .collect();
     for (i, (a, ka)) in given.iter().enumerate() {
@@ -231,6 +254,30 @@ pub fn distinct_files(named: &[(&str, Option<&Path>)]) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// A path made absolute with its links resolved: the file's own when it exists;
+/// otherwise its directory's, and a dangling link followed to where it points, so
+/// that two names of a file yet to be made compare equal.
+fn resolved(p: &Path) -> PathBuf {
+    let cwd = std::env::current_dir().unwrap_or_default();
+    let mut p = cwd.join(p);
+    // A bounded number of dangling links: a loop of them ends here.
+    for _ in 0..8 {
+        if let Ok(c) = std::fs::canonicalize(&p) {
+            return c;
+        }
+        let (Some(dir), Some(name)) = (p.parent(), p.file_name()) else {
+            break;
+        };
+        let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+        match std::fs::read_link(&p) {
+            Ok(target) => p = dir.join(target),
+            Err(_) => return dir.join(name).components().collect(),
+        }
+    }
+    // `components` drops `.` parts: `./x` and `x` are one name.
+    p.components().collect()
 }
 
 /// Variable and default of each metadata service.

@@ -26,6 +26,8 @@ pub struct Lines {
     format: Format,
     header_done: bool,
     owner: Option<Owner>,
+    /// Where the samples went instead of a stderr that was closed at start.
+    instead_of_stderr: Option<PathBuf>,
 }
 
 impl Lines {
@@ -37,12 +39,39 @@ impl Lines {
         format: Format,
         owner: Option<&Owner>,
     ) -> anyhow::Result<Lines> {
+        let mut instead_of_stderr = None;
         let target = match path {
             Some(p) => Target::File(
                 BufWriter::new(super::create(p, "output", owner)?),
                 p.display().to_string(),
             ),
             None if quiet => Target::Null,
+            // Started with `2>&-`: the runtime put /dev/null there. The samples
+            // go where a failing sink's go, and that is said where it can be
+            // read: the system log now, the summary at the end.
+            None if crate::warn::stderr_was_closed() => {
+                let name = match format {
+                    Format::Json => "samples.jsonl",
+                    Format::Csv => "samples.csv",
+                };
+                match super::fallback_file(name, owner) {
+                    Ok((f, p)) => {
+                        crate::warn::to_syslog(&format!(
+                            "stderr was closed at start; the samples go to {}",
+                            p.display()
+                        ));
+                        let shown = p.display().to_string();
+                        instead_of_stderr = Some(p);
+                        Target::File(BufWriter::new(f), shown)
+                    }
+                    Err(e) => {
+                        crate::warn::to_syslog(&format!(
+                            "stderr was closed at start, and no file could take the samples: {e}"
+                        ));
+                        Target::Null
+                    }
+                }
+            }
             None => Target::Stderr,
         };
         Ok(Lines {
@@ -50,6 +79,7 @@ impl Lines {
             format,
             header_done: false,
             owner: owner.cloned(),
+            instead_of_stderr,
         })
     }
 }
@@ -87,7 +117,8 @@ impl Sink for Lines {
         Ok(())
     }
 
-    fn finish(&mut self, _: &mut Summary) -> anyhow::Result<()> {
+    fn finish(&mut self, summary: &mut Summary) -> anyhow::Result<()> {
+        summary.samples_kept_in = self.instead_of_stderr.clone();
         Ok(())
     }
 

@@ -33,6 +33,11 @@ pub trait Sink {
     fn fall_back(&mut self) -> Option<PathBuf> {
         None
     }
+    /// What the sink can no longer do as asked, as a named degradation for the
+    /// samples from now on (a spool that failed, say).
+    fn degraded(&self) -> Option<(&'static str, String)> {
+        None
+    }
 }
 
 /// The run's sinks in order. A failing sink never ends the run (the command it
@@ -55,6 +60,14 @@ impl Sinks {
                 *live = recover(sink.as_mut(), e, |k| k.write(s));
             }
         }
+    }
+
+    /// The live sinks' degradations.
+    pub fn degraded(&self) -> impl Iterator<Item = (&'static str, String)> + '_ {
+        self.list
+            .iter()
+            .filter(|(_, l)| *l)
+            .filter_map(|(s, _)| s.degraded())
     }
 
     pub fn finish(&mut self, summary: &mut Summary) {
@@ -95,7 +108,7 @@ fn recover(
 /// A new file `name` in a private directory under the temp dir, for what could
 /// not be written where the user asked; under sudo the invoking user's.
 pub fn fallback_file(name: &str, owner: Option<&Owner>) -> std::io::Result<(File, PathBuf)> {
-    let (dir, fd) = fsafe::private_dir(&std::env::temp_dir(), "resource-tracker-kept-")?;
+    let (dir, fd) = fsafe::private_dir(&fsafe::temp_dir(), "resource-tracker-kept-")?;
     let f = fsafe::create_in(&fd, name, false)?;
     if let Some(o) = owner {
         std::os::unix::fs::fchown(fd.as_fd(), Some(o.uid), Some(o.gid))?;

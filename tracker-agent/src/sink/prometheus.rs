@@ -29,9 +29,12 @@ use tokio::{
 
 use crate::model::node::{Current, NodeSnapshot};
 
-/// Connections served at once; more wait in the kernel's backlog.
-const MAX_CONNECTIONS: usize = 8;
-/// A connection that has not sent its request by then is closed.
+/// Connections served at once (8 KiB each); past it a new one is answered 503.
+const MAX_CONNECTIONS: usize = 512;
+/// Each read of a request may wait this long; a client silent for longer is
+/// closed.
+const READ_DEADLINE: Duration = Duration::from_secs(2);
+/// A connection is closed by then, whatever it is doing.
 const REQUEST_DEADLINE: Duration = Duration::from_secs(5);
 
 pub type Shared = Arc<Mutex<NodeSnapshot>>;
@@ -409,6 +412,10 @@ pub fn encode(shared: &Shared, openmetrics: bool) -> String {
 
 /// Serves `/metrics` and `/healthz` on `listener` until the task is dropped.
 /// `healthy` says whether the sampling loop is alive (it read the cgroups lately).
+/// Accepting never waits for a connection in progress: each has READ_DEADLINE to
+/// send its request and REQUEST_DEADLINE in all, so idle or slow clients cannot
+/// queue a health probe behind them; past MAX_CONNECTIONS at once, a new one is
+/// answered 503 at once.
 pub async fn serve(
     listener: TcpListener,
     shared: Shared,
@@ -416,16 +423,21 @@ pub async fn serve(
 ) {
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     loop {
-        let Ok(permit) = slots.clone().acquire_owned().await else {
-            return;
-        };
-        let (stream, _) = match listener.accept().await {
+        let (mut stream, _) = match listener.accept().await {
             Ok(c) => c,
             Err(e) => {
                 crate::warn::warn_once("node.accept", format_args!("metrics endpoint: {e}"));
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;
             }
+        };
+        let Ok(permit) = slots.clone().try_acquire_owned() else {
+            tokio::spawn(async move {
+                let busy = "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 5\r\nConnection: close\r\n\r\nbusy\n";
+                let _ =
+                    tokio::time::timeout(READ_DEADLINE, stream.write_all(busy.as_bytes())).await;
+            });
+            continue;
         };
         let (shared, healthy) = (shared.clone(), healthy.clone());
         tokio::spawn(async move {
@@ -444,7 +456,11 @@ async fn answer(
     let mut buf = vec![0u8; 8192];
     let mut len = 0;
     let (status, ctype, body, head_only) = loop {
-        let n = s.read(&mut buf[len..]).await?;
+        let n = match tokio::time::timeout(READ_DEADLINE, s.read(&mut buf[len..])).await {
+            Ok(r) => r?,
+            // Too slow to say what it wants: the slot goes to someone else.
+            Err(_) => return Ok(()),
+        };
         if n == 0 {
             return Ok(());
         }

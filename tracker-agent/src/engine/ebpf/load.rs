@@ -68,6 +68,9 @@ pub(super) fn offset_degradations(o: &tracker_common::Offsets) -> Degradations {
 
 /// A PID namespace's inode that is the host's (`PROC_PID_INIT_INO`).
 const INIT_PID_NS_INO: u64 = 0xEFFF_FFFC;
+/// The kernel's BTF is a few MiB; a file far past that is not one (and /dev/zero
+/// never ends).
+pub(super) const MAX_BTF: u64 = 64 << 20;
 
 /// True when this process is in the host's PID namespace, where the kernel's pids and
 /// /proc's agree. An unreadable namespace link (no /proc) counts as the host's.
@@ -186,7 +189,7 @@ impl EbpfEngine {
         // The programs are plain raw tracepoints: the kernel's BTF is read only for
         // the offsets they use.
         let path = btf_path();
-        let data = std::fs::read(&path)
+        let data = crate::fsafe::read_input(&path, MAX_BTF)
             .map_err(|e| EbpfUnavailable::NoBtf(format!("{}: {e}", path.display())))?;
         let t_read = t0.elapsed();
         let btf = Btf::parse(&data)

@@ -64,8 +64,8 @@ impl NodeLife {
     pub fn load() -> Result<NodeLife, EbpfUnavailable> {
         has_cap_bpf().map_err(EbpfUnavailable::NoPrivilege)?;
         let path = "/sys/kernel/btf/vmlinux";
-        let data =
-            std::fs::read(path).map_err(|e| EbpfUnavailable::NoBtf(format!("{path}: {e}")))?;
+        let data = crate::fsafe::read_input(std::path::Path::new(path), super::load::MAX_BTF)
+            .map_err(|e| EbpfUnavailable::NoBtf(format!("{path}: {e}")))?;
         let (offsets, node) = Btf::parse(&data)
             .and_then(|b| Ok((b.offsets()?, node_offsets(&b)?)))
             .map_err(|e| EbpfUnavailable::NoBtf(format!("{path}: {e}")))?;

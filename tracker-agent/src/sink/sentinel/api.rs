@@ -297,12 +297,36 @@ fn no_answer(e: &reqwest::Error, msg: String) -> ApiError {
     }
 }
 
+/// Below this length a token is masked only where it stands alone (not inside a
+/// longer word): a one-character token would otherwise star out that character
+/// in every message ("h******p://").
+const SHORT_TOKEN: usize = 8;
+
 pub fn redact(s: &str, token: &str) -> String {
     if token.is_empty() {
-        s.to_string()
-    } else {
-        s.replace(token, "***")
+        return s.to_string();
     }
+    if token.len() >= SHORT_TOKEN {
+        return s.replace(token, "***");
+    }
+    let word = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '-');
+    let mut out = String::with_capacity(s.len());
+    let mut done = 0;
+    for (i, _) in s.match_indices(token) {
+        if i < done {
+            continue;
+        }
+        let end = i + token.len();
+        out.push_str(&s[done..i]);
+        if word(s[..i].chars().last()) || word(s[end..].chars().next()) {
+            out.push_str(token);
+        } else {
+            out.push_str("***");
+        }
+        done = end;
+    }
+    out.push_str(&s[done..]);
+    out
 }
 
 /// One line of at most `n` characters.
@@ -403,6 +427,16 @@ mod tests {
     #[test]
     fn redaction_and_clipping() {
         assert_eq!(redact("Bearer tok123 x", "tok123"), "Bearer *** x");
+        // A short token is masked where it stands alone, not inside words.
+        assert_eq!(
+            redact("https://api.example: bad token h (h)", "h"),
+            "https://api.example: bad token *** (***)"
+        );
+        assert_eq!(redact("hh h", "h"), "hh ***");
+        assert_eq!(
+            redact("a-long-token-here in x", "a-long-token-here"),
+            "*** in x"
+        );
         assert_eq!(clip("a\n b  c", 10), "a b c");
         assert_eq!(clip("abcdef", 3), "abc…");
     }

@@ -7,13 +7,22 @@ mod queue;
 mod s3;
 mod upload;
 
-use std::{path::PathBuf, sync::mpsc::Receiver, thread::JoinHandle, time::Duration};
+use std::{
+    path::PathBuf,
+    sync::{mpsc::Receiver, Arc, Mutex},
+    thread::JoinHandle,
+    time::Duration,
+};
 
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 
 use super::Sink;
-use crate::model::{csv, Discovered, HostInfo, JobMeta, Sample, StreamReport, Summary};
+use crate::{
+    engine::degraded::{Degradation, SPOOL_FAILED},
+    model::{csv, Discovered, HostInfo, JobMeta, Sample, StreamReport, Summary},
+};
+pub use queue::probe_spool;
 use upload::run_stream;
 
 /// The API token; never printed, not even by `{:?}`.
@@ -63,6 +72,8 @@ enum Msg {
 pub struct Streamer {
     tx: mpsc::UnboundedSender<Msg>,
     handle: Option<JoinHandle<StreamReport>>,
+    /// Set by the streaming thread when the spool fails.
+    degraded: Arc<Mutex<Option<String>>>,
 }
 
 impl Streamer {
@@ -74,6 +85,8 @@ impl Streamer {
         found: Receiver<Discovered>,
     ) -> anyhow::Result<Streamer> {
         let (tx, rx) = mpsc::unbounded_channel();
+        let degraded = Arc::new(Mutex::new(None));
+        let shared = degraded.clone();
         let handle = std::thread::Builder::new()
             .name("sentinel".into())
             .spawn(move || {
@@ -88,7 +101,7 @@ impl Streamer {
                         return StreamReport::default();
                     }
                 };
-                let report = rt.block_on(run_stream(cfg, run, found, rx));
+                let report = rt.block_on(run_stream(cfg, run, found, rx, shared));
                 // A DNS lookup still blocked in the pool must not hold up the exit.
                 rt.shutdown_background();
                 report
@@ -96,6 +109,7 @@ impl Streamer {
         Ok(Streamer {
             tx,
             handle: Some(handle),
+            degraded,
         })
     }
 }
@@ -115,11 +129,27 @@ impl Sink for Streamer {
         };
         let exit_code = summary.exit_code.unwrap_or(0);
         let _ = self.tx.send(Msg::Finish { exit_code });
-        summary.streaming = Some(handle.join().unwrap_or_else(|_| StreamReport {
+        let report = handle.join().unwrap_or_else(|_| StreamReport {
             last_error: Some("the streaming thread panicked".into()),
             ..StreamReport::default()
-        }));
+        });
+        if let Some(detail) = &report.spool_failed {
+            let d = Degradation {
+                name: SPOOL_FAILED,
+                detail: detail.clone(),
+            };
+            match summary.degraded.iter_mut().find(|x| x.name == SPOOL_FAILED) {
+                Some(x) => *x = d,
+                None => summary.degraded.push(d),
+            }
+        }
+        summary.streaming = Some(report);
         Ok(())
+    }
+
+    fn degraded(&self) -> Option<(&'static str, String)> {
+        let d = self.degraded.lock().ok()?.clone()?;
+        Some((SPOOL_FAILED, d))
     }
 }
 

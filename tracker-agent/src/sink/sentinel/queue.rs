@@ -1,12 +1,14 @@
 //! Rows not yet uploaded: the open batch (CSV text) and sealed batches (gzip CSV,
 //! header included, each a standalone object). Sealed batches stay in memory up to a
-//! limit; past it they go to an unlinked spool file and come back in order.
+//! limit; past it they go to an unlinked spool file and come back in order. A spool
+//! that fails (full, read-only, gone) loses nothing: batches then go to files kept
+//! in a private directory under the temp dir, and failing that stay in memory.
 
 use std::{
     collections::VecDeque,
     fs::File,
     io::{self, Read as _, Write as _},
-    os::unix::fs::FileExt as _,
+    os::{fd::OwnedFd, unix::fs::FileExt as _},
     path::{Path, PathBuf},
 };
 
@@ -16,7 +18,12 @@ use crate::fsafe;
 
 enum Stored {
     Mem(Vec<u8>),
-    Spool { offset: u64, len: usize },
+    Spool {
+        offset: u64,
+        len: usize,
+    },
+    /// A file of its own in the kept directory.
+    Kept(PathBuf),
 }
 
 pub struct Batch {
@@ -39,6 +46,15 @@ pub struct Queue {
     spool_end: u64,
     /// Batches that went through the spool file.
     pub spooled: u64,
+    /// Why the spool stopped taking batches, once it has.
+    pub spool_failed: Option<String>,
+    /// Where batches go when the spool has failed: a private directory made on
+    /// first use under `kept_parent`; its files survive the tracker.
+    kept_parent: PathBuf,
+    kept_dir: Option<(PathBuf, OwnedFd)>,
+    /// Why the kept directory stopped taking batches, once it has: they then stay
+    /// in memory, past the limit.
+    pub kept_failed: Option<String>,
 }
 
 fn gzip(parts: &[&str]) -> io::Result<Vec<u8>> {
@@ -55,9 +71,19 @@ pub fn gunzip(b: &[u8]) -> io::Result<String> {
     Ok(s)
 }
 
+/// Proves `dir` takes a spool file: one is made the way the queue makes it and a
+/// block written through it (a stat says nothing of a read-only mount, /proc or a
+/// full disk).
+pub fn probe_spool(dir: &Path) -> io::Result<()> {
+    let f = fsafe::anonymous_file(dir)?;
+    f.write_all_at(&[0u8; 4096], 0)?;
+    f.sync_data()
+}
+
 impl Queue {
     /// `header` ends with a newline.
-    pub fn new(header: String, limit: usize, spool_dir: &Path) -> Queue {
+    /// `kept_parent`: where batches go should the spool fail (the temp dir).
+    pub fn new(header: String, limit: usize, spool_dir: &Path, kept_parent: &Path) -> Queue {
         Queue {
             header,
             open: String::new(),
@@ -70,6 +96,10 @@ impl Queue {
             spool: None,
             spool_end: 0,
             spooled: 0,
+            spool_failed: None,
+            kept_parent: kept_parent.to_path_buf(),
+            kept_dir: None,
+            kept_failed: None,
         }
     }
 
@@ -97,7 +127,7 @@ impl Queue {
         self.open.clear();
         // Sealed batches get three quarters of the limit, the open batch the rest.
         let data = if self.mem_bytes + gz.len() > self.limit - self.limit / 4 {
-            self.spool_out(&gz)?
+            self.spill(gz)
         } else {
             self.mem_bytes += gz.len();
             Stored::Mem(gz)
@@ -109,6 +139,50 @@ impl Queue {
         });
         self.next_seq += 1;
         Ok(())
+    }
+
+    /// A batch past the memory limit: to the spool file, else to the kept
+    /// directory, else into memory. Never lost; each failure is kept to be named.
+    fn spill(&mut self, gz: Vec<u8>) -> Stored {
+        if self.spool_failed.is_none() {
+            match self.spool_out(&gz) {
+                Ok(s) => return s,
+                Err(e) => self.spool_failed = Some(e.to_string()),
+            }
+        }
+        if self.kept_failed.is_none() {
+            match self.keep_out(self.next_seq, &gz) {
+                Ok(p) => return Stored::Kept(p),
+                Err(e) => self.kept_failed = Some(e.to_string()),
+            }
+        }
+        self.mem_bytes += gz.len();
+        Stored::Mem(gz)
+    }
+
+    /// Writes one batch as `NNNN.csv.gz` in the kept directory, made on first use.
+    fn keep_out(&mut self, seq: u32, gz: &[u8]) -> io::Result<PathBuf> {
+        let (dir, fd) = match &self.kept_dir {
+            Some(d) => d,
+            None => {
+                let prefix = format!("resource-tracker-unsent-{}-", std::process::id());
+                let d = fsafe::private_dir(&self.kept_parent, &prefix).map_err(|e| {
+                    io::Error::new(
+                        e.kind(),
+                        format!("a kept directory in {}: {e}", self.kept_parent.display()),
+                    )
+                })?;
+                self.kept_dir.insert(d)
+            }
+        };
+        let name = format!("{seq:04}.csv.gz");
+        let path = dir.join(&name);
+        let written = fsafe::create_in(fd, &name, false).and_then(|mut f| f.write_all(gz));
+        if let Err(e) = written {
+            let _ = std::fs::remove_file(&path);
+            return Err(io::Error::new(e.kind(), format!("{}: {e}", path.display())));
+        }
+        Ok(path)
     }
 
     fn spool_out(&mut self, gz: &[u8]) -> io::Result<Stored> {
@@ -125,7 +199,12 @@ impl Queue {
                 self.spool.insert(f)
             }
         };
-        f.write_all_at(gz, self.spool_end)?;
+        f.write_all_at(gz, self.spool_end).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("spool file in {}: {e}", self.spool_dir.display()),
+            )
+        })?;
         let s = Stored::Spool {
             offset: self.spool_end,
             len: gz.len(),
@@ -146,6 +225,7 @@ impl Queue {
                     .read_exact_at(&mut v, *offset)?;
                 Ok(v)
             }
+            Stored::Kept(p) => std::fs::read(p),
         }
     }
 
@@ -160,8 +240,12 @@ impl Queue {
     /// Drops the oldest batch once it is uploaded.
     pub fn pop_front(&mut self) {
         if let Some(b) = self.sealed.pop_front() {
-            if let Stored::Mem(v) = &b.data {
-                self.mem_bytes -= v.len();
+            match &b.data {
+                Stored::Mem(v) => self.mem_bytes -= v.len(),
+                Stored::Kept(p) => {
+                    let _ = std::fs::remove_file(p);
+                }
+                Stored::Spool { .. } => {}
             }
         }
         let spool_used = self
@@ -180,7 +264,7 @@ impl Queue {
         self.sealed.len()
     }
 
-    #[cfg(test)]
+    /// Rows not yet uploaded, sealed or not.
     pub fn rows_waiting(&self) -> usize {
         self.open_rows + self.sealed.iter().map(|b| b.rows).sum::<usize>()
     }
@@ -215,20 +299,60 @@ impl Queue {
 
     /// Writes the batches that were never uploaded as standalone `NNNN.csv.gz`
     /// files in a new private directory `PREFIXxxxxxx` of `parent`, so nothing is
-    /// lost; returns the directory and how many (none: no directory).
+    /// lost; returns the directory and how many (none: no directory). All or
+    /// nothing: on an error the new directory is removed and the queue is as it was.
     pub fn keep(&mut self, parent: &Path, prefix: &str) -> io::Result<Option<(PathBuf, usize)>> {
         self.seal()?;
         if self.sealed.is_empty() {
             return Ok(None);
         }
         let (dir, fd) = fsafe::private_dir(parent, prefix)?;
-        let mut n = 0;
-        while let Some((seq, _, bytes)) = self.front()? {
-            fsafe::create_in(&fd, &format!("{seq:04}.csv.gz"), false)?.write_all(&bytes)?;
+        let written = self.sealed.iter().try_for_each(|b| {
+            fsafe::create_in(&fd, &format!("{:04}.csv.gz", b.seq), false)?
+                .write_all(&self.bytes_of(b)?)
+        });
+        if let Err(e) = written {
+            let _ = std::fs::remove_dir_all(&dir);
+            return Err(e);
+        }
+        let n = self.sealed.len();
+        while !self.sealed.is_empty() {
             self.pop_front();
-            n += 1;
+        }
+        if let Some((d, _)) = self.kept_dir.take() {
+            let _ = std::fs::remove_dir(d);
         }
         Ok(Some((dir, n)))
+    }
+
+    /// The last resort when `keep` failed: every batch not yet in the kept
+    /// directory is written there. Returns the directory (when it holds any) and
+    /// the rows that could be written nowhere.
+    pub fn keep_in_fallback(&mut self) -> (Option<PathBuf>, usize) {
+        let _ = self.seal();
+        let mut lost = 0;
+        let mut kept = 0;
+        while let Some(b) = self.sealed.pop_front() {
+            let bytes = match &b.data {
+                Stored::Kept(_) => {
+                    kept += 1;
+                    continue;
+                }
+                _ => self.bytes_of(&b),
+            };
+            if let Stored::Mem(v) = &b.data {
+                self.mem_bytes -= v.len();
+            }
+            match bytes.and_then(|g| self.keep_out(b.seq, &g)) {
+                Ok(_) => kept += 1,
+                Err(e) => {
+                    self.kept_failed.get_or_insert(e.to_string());
+                    lost += b.rows;
+                }
+            }
+        }
+        let dir = self.kept_dir.as_ref().map(|(d, _)| d.clone());
+        (dir.filter(|_| kept > 0), lost)
     }
 }
 
@@ -253,7 +377,7 @@ mod tests {
     #[test]
     fn batches_stand_alone_in_order() {
         let d = tmpdir("order");
-        let mut q = Queue::new("h1,h2\n".into(), 1 << 20, &d);
+        let mut q = Queue::new("h1,h2\n".into(), 1 << 20, &d, &d);
         q.seal().unwrap();
         assert_eq!(q.sealed_len(), 0, "no empty batch");
         q.push("1,a").unwrap();
@@ -277,7 +401,7 @@ mod tests {
     fn past_the_limit_batches_spool_and_come_back_in_order() {
         let d = tmpdir("spool");
         // Limit of 4 KiB: the open batch seals every 1 KiB and most batches spool.
-        let mut q = Queue::new("h1,h2\n".into(), 4096, &d);
+        let mut q = Queue::new("h1,h2\n".into(), 4096, &d, &d);
         let mut expect = Vec::new();
         for i in 0..5000 {
             // Incompressible-ish rows so that gzip cannot hide the growth.
@@ -318,7 +442,7 @@ mod tests {
     #[test]
     fn keep_writes_what_was_not_uploaded() {
         let d = tmpdir("keep");
-        let mut q = Queue::new("h1,h2\n".into(), 1 << 20, &d);
+        let mut q = Queue::new("h1,h2\n".into(), 1 << 20, &d, &d);
         q.push("1,a").unwrap();
         q.seal().unwrap();
         q.push("2,b").unwrap();
@@ -334,5 +458,63 @@ mod tests {
             ["2,b"]
         );
         assert_eq!(q.rows_waiting(), 0);
+    }
+
+    /// A spool that cannot be written loses nothing: batches go to kept files and,
+    /// when those fail too, stay in memory; all come back in order.
+    #[test]
+    fn a_failing_spool_keeps_every_batch() {
+        let d = tmpdir("spoolfail");
+        let gone = d.join("gone");
+        for (kept_parent, in_files) in [(d.clone(), true), (gone.clone(), false)] {
+            let mut q = Queue::new("h1,h2\n".into(), 256, &gone, &kept_parent);
+            let mut expect = Vec::new();
+            for i in 0..200 {
+                let r = format!("{i},{:x}", (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+                q.push(&r).unwrap();
+                expect.push(r);
+            }
+            q.seal().unwrap();
+            assert!(q.spool_failed.is_some());
+            assert_eq!(q.kept_failed.is_none(), in_files);
+            assert_eq!(q.rows_waiting(), 200);
+            let mut got = Vec::new();
+            while let Some((_, _, gz)) = q.front().unwrap() {
+                got.extend(rows_of(&gz));
+                q.pop_front();
+            }
+            assert_eq!(got, expect);
+        }
+        // Uploaded batches leave no kept file behind.
+        let left: Vec<_> = std::fs::read_dir(&d)
+            .unwrap()
+            .flatten()
+            .flat_map(|e| std::fs::read_dir(e.path()).into_iter().flatten())
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
+    }
+
+    /// `keep` into a directory that cannot take the batches changes nothing, and
+    /// `keep_in_fallback` then writes them to the kept directory.
+    #[test]
+    fn keep_is_all_or_nothing_then_falls_back() {
+        let d = tmpdir("keepfail");
+        let mut q = Queue::new("h1,h2\n".into(), 1 << 20, &d, &d);
+        q.push("1,a").unwrap();
+        q.seal().unwrap();
+        q.push("2,b").unwrap();
+        assert!(q.keep(&d.join("gone"), "kept-").is_err());
+        assert_eq!(q.rows_waiting(), 2);
+        let (dir, lost) = q.keep_in_fallback();
+        let dir = dir.unwrap();
+        assert_eq!(lost, 0);
+        assert_eq!(
+            rows_of(&std::fs::read(dir.join("0001.csv.gz")).unwrap()),
+            ["1,a"]
+        );
+        assert_eq!(
+            rows_of(&std::fs::read(dir.join("0002.csv.gz")).unwrap()),
+            ["2,b"]
+        );
     }
 }

@@ -1,7 +1,10 @@
 //! The streaming thread: registers the run, uploads sealed batches with backoff,
 //! refreshes credentials, and finishes the run.
 
-use std::time::{Duration, Instant, SystemTime};
+use std::{
+    sync::{Arc, Mutex},
+    time::{Duration, Instant, SystemTime},
+};
 
 use aws_sdk_s3::primitives::{DateTime, DateTimeFormat};
 use serde_json::{json, Value};
@@ -47,7 +50,22 @@ struct Uploader {
     /// The reason last warned about in this episode.
     warned: Option<String>,
     told_unregistered: bool,
+    /// What the spool's failure costs, shared with the sampling thread, which names
+    /// it in every sample from then on.
+    degraded: Arc<Mutex<Option<String>>>,
+    /// The last reason a row could not be queued, said once.
+    said_push: Option<String>,
+    /// When a refresh was last forced by a 403, and how long until the next may
+    /// be: a 403 that refreshing does not cure is not refreshed at every retry.
+    forced_at: Option<tokio::time::Instant>,
+    forced_gap: Duration,
 }
+
+/// Registration answers that could not be used after which registering stops:
+/// each may have made a run on the server.
+const MAX_UNUSABLE_REGISTRATIONS: u64 = 3;
+/// The longest wait between refreshes forced by a persistent 403.
+const MAX_FORCED_GAP: Duration = Duration::from_secs(300);
 
 impl Uploader {
     /// A failure: warned once per distinct reason within an episode (a retry that
@@ -71,6 +89,45 @@ impl Uploader {
         self.backoff = (self.backoff * 2).min(self.max_backoff);
     }
 
+    /// Names a spool that failed, once per change: in a warning, in the report and
+    /// for the samples.
+    fn note_spool(&mut self) {
+        let Some(e) = &self.q.spool_failed else {
+            return;
+        };
+        let detail = match &self.q.kept_failed {
+            None => format!(
+                "the spool failed ({e}); batches past the memory limit are kept in files under {}",
+                crate::fsafe::temp_dir().display()
+            ),
+            Some(k) => format!(
+                "the spool failed ({e}) and so did the kept directory ({k}); batches past the memory limit stay in memory"
+            ),
+        };
+        if self.report.spool_failed.as_deref() == Some(detail.as_str()) {
+            return;
+        }
+        log::warn!("Sentinel: {detail}");
+        if let Ok(mut d) = self.degraded.lock() {
+            *d = Some(detail.clone());
+        }
+        self.report.spool_failed = Some(detail);
+    }
+
+    /// Queues one row; a failure is said once per reason.
+    fn push(&mut self, r: &str) {
+        self.report.rows += 1;
+        if let Err(e) = self.q.push(r) {
+            let e = e.to_string();
+            if self.said_push.as_deref() != Some(e.as_str()) {
+                log::warn!("Sentinel: spooling rows: {e}");
+            }
+            self.report.last_error = Some(format!("spooling: {e}"));
+            self.said_push = Some(e);
+        }
+        self.note_spool();
+    }
+
     fn recovered(&mut self) {
         if self.failing > 0 {
             log::warn!(
@@ -88,22 +145,50 @@ impl Uploader {
         self.reg.as_ref().map(|r| &r.credentials)
     }
 
+    /// Registrations that may have made a run on the server that stays
+    /// unfinished, in words; None when there are none.
+    fn maybe_unfinished(&self) -> Option<String> {
+        let (t, u) = (
+            self.report.registrations_timed_out,
+            self.report.registrations_not_understood,
+        );
+        let what = match (t, u) {
+            (0, 0) => return None,
+            (t, 0) => format!("{t} registration(s) timed out"),
+            (0, u) => format!("{u} registration answer(s) could not be used"),
+            (t, u) => format!("{t} registration(s) timed out and {u} answer(s) could not be used"),
+        };
+        Some(format!(
+            "{what}; the server may hold run(s) with external_run_id {} that stay unfinished",
+            self.body["external_run_id"]
+        ))
+    }
+
     async fn register(&mut self) -> bool {
         if self.reg.is_some() {
             return true;
         }
+        if self.report.registrations_not_understood >= MAX_UNUSABLE_REGISTRATIONS {
+            return false;
+        }
         let attempt = self.api.register(&self.body).await;
-        if let Err(ApiError::TimedOut(_)) = &attempt {
-            self.report.registrations_timed_out += 1;
+        match &attempt {
+            Err(ApiError::TimedOut(_)) => self.report.registrations_timed_out += 1,
+            Err(ApiError::Answer(_)) => {
+                self.report.registrations_not_understood += 1;
+                if self.report.registrations_not_understood == MAX_UNUSABLE_REGISTRATIONS {
+                    log::warn!(
+                        "Sentinel: {MAX_UNUSABLE_REGISTRATIONS} registration answers could not be used ({}); registering stops, and the rows are kept locally",
+                        self.maybe_unfinished().unwrap_or_default()
+                    );
+                }
+            }
+            _ => {}
         }
         match attempt {
             Ok(r) => {
-                if self.report.registrations_timed_out > 0 {
-                    log::warn!(
-                        "Sentinel: {} earlier registration(s) timed out; the server may hold run(s) with external_run_id {} that stay unfinished",
-                        self.report.registrations_timed_out,
-                        self.body["external_run_id"]
-                    );
+                if let Some(m) = self.maybe_unfinished() {
+                    log::warn!("Sentinel: earlier, {m}");
                 }
                 log::info!(
                     "Sentinel: run {} registered, uploading to s3://{}/{}",
@@ -196,7 +281,18 @@ impl Uploader {
                     .duration_since(SystemTime::now())
                     .map_or(true, |left| left <= REFRESH_BEFORE)
             });
-            if due || self.force_refresh {
+            // A 403 that refreshing did not cure is refreshed again only after a
+            // gap that doubles, up to MAX_FORCED_GAP.
+            let forced_ok = self
+                .forced_at
+                .is_none_or(|t| t.elapsed() >= self.forced_gap);
+            if due || (self.force_refresh && forced_ok) {
+                if self.force_refresh {
+                    self.forced_at = Some(tokio::time::Instant::now());
+                    self.forced_gap = (self.forced_gap * 2)
+                        .max(Duration::from_secs(2))
+                        .min(MAX_FORCED_GAP);
+                }
                 if let Err(e) = self.refresh().await {
                     if self.force_refresh {
                         self.fail("refreshing the upload credentials", &e.to_string());
@@ -225,6 +321,7 @@ impl Uploader {
                     self.report.rows_uploaded += rows as u64;
                     self.recovered();
                     auth_retried = false;
+                    self.forced_gap = Duration::ZERO;
                 }
                 Err(s3::PutError::Auth(m)) if !auth_retried => {
                     log::info!("Sentinel: {uri}: {m}; refreshing the credentials");
@@ -255,12 +352,11 @@ impl Uploader {
             self.register().await;
         }
         let Some(run_id) = self.reg.as_ref().map(|r| r.run_id.clone()) else {
-            match self.report.registrations_timed_out {
-                0 => log::warn!("Sentinel: the run was never registered; nothing was sent"),
-                n => log::warn!(
-                    "Sentinel: the run was never registered ({n} tries timed out; the server may hold runs with external_run_id {}); nothing was sent",
-                    self.body["external_run_id"]
-                ),
+            match self.maybe_unfinished() {
+                None => log::warn!("Sentinel: the run was never registered; nothing was sent"),
+                Some(m) => {
+                    log::warn!("Sentinel: the run was never registered ({m}); nothing was sent")
+                }
             }
             self.keep();
             return;
@@ -286,7 +382,12 @@ impl Uploader {
                 }
                 self.work().await;
             }
-            if self.uploaded.is_empty() {
+            if !self.uploaded.is_empty() && self.q.sealed_len() > 0 {
+                // Some batches in S3, the rest only on this machine: the run on the
+                // server is incomplete and says so.
+                status = "failed";
+                self.report.partial = true;
+            } else if self.uploaded.is_empty() {
                 if let Ok((csv, all)) = self.q.csv_upto(INLINE_MAX) {
                     if !all {
                         // What fits, and the run marked failed: its data is partial.
@@ -345,12 +446,16 @@ impl Uploader {
         }
     }
 
-    /// Batches not uploaded go to `<spool dir>/resource-tracker-unsent-<pid>/`.
+    /// Batches not uploaded go to `<spool dir>/resource-tracker-unsent-<pid>-XXXXXX/`;
+    /// where that cannot be written, to the kept directory under the temp dir. Rows
+    /// that fit nowhere are counted and said.
     fn keep(&mut self) {
         let _ = self.q.seal();
+        self.note_spool();
         if self.q.sealed_len() == 0 {
             return;
         }
+        let waiting = self.q.rows_waiting() as u64;
         let prefix = format!("resource-tracker-unsent-{}-", std::process::id());
         match self.q.keep(&self.cfg.spool_dir, &prefix) {
             Ok(Some((dir, n))) => {
@@ -358,13 +463,31 @@ impl Uploader {
                     "Sentinel: {n} batches were not uploaded; kept in {}",
                     dir.display()
                 );
+                self.report.rows_kept += waiting;
                 self.report.kept_dir = Some(dir);
             }
             Ok(None) => {}
-            Err(e) => log::warn!(
-                "Sentinel: keeping the batches that were not uploaded in {}: {e}",
-                self.cfg.spool_dir.display()
-            ),
+            Err(e) => {
+                let (dir, lost) = self.q.keep_in_fallback();
+                let spool = self.cfg.spool_dir.display();
+                match &dir {
+                    Some(d) => log::warn!(
+                        "Sentinel: keeping the batches that were not uploaded in {spool}: {e}; kept in {} instead",
+                        d.display()
+                    ),
+                    None => log::warn!(
+                        "Sentinel: keeping the batches that were not uploaded in {spool}: {e}"
+                    ),
+                }
+                if lost > 0 {
+                    log::warn!(
+                        "Sentinel: {lost} rows could be kept nowhere ({}); they are only in the local outputs",
+                        self.q.kept_failed.as_deref().unwrap_or("no space")
+                    );
+                }
+                self.report.rows_kept += waiting - lost as u64;
+                self.report.kept_dir = dir;
+            }
         }
     }
 }
@@ -374,6 +497,7 @@ pub(super) async fn run_stream(
     run: RunInfo,
     found: Discovered,
     mut rx: mpsc::UnboundedReceiver<Msg>,
+    degraded: Arc<Mutex<Option<String>>>,
 ) -> StreamReport {
     let timeout = cfg.timeout;
     let api = match Api::new(&cfg.api_url, cfg.token.clone(), timeout) {
@@ -385,7 +509,12 @@ pub(super) async fn run_stream(
     };
     let period = Duration::from_secs_f64(cfg.upload_interval);
     let mut u = Uploader {
-        q: Queue::new(csv::header() + "\n", cfg.memory_limit, &cfg.spool_dir),
+        q: Queue::new(
+            csv::header() + "\n",
+            cfg.memory_limit,
+            &cfg.spool_dir,
+            &crate::fsafe::temp_dir(),
+        ),
         body: registration_body(&run, &found),
         report: StreamReport {
             api_url: cfg.api_url.clone(),
@@ -405,6 +534,10 @@ pub(super) async fn run_stream(
         failing: 0,
         warned: None,
         told_unregistered: false,
+        degraded,
+        said_push: None,
+        forced_at: None,
+        forced_gap: Duration::ZERO,
     };
     u.register().await;
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
@@ -413,13 +546,7 @@ pub(super) async fn run_stream(
     let exit_code = loop {
         tokio::select! {
             m = rx.recv() => match m {
-                Some(Msg::Row(r)) => {
-                    u.report.rows += 1;
-                    if let Err(e) = u.q.push(&r) {
-                        u.report.last_error = Some(format!("spooling: {e}"));
-                        log::warn!("Sentinel: spooling rows: {e}");
-                    }
-                }
+                Some(Msg::Row(r)) => u.push(&r),
                 Some(Msg::Finish { exit_code }) => break exit_code,
                 None => break 0,
             },
@@ -427,6 +554,7 @@ pub(super) async fn run_stream(
                 if let Err(e) = u.q.seal() {
                     log::warn!("Sentinel: sealing a batch: {e}");
                 }
+                u.note_spool();
                 if u.retry_at.is_none() {
                     u.work().await;
                 }
@@ -439,14 +567,19 @@ pub(super) async fn run_stream(
     };
     // Rows sent before Finish are already received (one channel, in order).
     while let Ok(Msg::Row(r)) = rx.try_recv() {
-        u.report.rows += 1;
-        let _ = u.q.push(&r);
+        u.push(&r);
     }
     log::debug!(
         "Sentinel: finishing after {:.1} s",
         started.elapsed().as_secs_f64()
     );
     u.finish(exit_code).await;
+    u.note_spool();
     u.report.spooled_batches = u.q.spooled;
+    u.report.rows_not_sent = u.report.rows.saturating_sub(u.report.rows_uploaded);
+    if u.report.rows_not_sent > 0 && u.report.finished && !u.report.partial {
+        // `finish` was accepted with fewer rows than the run produced.
+        u.report.partial = true;
+    }
     u.report
 }
