@@ -613,10 +613,12 @@ fn run_shapes(backend: Backend, churn: bool, runs: usize) {
             let t = shape_run(&tag, backend, &cmd, shell);
             let r = cpu_ratio(&t);
             eprintln!(
-                "{name} on {} (churn {churn}) run {i}: CPU {:.3} % of the cgroup, {} processes",
+                "{name} on {} (churn {churn}) run {i}: CPU {:.3} % of the cgroup, {} processes, lost {}, degraded {}",
                 backend.name(),
                 100.0 * r,
-                u(&t.summary, "processes_spawned")
+                u(&t.summary, "processes_spawned"),
+                u(&t.summary, "lost_events"),
+                t.summary["degraded"]
             );
             assert_exact_cpu(&t, &tag, backend.tolerance());
             worst = worst.max((r - 1.0).abs());
@@ -640,9 +642,25 @@ fn run_shapes(backend: Backend, churn: bool, runs: usize) {
     );
 }
 
+/// Runs per shape: `TRACKER_EXACT_RUNS` for a longer measurement, else `ci`.
+fn runs(ci: usize) -> usize {
+    std::env::var("TRACKER_EXACT_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(ci)
+}
+
 #[test]
 fn shapes_on_procfs_count_each_process_once() {
-    run_shapes(Backend::Procfs, false, 3);
+    run_shapes(Backend::Procfs, false, runs(3));
+}
+
+#[test]
+fn shapes_on_ebpf_quiet() {
+    if !ebpf_available() {
+        return;
+    }
+    run_shapes(Backend::Ebpf, false, runs(1));
 }
 
 #[test]
@@ -650,8 +668,8 @@ fn shapes_beside_unrelated_churn() {
     if !ebpf_available() {
         return;
     }
-    run_shapes(Backend::Ebpf, true, 3);
-    run_shapes(Backend::Procfs, true, 2);
+    run_shapes(Backend::Ebpf, true, runs(3));
+    run_shapes(Backend::Procfs, true, runs(2));
 }
 
 /// A member's tid is freed when it is reaped, while its entry waits for the sweep
