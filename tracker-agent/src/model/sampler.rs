@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use super::{
     reading::Reading,
-    sample::{ProcessSample, Sample, TrackerSample, TreeCompat},
+    sample::{MemorySource, ProcessSample, Sample, TrackerSample, TreeCompat},
     summary::RunStats,
 };
 use crate::engine::{degraded::Degradations, Backend, TreeTotals};
@@ -86,6 +86,7 @@ impl Sampler {
             stamp,
             bpf,
             own,
+            memcg,
         } = r;
         let at = stamp.at;
         let elapsed = at.duration_since(self.prev_at).as_secs_f64().max(1e-9);
@@ -120,6 +121,20 @@ impl Sampler {
         };
         let lost = now.lost_events.saturating_sub(self.prev.lost_events);
         let rss_mib = now.rss_bytes as f64 / MIB;
+        // No PSS at all beside live RSS: no member's smaps_rollup could be read.
+        let pss_mib = now
+            .pss_bytes
+            .filter(|&b| b > 0 || now.rss_bytes == 0)
+            .map(|b| b as f64 / MIB);
+        let (memory_mib, memory_source, memory_peak_mib) = match (memcg, pss_mib) {
+            (Some(m), _) => (
+                m.current as f64 / MIB,
+                MemorySource::Cgroup,
+                m.peak.map(|p| p as f64 / MIB),
+            ),
+            (None, Some(p)) => (p, MemorySource::Pss, None),
+            (None, None) => (rss_mib, MemorySource::Rss, None),
+        };
         let cores = d_cpu as f64 / 1e9 / elapsed;
         let process = self.tree.map(|(root, backend)| ProcessSample {
             pid: root,
@@ -131,8 +146,11 @@ impl Sampler {
             processes_exited: now.procs_exited.saturating_sub(self.prev.procs_exited),
             live_processes: now.live_procs,
             live_threads: now.live_threads,
+            memory_mib,
+            memory_source: memory_source.as_str(),
+            memory_peak_mib,
             memory_rss_mib: rss_mib,
-            memory_pss_mib: now.pss_bytes.map(|b| b as f64 / MIB),
+            memory_pss_mib: pss_mib,
             max_process_rss_mib: now.max_rss_kib as f64 / 1024.0,
             read_bytes: now.read_bytes.saturating_sub(self.prev.read_bytes),
             write_bytes: now.write_bytes.saturating_sub(self.prev.write_bytes),
@@ -239,6 +257,7 @@ mod tests {
                 cpu_secs: own_cpu,
                 rss_mib: 8.0,
             },
+            memcg: None,
         }
     }
 

@@ -5,7 +5,7 @@
 
 use serde::Serialize;
 
-use super::sample::Sample;
+use super::sample::{MemorySource, Sample};
 
 /// Mean and maximum of one column over the samples that have it.
 #[derive(Clone, Copy, Debug, Default)]
@@ -64,7 +64,10 @@ pub struct UsageAccum {
     first_interval: f64,
     cpu: Column,
     memory: Column,
-    pss: bool,
+    /// The cgroup's own peak, when it is the source: between samples too.
+    memory_peak: f64,
+    /// The last sample's memory source; runs of different sources are not combined.
+    memory_source: Option<MemorySource>,
     gpu: Column,
     vram: Column,
     gpus: Column,
@@ -96,6 +99,9 @@ impl Column {
 impl UsageAccum {
     /// Several runs of one job as one, by the Python package's rules across runs:
     /// mean of the means and of the durations, max of the maxes and of the sums.
+    /// Only runs whose memory was measured the way the first run's was are
+    /// combined (a cgroup's charge, Σ PSS and Σ RSS differ by up to several times
+    /// on the same job): the caller says which were left out (`same_memory`).
     pub fn combine(runs: &[&UsageAccum]) -> UsageAccum {
         let runs: Vec<&UsageAccum> = runs
             .iter()
@@ -105,6 +111,11 @@ impl UsageAccum {
         let Some(first) = runs.first() else {
             return UsageAccum::default();
         };
+        let runs: Vec<&UsageAccum> = runs
+            .iter()
+            .copied()
+            .filter(|r| r.same_memory(first))
+            .collect();
         let col = |f: fn(&UsageAccum) -> &Column| Column::of_runs(runs.iter().map(|r| f(r)));
         let durations: Vec<f64> = runs.iter().map(|r| r.duration_secs()).collect();
         UsageAccum {
@@ -113,7 +124,8 @@ impl UsageAccum {
             first_interval: first.first_interval,
             cpu: col(|r| &r.cpu),
             memory: col(|r| &r.memory),
-            pss: runs.iter().any(|r| r.pss),
+            memory_peak: runs.iter().map(|r| r.memory_peak).fold(0.0, f64::max),
+            memory_source: first.memory_source,
             gpu: col(|r| &r.gpu),
             vram: col(|r| &r.vram),
             gpus: col(|r| &r.gpus),
@@ -135,6 +147,15 @@ impl UsageAccum {
         })
     }
 
+    /// Whether `other`'s memory figures were measured the same way.
+    pub fn same_memory(&self, other: &UsageAccum) -> bool {
+        self.memory_source == other.memory_source
+    }
+
+    pub fn memory_source(&self) -> Option<MemorySource> {
+        self.memory_source
+    }
+
     /// Whether a sample of a tracked tree was added.
     pub fn has_tree(&self) -> bool {
         self.first_ts.is_some()
@@ -148,9 +169,11 @@ impl UsageAccum {
         }
         self.last_ts = s.timestamp_secs;
         self.cpu.add(s.cpu.process_cores_used);
-        self.pss |= p.memory_pss_mib.is_some();
-        self.memory
-            .add(Some(p.memory_pss_mib.unwrap_or(p.memory_rss_mib)));
+        self.memory.add(Some(p.memory_mib));
+        if let Some(peak) = p.memory_peak_mib {
+            self.memory_peak = self.memory_peak.max(peak);
+        }
+        self.memory_source = MemorySource::named(p.memory_source);
         self.gpu.add(p.gpu_usage);
         self.vram.add(p.gpu_vram_mib);
         self.gpus.add(p.gpu_utilized.map(|g| g as f64));
@@ -174,7 +197,10 @@ impl UsageAccum {
         Some(RunStatsOut {
             duration_secs: round2(self.duration_secs()),
             process_cpu_usage: self.cpu.stat(),
-            process_memory_mib: self.memory.stat(),
+            process_memory_mib: self.memory.stat().map(|m| MeanMax {
+                max: round2(self.memory_max()),
+                ..m
+            }),
             process_gpu_usage: self.gpu.stat(),
             process_gpu_vram_mib: self.vram.stat(),
             process_gpu_utilized: self.gpus.stat(),
@@ -182,6 +208,11 @@ impl UsageAccum {
             system_net_recv_bytes: self.net_recv,
             system_net_sent_bytes: self.net_sent,
         })
+    }
+
+    /// The highest memory the samples saw, or the cgroup's own peak between them.
+    fn memory_max(&self) -> f64 {
+        self.memory.max.max(self.memory_peak)
     }
 
     pub fn recommendation(&self) -> Option<Recommendation> {
@@ -210,13 +241,13 @@ impl UsageAccum {
             }
         });
         let cpu = round_even(self.cpu.mean()).max(1.0) as u64;
-        let memory_mib = round_memory(self.memory.max * 1.2);
+        let memory_mib = round_memory(self.memory_max() * 1.2);
         Some(Recommendation {
             cpu,
             memory_mib,
             gpu,
             vram_mib: vram,
-            memory_source: if self.pss { "pss" } else { "rss" },
+            memory_source: self.memory_source.unwrap_or(MemorySource::Rss).as_str(),
             allocation: if shared { "shared" } else { "dedicated" },
             metaflow: if gpu > 0 {
                 format!("@resources(cpu={cpu}, memory={memory_mib}, gpu={gpu})")
@@ -252,7 +283,8 @@ pub struct RunStatsOut {
     pub duration_secs: f64,
     /// Cores.
     pub process_cpu_usage: Option<MeanMax>,
-    /// PSS with `--pss`, else RSS.
+    /// The tree's memory by its source (`memory_source`); the max includes the
+    /// cgroup's own peak between samples.
     pub process_memory_mib: Option<MeanMax>,
     pub process_gpu_usage: Option<MeanMax>,
     pub process_gpu_vram_mib: Option<MeanMax>,
@@ -273,7 +305,7 @@ pub struct Recommendation {
     pub gpu: u64,
     /// Peak VRAM × 1.2, rounded as memory; 0 without.
     pub vram_mib: u64,
-    /// `rss` or `pss` (with `--pss`): what the memory figures are.
+    /// `cgroup`, `pss` or `rss`: what the memory figures are.
     pub memory_source: &'static str,
     /// `shared` when the system's mean use is well above the tree's (CPU, memory,
     /// GPU or VRAM), else `dedicated`.
@@ -340,6 +372,8 @@ mod tests {
                 ..Default::default()
             }],
             process: Some(ProcessSample {
+                memory_mib: rss,
+                memory_source: "rss",
                 memory_rss_mib: rss,
                 ..Default::default()
             }),

@@ -16,8 +16,12 @@ use super::{
     signals,
 };
 use crate::{
-    collect::{gpu::GpuCollector, SystemCollector},
-    engine::{degraded::Degradations, Engine, ReadOpts, Ring, TreeTotals},
+    collect::{
+        gpu::GpuCollector,
+        memcg::{MemcgReading, TreeCgroup},
+        SystemCollector,
+    },
+    engine::{degraded::Degradations, procread, Engine, ReadOpts, Ring, TreeTotals},
     model::{reading::unix_now, OwnCost, Reading, Sample, Sampler, Stamp, TopCommand},
     selfcost,
     settings::Settings,
@@ -37,6 +41,8 @@ pub struct Tracked {
     pub gpus: GpuCollector,
     /// What the session knows is not exact (eBPF unavailable), for every sample.
     pub degraded: Degradations,
+    /// The cgroup made for the command; None: memory is Σ PSS.
+    pub memcg: Option<TreeCgroup>,
 }
 
 /// How the loop ended.
@@ -46,6 +52,8 @@ pub struct Ended {
     pub status: Option<i32>,
     pub top: Vec<TopCommand>,
     pub engine: Option<Engine>,
+    /// To be removed once the tree is gone.
+    pub memcg: Option<TreeCgroup>,
 }
 
 struct Loop {
@@ -55,6 +63,9 @@ struct Loop {
     gpus: GpuCollector,
     sampler: Sampler,
     opts: ReadOpts,
+    memcg: Option<TreeCgroup>,
+    /// The tree is no longer exactly the cgroup's (a member left it).
+    memcg_stale: bool,
 }
 
 impl Loop {
@@ -75,10 +86,48 @@ impl Loop {
         Ok((t, stamp))
     }
 
+    /// The charge of the command's cgroup while it holds exactly the tree. A member
+    /// found outside it (it moved itself elsewhere) ends that for the run: memory is
+    /// Σ PSS from this sample on.
+    fn tree_memcg(&mut self, tree: &mut TreeTotals) -> Option<MemcgReading> {
+        if self.memcg_stale {
+            return None;
+        }
+        let cg = self.memcg.as_mut()?;
+        let live = self
+            .engine
+            .as_ref()
+            .map(Engine::live_pids)
+            .unwrap_or_default();
+        let why = match cg.stray(&live) {
+            None => match cg.read() {
+                Some(r) => return Some(r),
+                None => format!("{} cannot be read", cg.dir().display()),
+            },
+            Some(l) => format!(
+                "pid {} of the tree left {} (it is in {})",
+                l.pid,
+                cg.dir().display(),
+                l.cgroup
+            ),
+        };
+        log::info!("{why}: the tree's memory is Σ PSS from here on (memory_source pss)");
+        self.memcg_stale = true;
+        self.opts.pss = true;
+        let mut buf = String::new();
+        tree.pss_bytes = Some(
+            live.iter()
+                .filter_map(|&p| procread::pss_bytes(p, &mut buf))
+                .sum(),
+        );
+        None
+    }
+
     /// Reads every source and turns the readings into the interval's sample.
     fn sample(&mut self, ring: Option<&mut Ring>) -> anyhow::Result<Sample> {
         let t0 = Instant::now();
-        let (tree, stamp) = self.read_tree(ring)?;
+        let (mut tree, stamp) = self.read_tree(ring)?;
+        let memcg = self.tree_memcg(&mut tree);
         let mut host = self.host.sample();
         // The GPUs' readings and the tree's GPU use; nothing (not even the tree's
         // pid list) without a GPU.
@@ -104,6 +153,7 @@ impl Loop {
             stamp,
             bpf,
             own,
+            memcg,
         }))
     }
 
@@ -297,7 +347,12 @@ async fn run_loop(
         events: t.events,
         host: t.host,
         gpus: t.gpus,
-        opts: ReadOpts { pss: st.engine.pss },
+        // Without a cgroup for exactly the tree, unique pages are Σ PSS.
+        opts: ReadOpts {
+            pss: st.engine.pss || t.memcg.is_none(),
+        },
+        memcg: t.memcg,
+        memcg_stale: false,
     };
     // A tree the tracker started begins at zero (its first instructions belong to
     // the first interval); an attached one at what it had used already.
@@ -410,5 +465,6 @@ async fn run_loop(
         sampler: lp.sampler,
         status,
         engine: lp.engine,
+        memcg: lp.memcg,
     })
 }
