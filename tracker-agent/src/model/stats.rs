@@ -258,16 +258,16 @@ impl UsageAccum {
     }
 }
 
-/// 128, 256, 512, 1024, 2048 MiB, then whole GiB, rounded up.
+/// Rounded up to at least 128 MiB, in steps of an eighth of the power of two
+/// below (… 256, 288, 320 … 512, 576 … 1024, 1152 …), whole GiB past 8 GiB: at
+/// most 12.5 % more. The Python package's steps (128, 256, 512, 1024, 2048) asked
+/// for up to twice as much: 1.2 × 312 MiB became 512 MiB.
 pub fn round_memory(mib: f64) -> u64 {
-    match mib {
-        m if m <= 128.0 => 128,
-        m if m <= 256.0 => 256,
-        m if m <= 512.0 => 512,
-        m if m <= 1024.0 => 1024,
-        m if m <= 2048.0 => 2048,
-        m => 1024 * (m / 1024.0).ceil() as u64,
+    if !(mib > 128.0) {
+        return 128;
     }
+    let step = (2f64.powi(mib.log2().floor() as i32) / 8.0).min(1024.0);
+    ((mib / step).ceil() * step) as u64
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
@@ -299,7 +299,7 @@ pub struct RunStatsOut {
 pub struct Recommendation {
     /// max(1, round(mean cores)).
     pub cpu: u64,
-    /// The tree's peak memory × 1.2, rounded up to 128/256/512/1024/2048 MiB or whole GiB.
+    /// The tree's peak memory × 1.2, rounded up by `round_memory`.
     pub memory_mib: u64,
     /// max(1, round(peak GPUs)) when the tree used a GPU, else 0.
     pub gpu: u64,
@@ -382,7 +382,7 @@ mod tests {
     }
 
     /// Hand-computed: cores 1.5, 2.5, 3.0 → mean 2.333…, max 3; RSS 900, 1000,
-    /// 950 MiB → max 1000 × 1.2 = 1200 → 2048 MiB.
+    /// 950 MiB → max 1000 × 1.2 = 1200 → 1280 MiB.
     #[test]
     fn hand_computed() {
         let mut u = UsageAccum::default();
@@ -411,9 +411,9 @@ mod tests {
         assert_eq!((s.system_net_recv_bytes, s.system_net_sent_bytes), (30, 3));
         assert_eq!(s.process_gpu_usage, None);
         let r = u.recommendation().unwrap();
-        assert_eq!((r.cpu, r.memory_mib, r.gpu, r.vram_mib), (2, 2048, 0, 0));
+        assert_eq!((r.cpu, r.memory_mib, r.gpu, r.vram_mib), (2, 1280, 0, 0));
         assert_eq!(r.allocation, "dedicated");
-        assert_eq!(r.metaflow, "@resources(cpu=2, memory=2048)");
+        assert_eq!(r.metaflow, "@resources(cpu=2, memory=1280)");
         // The system far busier than the tree: shared.
         let mut u = UsageAccum::default();
         u.add(&sample(1.0, 0.5, 100.0, 1.5, 0));
@@ -429,19 +429,22 @@ mod tests {
         for (mib, want) in [
             (68.0, 128),
             (128.0, 128),
-            (129.0, 256),
-            (896.0, 1024),
+            (129.0, 144),
+            (1.2 * 312.0, 384),
+            (896.0, 896),
             (2048.0, 2048),
-            (2049.0, 3072),
+            (2049.0, 2304),
             (3863.0, 4096),
             (4096.0, 4096),
+            (9000.0, 9216),
+            (f64::NAN, 128),
         ] {
             assert_eq!(round_memory(mib), want, "{mib}");
         }
     }
 
     /// Two runs: cores means 1 and 3 → 2; RSS peaks 1000 and 3000 → 3000 × 1.2 =
-    /// 3600 → 4096 MiB; durations 3 and 1 → 2; received 30 and 10 → 30.
+    /// 3600 → 3840 MiB; durations 3 and 1 → 2; received 30 and 10 → 30.
     #[test]
     fn runs_combine_by_mean_of_means_and_max_of_maxes() {
         let mut a = UsageAccum::default();
@@ -462,7 +465,7 @@ mod tests {
         );
         assert_eq!(s.system_net_recv_bytes, 30);
         let r = c.recommendation().unwrap();
-        assert_eq!((r.cpu, r.memory_mib), (2, 4096));
+        assert_eq!((r.cpu, r.memory_mib), (2, 3840));
         assert!(UsageAccum::combine(&[]).stats().is_none());
     }
 
