@@ -101,7 +101,13 @@ impl Loop {
             .unwrap_or_default();
         let why = match cg.stray(&live) {
             None => match cg.read() {
-                Some(r) => return Some(r),
+                Some(r) if !ran_outside(tree.max_rss_kib, &r) => return Some(r),
+                Some(r) => format!(
+                    "a member's RSS ({} MiB) is far above all {} was ever charged ({} MiB): members ran outside it",
+                    tree.max_rss_kib / 1024,
+                    cg.dir().display(),
+                    r.peak.unwrap_or(r.current) >> 20
+                ),
                 None => format!("{} cannot be read", cg.dir().display()),
             },
             Some(l) => format!(
@@ -163,6 +169,16 @@ impl Loop {
             e.drain(ring, &mut |ev| events.show(ev));
         }
     }
+}
+
+/// Whether members evidently ran outside the cgroup: one member's own RSS (its
+/// `maxrss` at exit included) far above all the cgroup was ever charged. A member
+/// that moved itself out and exited between two samples is seen only this way. The
+/// margin leaves room for file pages a member maps that another cgroup was charged
+/// for (shared libraries, files cached before the run).
+fn ran_outside(max_rss_kib: u64, r: &MemcgReading) -> bool {
+    let charged = r.peak.unwrap_or(r.current);
+    max_rss_kib.saturating_mul(1024) > charged.saturating_mul(4) + (64 << 20)
 }
 
 /// Takes a sample and hands it to the sinks. A reading that fails is said once
