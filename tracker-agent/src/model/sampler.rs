@@ -360,6 +360,68 @@ mod tests {
             .is_empty());
     }
 
+    /// The memory figure comes from the best source the reading has, each sample
+    /// names it, and the summary's peak follows the run's source: the cgroup's own
+    /// peak (a member's RSS is not the cgroup's charge), or Σ PSS with the largest
+    /// single member's RSS as a floor.
+    #[test]
+    fn memory_by_its_source() {
+        use crate::collect::memcg::MemcgReading;
+        use crate::model::{RunStats, Summary};
+        const MIB: u64 = 1 << 20;
+        let start = Instant::now();
+        let mem = |rss: u64, pss: Option<u64>, max_rss: u64| TreeTotals {
+            rss_bytes: rss * MIB,
+            pss_bytes: pss.map(|p| p * MIB),
+            max_rss_kib: max_rss * 1024,
+            live_procs: 4,
+            root_alive: true,
+            ..TreeTotals::default()
+        };
+        let summary = |st: &RunStats| Summary::build(st, 1.0, Some(0), "ebpf", None, Vec::new());
+        // 300 MiB shared by four processes: Σ RSS 1200, the cgroup 310 now, 320 at
+        // its peak between samples.
+        let mut s = Sampler::new(Some((7, Backend::Ebpf)), None, start, 0.0);
+        let mut r = at(start, 1.0, mem(1200, None, 300), 0.0, None);
+        r.memcg = Some(MemcgReading {
+            current: 310 * MIB,
+            peak: Some(320 * MIB),
+        });
+        let p = s.step(r).process.unwrap();
+        assert_eq!((p.memory_source, p.memory_mib), ("cgroup", 310.0));
+        assert_eq!(p.memory_peak_mib, Some(320.0));
+        assert_eq!(p.memory_rss_mib, 1200.0);
+        let sum = summary(&s.stats);
+        assert_eq!(sum.memory_source, Some("cgroup"));
+        assert_eq!((sum.peak_memory_mib, sum.peak_rss_sum_mib), (320.0, 1200.0));
+        let rec = s.stats.usage.recommendation().unwrap();
+        // 320 × 1.2 = 384.
+        assert_eq!((rec.memory_source, rec.memory_mib), ("cgroup", 384));
+
+        // Σ PSS; a member that reached 350 MiB between samples is the floor.
+        let mut s = Sampler::new(Some((7, Backend::Ebpf)), None, start, 0.0);
+        let p = s
+            .step(at(start, 1.0, mem(1200, Some(305), 350), 0.0, None))
+            .process
+            .unwrap();
+        assert_eq!((p.memory_source, p.memory_mib), ("pss", 305.0));
+        assert_eq!(p.memory_peak_mib, None);
+        let sum = summary(&s.stats);
+        assert_eq!(
+            (sum.memory_source, sum.peak_memory_mib),
+            (Some("pss"), 350.0)
+        );
+
+        // No member's PSS could be read beside live RSS: Σ RSS, named.
+        let mut s = Sampler::new(Some((7, Backend::Procfs)), None, start, 0.0);
+        let p = s
+            .step(at(start, 1.0, mem(1200, Some(0), 300), 0.0, None))
+            .process
+            .unwrap();
+        assert_eq!((p.memory_source, p.memory_mib), ("rss", 1200.0));
+        assert_eq!(p.memory_pss_mib, None);
+    }
+
     #[test]
     fn an_attached_tree_counts_from_its_baseline() {
         let start = Instant::now();

@@ -469,6 +469,32 @@ mod tests {
         assert!(UsageAccum::combine(&[]).stats().is_none());
     }
 
+    /// A run measured by Σ RSS (4× the memory of the same job in a cgroup) is never
+    /// combined with runs measured by the cgroup: the first run's source decides.
+    #[test]
+    fn runs_of_another_memory_source_are_not_combined() {
+        let run = |mib: f64, source: &'static str| {
+            let mut u = UsageAccum::default();
+            let mut s = sample(10.0, 1.0, mib, 1.1, 0);
+            if let Some(p) = s.process.as_mut() {
+                p.memory_source = source;
+            }
+            u.add(&s);
+            u
+        };
+        let (now, before, rss) = (
+            run(310.0, "cgroup"),
+            run(300.0, "cgroup"),
+            run(1200.0, "rss"),
+        );
+        let c = UsageAccum::combine(&[&now, &rss, &before]);
+        let r = c.recommendation().unwrap();
+        assert_eq!((r.memory_source, r.memory_mib), ("cgroup", 384));
+        assert_eq!(c.stats().unwrap().process_memory_mib.unwrap().max, 310.0);
+        let report = crate::model::report::combine(&[&now, &rss, &before]);
+        assert_eq!((report.runs, report.memory_left_out), (2, 1));
+    }
+
     #[test]
     fn no_tree_no_stats() {
         let mut u = UsageAccum::default();
