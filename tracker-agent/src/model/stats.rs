@@ -263,7 +263,7 @@ impl UsageAccum {
 /// most 12.5 % more. The Python package's steps (128, 256, 512, 1024, 2048) asked
 /// for up to twice as much: 1.2 × 312 MiB became 512 MiB.
 pub fn round_memory(mib: f64) -> u64 {
-    if !(mib > 128.0) {
+    if mib.is_nan() || mib <= 128.0 {
         return 128;
     }
     let step = (2f64.powi(mib.log2().floor() as i32) / 8.0).min(1024.0);

@@ -301,7 +301,7 @@ fn begin(
     let (root, command_root, engine, memcg) = match start {
         Start::Host => (None, None, None, None),
         Start::Command(path, argv) => match launch_command(&path, &argv, run_as, engine)? {
-            Ok((pid, e, cg)) => (Some(pid), Some(pid), Some(e), cg),
+            Ok(l) => (Some(l.pid), Some(l.pid), Some(l.engine), l.memcg),
             Err(code) => return Ok(Err(code)),
         },
         Start::Attach(pid) => {
@@ -375,6 +375,13 @@ fn tree_cgroup(pid: u32) -> Option<TreeCgroup> {
     }
 }
 
+/// The command, started.
+struct Launched {
+    pid: u32,
+    engine: Engine,
+    memcg: Option<TreeCgroup>,
+}
+
 /// Starts the command paused, registers it with the engine (procfs when `engine`
 /// is None), places it in a cgroup of its own, then lets it run. `Ok(Err(code))`:
 /// it could not start, and the tracker exits with `code` after saying why.
@@ -383,7 +390,7 @@ fn launch_command(
     argv: &[std::ffi::OsString],
     run_as: Option<&launch::RunAs>,
     engine: Option<Engine>,
-) -> anyhow::Result<Result<(u32, Engine, Option<TreeCgroup>), i32>> {
+) -> anyhow::Result<Result<Launched, i32>> {
     let paused = match launch::spawn_paused(path, argv, run_as) {
         Ok(p) => p,
         Err(e) => return Ok(Err(refused(e))),
@@ -411,5 +418,5 @@ fn launch_command(
         drop(memcg);
         return Ok(Err(code));
     }
-    Ok(Ok((pid, engine, memcg)))
+    Ok(Ok(Launched { pid, engine, memcg }))
 }
