@@ -128,7 +128,7 @@ const PF_EXITING: u64 = 0x4;
 /// Whether `pid` is gone or exiting. v1 shows an exiting task in the root cgroup
 /// ("/"), and cgroup.procs no longer lists it; the flag is set before either, and
 /// never cleared, so reading it after the path tells which it was.
-fn exiting(pid: u32) -> bool {
+pub fn exiting(pid: u32) -> bool {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
         return true;
     };

@@ -121,11 +121,7 @@ impl Sampler {
         };
         let lost = now.lost_events.saturating_sub(self.prev.lost_events);
         let rss_mib = now.rss_bytes as f64 / MIB;
-        // No PSS at all beside live RSS: no member's smaps_rollup could be read.
-        let pss_mib = now
-            .pss_bytes
-            .filter(|&b| b > 0 || now.rss_bytes == 0)
-            .map(|b| b as f64 / MIB);
+        let pss_mib = now.pss_bytes.map(|b| b as f64 / MIB);
         let (memory_mib, memory_source, memory_peak_mib) = match (memcg, pss_mib) {
             (Some(m), _) => (
                 m.current as f64 / MIB,
@@ -415,7 +411,7 @@ mod tests {
         // No member's PSS could be read beside live RSS: Σ RSS, named.
         let mut s = Sampler::new(Some((7, Backend::Procfs)), None, start, 0.0);
         let p = s
-            .step(at(start, 1.0, mem(1200, Some(0), 300), 0.0, None))
+            .step(at(start, 1.0, mem(1200, None, 300), 0.0, None))
             .process
             .unwrap();
         assert_eq!((p.memory_source, p.memory_mib), ("rss", 1200.0));

@@ -18,7 +18,7 @@ use super::{
 use crate::{
     collect::{
         gpu::GpuCollector,
-        memcg::{MemcgReading, TreeCgroup},
+        memcg::{self, MemcgReading, TreeCgroup},
         SystemCollector,
     },
     engine::{degraded::Degradations, procread, Engine, ReadOpts, Ring, TreeTotals},
@@ -89,7 +89,7 @@ impl Loop {
     /// The charge of the command's cgroup while it holds exactly the tree. A member
     /// found outside it (it moved itself elsewhere) ends that for the run: memory is
     /// Σ PSS from this sample on.
-    fn tree_memcg(&mut self, tree: &mut TreeTotals) -> Option<MemcgReading> {
+    fn tree_memcg(&mut self, tree: &TreeTotals) -> Option<MemcgReading> {
         if self.memcg_stale {
             return None;
         }
@@ -119,21 +119,52 @@ impl Loop {
         };
         log::info!("{why}: the tree's memory is Σ PSS from here on (memory_source pss)");
         self.memcg_stale = true;
-        self.opts.pss = true;
-        let mut buf = String::new();
-        tree.pss_bytes = Some(
-            live.iter()
-                .filter_map(|&p| procread::pss_bytes(p, &mut buf))
-                .sum(),
-        );
+        // From here on the settled pass below reads it.
+        self.opts.pss = false;
         None
+    }
+
+    /// Σ PSS of the tree's live processes, read one after the other. A member that
+    /// exits during the pass leaves the pages it shared to the others, which are
+    /// then read with fewer sharers (a forked child's 75 MiB share of 300 MiB
+    /// becomes 100 MiB in each of the three left): the sum counts its share twice.
+    /// So a pass during which a member read is found exiting is taken again (the
+    /// last pass counts: what exited is gone from it). None when no live member's
+    /// file could be read (no smaps_rollup, no right to read them): Σ RSS then.
+    fn settled_pss(&mut self) -> Option<u64> {
+        let live = self
+            .engine
+            .as_ref()
+            .map(Engine::live_pids)
+            .unwrap_or_default();
+        let mut buf = String::new();
+        let mut last = None;
+        for _ in 0..3 {
+            let mut sum = 0;
+            let mut read = Vec::with_capacity(live.len());
+            for &pid in &live {
+                if let Some(p) = procread::pss_bytes(pid, &mut buf) {
+                    sum += p;
+                    read.push(pid);
+                }
+            }
+            let unreadable = read.is_empty() && live.iter().any(|&p| !memcg::exiting(p));
+            last = (!unreadable).then_some(sum);
+            if !read.iter().any(|&p| memcg::exiting(p)) {
+                break;
+            }
+        }
+        last
     }
 
     /// Reads every source and turns the readings into the interval's sample.
     fn sample(&mut self, ring: Option<&mut Ring>) -> anyhow::Result<Sample> {
         let t0 = Instant::now();
         let (mut tree, stamp) = self.read_tree(ring)?;
-        let memcg = self.tree_memcg(&mut tree);
+        let memcg = self.tree_memcg(&tree);
+        if memcg.is_none() && self.engine.is_some() {
+            tree.pss_bytes = self.settled_pss();
+        }
         let mut host = self.host.sample();
         // The GPUs' readings and the tree's GPU use; nothing (not even the tree's
         // pid list) without a GPU.
@@ -363,9 +394,10 @@ async fn run_loop(
         events: t.events,
         host: t.host,
         gpus: t.gpus,
-        // Without a cgroup for exactly the tree, unique pages are Σ PSS.
+        // Beside a cgroup, Σ PSS only when asked for; without one it is the source,
+        // read by `settled_pss`.
         opts: ReadOpts {
-            pss: st.engine.pss || t.memcg.is_none(),
+            pss: st.engine.pss && t.memcg.is_some(),
         },
         memcg: t.memcg,
         memcg_stale: false,
