@@ -28,6 +28,13 @@
 //!   pingpong ROUNDS                 two processes on CPU 0 bouncing a byte over pipes
 //!   forkstorm N                     N fork+exec of /bin/true, one at a time
 //!   sleepers N SECS                 N idle children sleeping SECS
+//!   shared MIB N MS fork|thread|exec
+//!                                   MIB MiB written once, then read (never written)
+//!                                   by N forked children, N threads, or N exec'd
+//!                                   children mapping it from an inherited memfd;
+//!                                   all hold it MS ms: the group's peak is ~MIB
+//!   mapread FD MIB MS               map MIB MiB of descriptor FD shared, read every
+//!                                   page, hold MS ms (the exec'd children above)
 
 use std::{
     ffi::CString,
@@ -461,6 +468,113 @@ fn memory(mib: usize, n: u64, ms: u64) {
     report(format!("\"mode\":\"memory\",\"processes_forked\":{n}"));
 }
 
+/// Reads one byte of every page of `len` bytes at `p`, so each is mapped.
+fn touch_read(p: *const u8, len: usize) -> u64 {
+    let mut sum = 0u64;
+    for off in (0..len).step_by(4096) {
+        // SAFETY: p..p+len is a readable mapping owned by the caller.
+        sum = sum.wrapping_add(u64::from(unsafe { std::ptr::read_volatile(p.add(off)) }));
+    }
+    sum
+}
+
+fn shared(mib: usize, n: u64, ms: u64, how: &str) {
+    let len = mib << 20;
+    let hold = Duration::from_millis(ms);
+    match how {
+        "fork" | "thread" => {
+            let mut v = vec![0u8; len];
+            for page in v.chunks_mut(4096) {
+                page[0] = 1;
+            }
+            let v = std::sync::Arc::new(v);
+            if how == "fork" {
+                for _ in 0..n {
+                    if fork() == 0 {
+                        // This mode has started no thread: the child may run Rust code.
+                        std::hint::black_box(touch_read(v.as_ptr(), len));
+                        std::thread::sleep(hold);
+                        unsafe { libc::_exit(0) };
+                    }
+                }
+                std::thread::sleep(hold);
+                while wait_one().is_some() {}
+            } else {
+                let hs: Vec<_> = (0..n)
+                    .map(|_| {
+                        let v = v.clone();
+                        std::thread::spawn(move || {
+                            std::hint::black_box(touch_read(v.as_ptr(), len));
+                            std::thread::sleep(hold);
+                        })
+                    })
+                    .collect();
+                std::thread::sleep(hold);
+                for h in hs {
+                    let _ = h.join();
+                }
+            }
+            std::hint::black_box(&v);
+        }
+        "exec" => {
+            // A memfd without CLOEXEC: the exec'd children inherit it.
+            let name = CString::new("rt-shared").unwrap_or_default();
+            // SAFETY: a valid name; flags 0.
+            let fd = unsafe { libc::memfd_create(name.as_ptr(), 0) };
+            if fd < 0 {
+                die(&format!(
+                    "memfd_create: {}",
+                    std::io::Error::last_os_error()
+                ));
+            }
+            let page = vec![1u8; 1 << 20];
+            for _ in 0..mib {
+                // SAFETY: writing our buffer to our descriptor.
+                let w = unsafe { libc::write(fd, page.as_ptr().cast(), page.len()) };
+                if w != page.len() as isize {
+                    die("writing the memfd");
+                }
+            }
+            let exe = self_exe();
+            let argv = [
+                exe,
+                CString::new("mapread").unwrap_or_default(),
+                CString::new(fd.to_string()).unwrap_or_default(),
+                CString::new(mib.to_string()).unwrap_or_default(),
+                CString::new(ms.to_string()).unwrap_or_default(),
+            ];
+            for _ in 0..n {
+                if fork() == 0 {
+                    exec(&argv);
+                }
+            }
+            while wait_one().is_some() {}
+        }
+        _ => die("shared: fork, thread or exec"),
+    }
+    report(format!("\"mode\":\"shared\",\"processes_forked\":{n}"));
+}
+
+fn mapread(fd: i32, mib: usize, ms: u64) {
+    let len = mib << 20;
+    // SAFETY: a shared read-only mapping of an inherited descriptor.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        die(&format!("mmap: {}", std::io::Error::last_os_error()));
+    }
+    std::hint::black_box(touch_read(p.cast(), len));
+    std::thread::sleep(Duration::from_millis(ms));
+}
+
 fn main() {
     let _ = START.set(Instant::now());
     let args: Vec<String> = std::env::args().collect();
@@ -506,6 +620,11 @@ fn main() {
         Some("forkstorm") => forkstorm(arg(&args, 2, "count")),
         Some("sleepers") => sleepers(arg(&args, 2, "count"), arg(&args, 3, "seconds")),
         Some("memory") => memory(arg(&args, 2, "mib"), arg(&args, 3, "processes"), arg(&args, 4, "ms")),
-        _ => die("usage: workload spin|swarm|burner|orphans|tree|incgroup|pingpong|forkstorm|sleepers|memory|lazyreaper|daemon|threadexec|vfork|cloneparent|leaderexit ..."),
+        Some("shared") => {
+            let how: String = arg(&args, 5, "fork|thread|exec");
+            shared(arg(&args, 2, "mib"), arg(&args, 3, "n"), arg(&args, 4, "ms"), &how)
+        }
+        Some("mapread") => mapread(arg(&args, 2, "fd"), arg(&args, 3, "mib"), arg(&args, 4, "ms")),
+        _ => die("usage: workload spin|swarm|burner|orphans|tree|incgroup|pingpong|forkstorm|sleepers|memory|shared|mapread|lazyreaper|daemon|threadexec|vfork|cloneparent|leaderexit ..."),
     }
 }

@@ -62,11 +62,7 @@ fn sum_interval(arr: &Value, key: &str) -> Value {
 /// Python package's process columns.
 fn expected_process(s: &Value) -> Vec<(&'static str, Value)> {
     let p = &s["process"];
-    let mem = if p["memory_pss_mib"].is_null() {
-        p["memory_rss_mib"].clone()
-    } else {
-        p["memory_pss_mib"].clone()
-    };
+    let mem = p["memory_mib"].clone();
     vec![
         ("timestamp", s["timestamp_secs"].clone()),
         ("pid", p["pid"].clone()),
@@ -575,14 +571,14 @@ fn metaflow_flow_with_track_resources_makes_a_card_that_opens_in_chromium() {
         if c["history"] == serde_json::json!([]) {
             assert_eq!(c["summary_recommendation"]["metaflow"], rec, "run {r}");
         }
-        // 300 MiB held by the step: at least 512 MiB recommended.
+        // 300 MiB held by the step: at least 1.2 × 300 MiB recommended.
         let mem: u64 = rec
             .split("memory=")
             .nth(1)
             .and_then(|m| m.split(|ch: char| !ch.is_ascii_digit()).next())
             .and_then(|m| m.parse().ok())
             .expect("memory=");
-        assert!(mem >= 512, "{rec}");
+        assert!(mem >= 384, "{rec}");
         let page = PathBuf::from(c["card"].as_str().unwrap());
         let (dom, problems) = chromium(&page, &s);
         assert!(

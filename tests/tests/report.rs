@@ -223,9 +223,9 @@ fn an_hour_of_samples_stays_under_3_mb_and_opens() {
     let d = page_data(&std::fs::read_to_string(&page).unwrap());
     assert_eq!(d["runs"][0]["samples"], 3600);
     assert_eq!(d["runs"][0]["t"].as_array().unwrap().len(), 3600);
-    // Hand-computed: max RSS 310 MiB × 1.2 = 372 → 512 MiB; cores 0..96/37,
+    // Hand-computed: max RSS 310 MiB × 1.2 = 372 → 384 MiB; cores 0..96/37,
     // mean over the hour ≈ 1.29 → 1 CPU.
-    assert_eq!(d["runs"][0]["recommendation"]["memory_mib"], 512);
+    assert_eq!(d["runs"][0]["recommendation"]["memory_mib"], 384);
     assert_eq!(d["runs"][0]["recommendation"]["cpu"], 1);
     assert_eq!(d["runs"][0]["stats"]["duration_secs"], 3600.0);
     let (dom, err, wall) = open_in_chromium(&page, &s);
@@ -350,13 +350,13 @@ fn several_runs_combine() {
     assert_eq!(c["runs"], 2);
     let peak = |r: &Value| r["stats"]["process_memory_mib"]["max"].as_f64().unwrap();
     let (a, b) = (peak(&d["runs"][0]), peak(&d["runs"][1]));
-    assert!(a >= 100.0 && b >= 700.0, "{a} {b}");
+    assert!(a >= 100.0 && (700.0..746.0).contains(&b), "{a} {b}");
     assert_eq!(
         c["stats"]["process_memory_mib"]["max"].as_f64().unwrap(),
         a.max(b)
     );
-    // Hand-computed: the larger peak × 1.2 (> 840 MiB) rounds up to 1024 MiB.
-    assert_eq!(c["recommendation"]["memory_mib"], 1024);
+    // Hand-computed: the larger peak × 1.2 (840–895 MiB) rounds up to 896 MiB.
+    assert_eq!(c["recommendation"]["memory_mib"], 896);
     let means = |r: &Value| r["stats"]["process_cpu_usage"]["mean"].as_f64().unwrap();
     let want = (means(&d["runs"][0]) + means(&d["runs"][1])) / 2.0;
     let got = c["stats"]["process_cpu_usage"]["mean"].as_f64().unwrap();

@@ -64,7 +64,10 @@ PROCESS_EXTRA = [
     "live_threads",
     "processes_spawned",
     "processes_exited",
+    "memory_source",
+    "memory_peak_mib",
     "memory_rss_mib",
+    "memory_pss_mib",
     "max_process_rss_mib",
     "root_alive",
     "rchar_bytes",
@@ -132,13 +135,29 @@ def system_row(s: Row) -> Row:
     }
 
 
+def memory_source(p: Row) -> str:
+    """`cgroup`, `pss` or `rss`; samples of binaries before `memory_source` had PSS
+    only with --pss, else RSS."""
+    src = p.get("memory_source")
+    if src:
+        return src
+    return "pss" if p.get("memory_pss_mib") is not None else "rss"
+
+
+def memory_mib(p: Row) -> float:
+    """The tree's memory by its source (older samples: PSS, else RSS)."""
+    if p.get("memory_mib") is not None:
+        return p["memory_mib"]
+    pss = p.get("memory_pss_mib")
+    return pss if pss is not None else p["memory_rss_mib"]
+
+
 def process_row(s: Row) -> Optional[Row]:
     """None for a host-only sample (no tracked tree)."""
     p = s.get("process")
     if not p:
         return None
     cpu = s.get("cpu") or {}
-    pss = p.get("memory_pss_mib")
     return {
         "timestamp": s["timestamp_secs"],
         "pid": p["pid"],
@@ -146,9 +165,9 @@ def process_row(s: Row) -> Optional[Row]:
         "utime": p["utime_secs"],
         "stime": p["stime_secs"],
         "cpu_usage": cpu.get("process_cores_used"),
-        # PSS when the tracker read it (pss=True), else RSS: what the summary's
-        # stats and recommendation use too.
-        "memory_mib": pss if pss is not None else p["memory_rss_mib"],
+        # Unique pages (`memory_source`): what the summary's stats and
+        # recommendation use too.
+        "memory_mib": memory_mib(p),
         "disk_read_bytes": p["read_bytes"],
         "disk_write_bytes": p["write_bytes"],
         "gpu_usage": p.get("gpu_usage"),
@@ -160,7 +179,10 @@ def process_row(s: Row) -> Optional[Row]:
         "live_threads": p.get("live_threads"),
         "processes_spawned": p.get("processes_spawned"),
         "processes_exited": p.get("processes_exited"),
+        "memory_source": memory_source(p),
+        "memory_peak_mib": p.get("memory_peak_mib"),
         "memory_rss_mib": p.get("memory_rss_mib"),
+        "memory_pss_mib": p.get("memory_pss_mib"),
         "max_process_rss_mib": p.get("max_process_rss_mib"),
         "root_alive": p.get("root_alive"),
         "rchar_bytes": p.get("rchar_bytes"),

@@ -101,12 +101,14 @@ def _round2(x: float) -> float:
 
 
 def round_memory(mib: float) -> int:
-    """The Python package's memory steps (128, 256, 512, 1024, 2048 MiB, then whole
-    GiB), as the binary's recommendation applies them (model/stats.rs)."""
-    for step in (128, 256, 512, 1024, 2048):
-        if mib <= step:
-            return step
-    return 1024 * math.ceil(mib / 1024)
+    """Rounded up to at least 128 MiB, in steps of an eighth of the power of two
+    below (256, 288, 320 ... 512, 576 ...), whole GiB past 8 GiB, as the binary's
+    recommendation rounds (model/stats.rs); the Python package's steps (128, 256,
+    512, 1024, 2048) asked for up to twice the memory."""
+    if not mib > 128:
+        return 128
+    step = min(2 ** math.floor(math.log2(mib)) / 8, 1024)
+    return int(math.ceil(mib / step) * step)
 
 
 def aggregate_stats(stats: Sequence[Dict[str, Dict[str, Any]]]) -> Dict[str, Dict[str, Any]]:
@@ -192,7 +194,10 @@ class ResourceTracker:
         discover_cloud: probe the cloud metadata services (network; default off here).
         ebpf: None lets the binary choose (eBPF as root or with CAP_BPF+CAP_PERFMON,
             else procfs, said once); False forces procfs.
-        pss: also read PSS (costs more); memory is then PSS, as in the Python package.
+        pss: also put Σ PSS in every sample (`memory_pss_mib`). The memory figures
+            are unique pages either way: this interpreter's tree is tracked by pid,
+            so the binary reads Σ PSS every sample (`memory_source` "pss"); the
+            flag only matters for `run`, where a cgroup is the source.
         job_name, tags: written into the samples and summary.
         recommend_server: ask Spare Cores Keeper at the end of the run (network).
         binary: path of the executable (default: the one installed with this package).
@@ -530,6 +535,17 @@ class ResourceTracker:
         return None
 
     @property
+    def memory_source(self) -> Optional[str]:
+        """What the memory figures are: `cgroup` (the charge of a cgroup holding
+        exactly the tree), `pss` (Σ PSS; always so with a pid, as here) or `rss`.
+        Runs of different sources must not be combined (recommend_resources'
+        historical_stats)."""
+        if self._summary and self._summary.get("memory_source"):
+            return self._summary["memory_source"]
+        rows = [s["process"] for s in self.samples if s.get("process")]
+        return C.memory_source(rows[-1]) if rows else None
+
+    @property
     def exit_code(self) -> Optional[int]:
         return self._exit_code
 
@@ -635,9 +651,14 @@ class ResourceTracker:
             return {"mean": _round2(sum(vals) / len(vals)), "max": _round2(max(vals))}
 
         first = self.samples[0]
+        memory = mm("memory_mib")
+        # The cgroup's own peak (memory_source "cgroup") sees between samples too.
+        peaks = [r["memory_peak_mib"] for r in rows if r["memory_peak_mib"] is not None]
+        if peaks:
+            memory["max"] = _round2(max(memory["max"], max(peaks)))
         return {
             "process_cpu_usage": mm("cpu_usage"),
-            "process_memory_mib": mm("memory_mib"),
+            "process_memory_mib": memory,
             "process_gpu_usage": mm("gpu_usage"),
             "process_gpu_vram_mib": mm("gpu_vram_mib"),
             "process_gpu_utilized": mm("gpu_utilized"),
@@ -657,7 +678,9 @@ class ResourceTracker:
         """{"cpu", "memory" (MiB), "gpu", "vram" (MiB)}, the Python package's keys,
         plus "allocation" and "metaflow" (`@resources(…)`). Without history this is
         the binary's own recommendation; with history, the same rules over the runs
-        combined (mean of means, max of maxes)."""
+        combined (mean of means, max of maxes). Pass only runs of the same
+        `memory_source`: figures measured another way (Σ RSS counts a page shared
+        by N processes N times) would decide the memory alone."""
         if self._summary is not None and not historical_stats:
             r = self._summary.get("recommendation")
             if not r:

@@ -25,14 +25,14 @@ enum Usage {
 
 /// A mounted hierarchy from mountinfo: its root within the hierarchy, where it is
 /// mounted, and its super options (the v1 controllers).
-struct Mount {
+pub(super) struct Mount {
     root: String,
     point: PathBuf,
     fstype: String,
     options: String,
 }
 
-fn mounts(text: &str) -> Vec<Mount> {
+pub(super) fn mounts(text: &str) -> Vec<Mount> {
     text.lines()
         .filter_map(|l| {
             let (pre, post) = l.split_once(" - ")?;
@@ -60,7 +60,7 @@ fn dir_in(m: &Mount, path: &str) -> Option<PathBuf> {
 }
 
 /// Where the tracker's cgroup keeps `controller` (v1) or, with `None`, its v2 dir.
-fn find(cgroups: &str, mounts: &[Mount], controller: Option<&str>) -> Option<PathBuf> {
+pub(super) fn find(cgroups: &str, mounts: &[Mount], controller: Option<&str>) -> Option<PathBuf> {
     for line in cgroups.lines() {
         let mut it = line.splitn(3, ':');
         let (_, ctrls, path) = (it.next()?, it.next()?, it.next()?);

@@ -44,7 +44,7 @@ pub const PYTHON_COLUMNS: [&str; 32] = [
 pub const SIBLING_COLUMNS: [&str; 1] = ["system_steal_time"];
 
 /// Our columns after those (documented in docs/schema.md).
-pub const EXTRA_COLUMNS: [&str; 21] = [
+pub const EXTRA_COLUMNS: [&str; 22] = [
     "interval_secs",
     "job_name",
     "system_memory_total_mib",
@@ -59,6 +59,7 @@ pub const EXTRA_COLUMNS: [&str; 21] = [
     "process_processes_spawned",
     "process_processes_exited",
     "process_memory_rss_mib",
+    "process_memory_source",
     "process_root_alive",
     "process_rchar_bytes",
     "process_wchar_bytes",
@@ -164,8 +165,9 @@ pub fn row(s: &Sample) -> String {
             cells.push(num(p.utime_secs, 6));
             cells.push(num(p.stime_secs, 6));
             cells.push(opt_num(s.cpu.process_cores_used, 4));
-            // Python reports PSS; ours is PSS with --pss, RSS otherwise.
-            cells.push(num(p.memory_pss_mib.unwrap_or(p.memory_rss_mib), 4));
+            // Unique pages, as Python's PSS: the cgroup's charge where one holds
+            // exactly the tree, else Σ PSS (`process_memory_source`).
+            cells.push(num(p.memory_mib, 4));
             cells.push(p.read_bytes.to_string());
             cells.push(p.write_bytes.to_string());
             // Empty without a GPU collector (no GPU on the host).
@@ -194,11 +196,12 @@ pub fn row(s: &Sample) -> String {
             cells.push(p.processes_spawned.to_string());
             cells.push(p.processes_exited.to_string());
             cells.push(num(p.memory_rss_mib, 4));
+            cells.push(p.memory_source.to_string());
             cells.push(p.root_alive.to_string());
             cells.push(p.rchar_bytes.to_string());
             cells.push(p.wchar_bytes.to_string());
         }
-        None => cells.extend(std::iter::repeat_n(String::new(), 9)),
+        None => cells.extend(std::iter::repeat_n(String::new(), 10)),
     }
     cells.push(num(s.tracker.cpu_secs, 6));
     cells.push(num(s.tracker.rss_mib, 4));

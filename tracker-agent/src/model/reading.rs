@@ -3,7 +3,7 @@
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use super::sample::{CpuSample, DiskSample, GpuSample, MemorySample, NetworkSample};
-use crate::engine::TreeTotals;
+use crate::{collect::memcg::MemcgReading, engine::TreeTotals};
 
 /// The host part of one sample (the tree's fields of `cpu` stay None here).
 #[derive(Clone, Debug, Default)]
@@ -71,4 +71,7 @@ pub struct Reading {
     /// (run count, run time ns) of the BPF programs, when known.
     pub bpf: Option<(u64, u64)>,
     pub own: OwnCost,
+    /// The charge of the cgroup made for the command, while it holds exactly the
+    /// tree; None otherwise (memory is then Σ PSS, or Σ RSS).
+    pub memcg: Option<MemcgReading>,
 }

@@ -9,8 +9,8 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::sample::{
-    CpuSample, DiskSample, GpuSample, MemorySample, MountSample, NetworkSample, ProcessSample,
-    Sample, TrackerSample,
+    CpuSample, DiskSample, GpuSample, MemorySample, MemorySource, MountSample, NetworkSample,
+    ProcessSample, Sample, TrackerSample,
 };
 
 /// What one JSON line is.
@@ -107,6 +107,9 @@ struct JProcess {
     backend: Option<String>,
     utime_secs: f64,
     stime_secs: f64,
+    memory_mib: Option<f64>,
+    memory_source: Option<String>,
+    memory_peak_mib: Option<f64>,
     memory_rss_mib: f64,
     memory_pss_mib: Option<f64>,
     read_bytes: u64,
@@ -243,6 +246,22 @@ fn sample_of(j: JSample) -> JsonLine {
             backend: backend_name(p.backend.as_deref().unwrap_or("")),
             utime_secs: p.utime_secs,
             stime_secs: p.stime_secs,
+            // Files of versions before `memory_source`: PSS with --pss, else RSS.
+            memory_mib: p
+                .memory_mib
+                .or(p.memory_pss_mib)
+                .unwrap_or(p.memory_rss_mib),
+            memory_source: p
+                .memory_source
+                .as_deref()
+                .and_then(MemorySource::named)
+                .unwrap_or(if p.memory_pss_mib.is_some() {
+                    MemorySource::Pss
+                } else {
+                    MemorySource::Rss
+                })
+                .as_str(),
+            memory_peak_mib: p.memory_peak_mib,
             memory_rss_mib: p.memory_rss_mib,
             memory_pss_mib: p.memory_pss_mib,
             read_bytes: p.read_bytes,
@@ -439,7 +458,16 @@ impl CsvRows {
                         backend: backend_name(backend.as_deref().unwrap_or("")),
                         utime_secs: num("process_utime")?.unwrap_or(0.0),
                         stime_secs: num("process_stime")?.unwrap_or(0.0),
-                        memory_rss_mib: num("process_memory_mib")?.unwrap_or(0.0),
+                        memory_mib: num("process_memory_mib")?.unwrap_or(0.0),
+                        // Files without the column: what it was before, PSS with
+                        // --pss or RSS, taken as RSS.
+                        memory_source: get("process_memory_source")
+                            .and_then(MemorySource::named)
+                            .unwrap_or(MemorySource::Rss)
+                            .as_str(),
+                        memory_rss_mib: num("process_memory_rss_mib")?
+                            .or(num("process_memory_mib")?)
+                            .unwrap_or(0.0),
                         read_bytes: bytes("process_disk_read_bytes")?.unwrap_or(0),
                         write_bytes: bytes("process_disk_write_bytes")?.unwrap_or(0),
                         live_processes: bytes("process_live_processes")?

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use serde::Serialize;
 
 use super::{
-    sample::{sum_present, Sample},
+    sample::{sum_present, MemorySource, Sample},
     stats::{Recommendation, RunStatsOut, UsageAccum},
 };
 
@@ -64,7 +64,7 @@ fn values(s: &Sample) -> [Option<f64>; NCOL] {
     [
         s.cpu.process_cores_used,
         s.cpu.utilization_pct,
-        p.map(|p| p.memory_pss_mib.unwrap_or(p.memory_rss_mib)),
+        p.map(|p| p.memory_mib),
         s.memory.used_mib,
         p.and_then(|p| per_sec(Some(p.read_bytes), dt)),
         p.and_then(|p| per_sec(Some(p.write_bytes), dt)),
@@ -630,14 +630,24 @@ pub struct Timeline {
 #[derive(Debug, Serialize)]
 pub struct Combined {
     pub runs: usize,
+    /// What the combined runs' memory figures are.
+    pub memory_source: Option<&'static str>,
+    /// Runs left out because their memory was measured another way.
+    pub memory_left_out: usize,
     pub stats: Option<RunStatsOut>,
     pub recommendation: Option<Recommendation>,
 }
 
+/// The runs combined: only those whose memory was measured as the first run's
+/// (`UsageAccum::combine`); the others are counted in `memory_left_out`.
 pub fn combine(runs: &[&UsageAccum]) -> Combined {
     let u = UsageAccum::combine(runs);
+    let with_tree: Vec<&&UsageAccum> = runs.iter().filter(|r| r.has_tree()).collect();
+    let runs = with_tree.iter().filter(|r| r.same_memory(&u)).count();
     Combined {
-        runs: runs.iter().filter(|r| r.has_tree()).count(),
+        runs,
+        memory_source: u.memory_source().map(MemorySource::as_str),
+        memory_left_out: with_tree.len() - runs,
         stats: u.stats(),
         recommendation: u.recommendation(),
     }
@@ -659,6 +669,8 @@ mod tests {
             process: Some(ProcessSample {
                 backend: "ebpf",
                 utime_secs: cores,
+                memory_mib: 10.0,
+                memory_source: "pss",
                 memory_rss_mib: 10.0,
                 ..Default::default()
             }),

@@ -251,8 +251,16 @@ pub struct ProcessSample {
     pub processes_exited: u64,
     pub live_processes: u64,
     pub live_threads: u64,
+    /// The tree's memory by `memory_source`: what a container limit would need.
+    pub memory_mib: f64,
+    /// `cgroup` (the charge of a cgroup holding exactly the tree), `pss` (Σ PSS of
+    /// the live members) or `rss` (Σ RSS, when PSS cannot be read).
+    pub memory_source: &'static str,
+    /// The cgroup's own peak since the start (`cgroup` source only).
+    pub memory_peak_mib: Option<f64>,
+    /// Σ RSS of the live members: shared pages count once per process.
     pub memory_rss_mib: f64,
-    /// Only with `--pss` (reading smaps is expensive).
+    /// Σ PSS: read when it is the source, or every sample with `--pss`.
     pub memory_pss_mib: Option<f64>,
     /// Largest RSS of any single member so far.
     pub max_process_rss_mib: f64,
@@ -273,6 +281,37 @@ pub struct ProcessSample {
     pub gpu_vram_mib: Option<f64>,
     /// GPUs on which the tree's utilisation was above zero.
     pub gpu_utilized: Option<u64>,
+}
+
+/// Where the tree's memory figure comes from, best first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemorySource {
+    /// The charge of a cgroup made for the command, holding exactly the tree.
+    Cgroup,
+    /// Σ PSS of the live members (`smaps_rollup`): each shared page once.
+    Pss,
+    /// Σ RSS, where PSS cannot be read: shared pages once per process.
+    Rss,
+}
+
+impl MemorySource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MemorySource::Cgroup => "cgroup",
+            MemorySource::Pss => "pss",
+            MemorySource::Rss => "rss",
+        }
+    }
+
+    /// The source a recorded name stands for (files of other versions included).
+    pub fn named(s: &str) -> Option<MemorySource> {
+        match s {
+            "cgroup" => Some(MemorySource::Cgroup),
+            "pss" => Some(MemorySource::Pss),
+            "rss" => Some(MemorySource::Rss),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -355,6 +394,7 @@ mod tests {
             gpu: vec![GpuSample::default()],
             process: Some(ProcessSample {
                 memory_pss_mib: Some(1.0),
+                memory_peak_mib: Some(1.0),
                 gpu_usage: Some(0.0),
                 gpu_vram_mib: Some(0.0),
                 gpu_utilized: Some(0),

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use super::{
     reading::Reading,
-    sample::{ProcessSample, Sample, TrackerSample, TreeCompat},
+    sample::{MemorySource, ProcessSample, Sample, TrackerSample, TreeCompat},
     summary::RunStats,
 };
 use crate::engine::{degraded::Degradations, Backend, TreeTotals};
@@ -91,6 +91,7 @@ impl Sampler {
             stamp,
             bpf,
             own,
+            memcg,
         } = r;
         let at = stamp.at;
         let elapsed = at.duration_since(self.prev_at).as_secs_f64().max(1e-9);
@@ -125,6 +126,16 @@ impl Sampler {
         };
         let lost = now.lost_events.saturating_sub(self.prev.lost_events);
         let rss_mib = now.rss_bytes as f64 / MIB;
+        let pss_mib = now.pss_bytes.map(|b| b as f64 / MIB);
+        let (memory_mib, memory_source, memory_peak_mib) = match (memcg, pss_mib) {
+            (Some(m), _) => (
+                m.current as f64 / MIB,
+                MemorySource::Cgroup,
+                m.peak.map(|p| p as f64 / MIB),
+            ),
+            (None, Some(p)) => (p, MemorySource::Pss, None),
+            (None, None) => (rss_mib, MemorySource::Rss, None),
+        };
         let cores = d_cpu as f64 / 1e9 / elapsed;
         let process = self.tree.map(|(root, backend)| ProcessSample {
             pid: root,
@@ -136,8 +147,11 @@ impl Sampler {
             processes_exited: now.procs_exited.saturating_sub(self.prev.procs_exited),
             live_processes: now.live_procs,
             live_threads: now.live_threads,
+            memory_mib,
+            memory_source: memory_source.as_str(),
+            memory_peak_mib,
             memory_rss_mib: rss_mib,
-            memory_pss_mib: now.pss_bytes.map(|b| b as f64 / MIB),
+            memory_pss_mib: pss_mib,
             max_process_rss_mib: now.max_rss_kib as f64 / 1024.0,
             read_bytes: now.read_bytes.saturating_sub(self.prev.read_bytes),
             write_bytes: now.write_bytes.saturating_sub(self.prev.write_bytes),
@@ -244,6 +258,7 @@ mod tests {
                 cpu_secs: own_cpu,
                 rss_mib: 8.0,
             },
+            memcg: None,
         }
     }
 
@@ -344,6 +359,68 @@ mod tests {
             .tracker
             .degraded
             .is_empty());
+    }
+
+    /// The memory figure comes from the best source the reading has, each sample
+    /// names it, and the summary's peak follows the run's source: the cgroup's own
+    /// peak (a member's RSS is not the cgroup's charge), or Σ PSS with the largest
+    /// single member's RSS as a floor.
+    #[test]
+    fn memory_by_its_source() {
+        use crate::collect::memcg::MemcgReading;
+        use crate::model::{RunStats, Summary};
+        const MIB: u64 = 1 << 20;
+        let start = Instant::now();
+        let mem = |rss: u64, pss: Option<u64>, max_rss: u64| TreeTotals {
+            rss_bytes: rss * MIB,
+            pss_bytes: pss.map(|p| p * MIB),
+            max_rss_kib: max_rss * 1024,
+            live_procs: 4,
+            root_alive: true,
+            ..TreeTotals::default()
+        };
+        let summary = |st: &RunStats| Summary::build(st, 1.0, Some(0), "ebpf", None, Vec::new());
+        // 300 MiB shared by four processes: Σ RSS 1200, the cgroup 310 now, 320 at
+        // its peak between samples.
+        let mut s = Sampler::new(Some((7, Backend::Ebpf)), None, start, 0.0);
+        let mut r = at(start, 1.0, mem(1200, None, 300), 0.0, None);
+        r.memcg = Some(MemcgReading {
+            current: 310 * MIB,
+            peak: Some(320 * MIB),
+        });
+        let p = s.step(r).process.unwrap();
+        assert_eq!((p.memory_source, p.memory_mib), ("cgroup", 310.0));
+        assert_eq!(p.memory_peak_mib, Some(320.0));
+        assert_eq!(p.memory_rss_mib, 1200.0);
+        let sum = summary(&s.stats);
+        assert_eq!(sum.memory_source, Some("cgroup"));
+        assert_eq!((sum.peak_memory_mib, sum.peak_rss_sum_mib), (320.0, 1200.0));
+        let rec = s.stats.usage.recommendation().unwrap();
+        // 320 × 1.2 = 384.
+        assert_eq!((rec.memory_source, rec.memory_mib), ("cgroup", 384));
+
+        // Σ PSS; a member that reached 350 MiB between samples is the floor.
+        let mut s = Sampler::new(Some((7, Backend::Ebpf)), None, start, 0.0);
+        let p = s
+            .step(at(start, 1.0, mem(1200, Some(305), 350), 0.0, None))
+            .process
+            .unwrap();
+        assert_eq!((p.memory_source, p.memory_mib), ("pss", 305.0));
+        assert_eq!(p.memory_peak_mib, None);
+        let sum = summary(&s.stats);
+        assert_eq!(
+            (sum.memory_source, sum.peak_memory_mib),
+            (Some("pss"), 350.0)
+        );
+
+        // No member's PSS could be read beside live RSS: Σ RSS, named.
+        let mut s = Sampler::new(Some((7, Backend::Procfs)), None, start, 0.0);
+        let p = s
+            .step(at(start, 1.0, mem(1200, None, 300), 0.0, None))
+            .process
+            .unwrap();
+        assert_eq!((p.memory_source, p.memory_mib), ("rss", 1200.0));
+        assert_eq!(p.memory_pss_mib, None);
     }
 
     #[test]

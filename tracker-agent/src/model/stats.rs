@@ -5,7 +5,7 @@
 
 use serde::Serialize;
 
-use super::sample::Sample;
+use super::sample::{MemorySource, Sample};
 
 /// Mean and maximum of one column over the samples that have it.
 #[derive(Clone, Copy, Debug, Default)]
@@ -64,7 +64,10 @@ pub struct UsageAccum {
     first_interval: f64,
     cpu: Column,
     memory: Column,
-    pss: bool,
+    /// The cgroup's own peak, when it is the source: between samples too.
+    memory_peak: f64,
+    /// The last sample's memory source; runs of different sources are not combined.
+    memory_source: Option<MemorySource>,
     gpu: Column,
     vram: Column,
     gpus: Column,
@@ -96,6 +99,9 @@ impl Column {
 impl UsageAccum {
     /// Several runs of one job as one, by the Python package's rules across runs:
     /// mean of the means and of the durations, max of the maxes and of the sums.
+    /// Only runs whose memory was measured the way the first run's was are
+    /// combined (a cgroup's charge, Σ PSS and Σ RSS differ by up to several times
+    /// on the same job): the caller says which were left out (`same_memory`).
     pub fn combine(runs: &[&UsageAccum]) -> UsageAccum {
         let runs: Vec<&UsageAccum> = runs
             .iter()
@@ -105,6 +111,11 @@ impl UsageAccum {
         let Some(first) = runs.first() else {
             return UsageAccum::default();
         };
+        let runs: Vec<&UsageAccum> = runs
+            .iter()
+            .copied()
+            .filter(|r| r.same_memory(first))
+            .collect();
         let col = |f: fn(&UsageAccum) -> &Column| Column::of_runs(runs.iter().map(|r| f(r)));
         let durations: Vec<f64> = runs.iter().map(|r| r.duration_secs()).collect();
         UsageAccum {
@@ -113,7 +124,8 @@ impl UsageAccum {
             first_interval: first.first_interval,
             cpu: col(|r| &r.cpu),
             memory: col(|r| &r.memory),
-            pss: runs.iter().any(|r| r.pss),
+            memory_peak: runs.iter().map(|r| r.memory_peak).fold(0.0, f64::max),
+            memory_source: first.memory_source,
             gpu: col(|r| &r.gpu),
             vram: col(|r| &r.vram),
             gpus: col(|r| &r.gpus),
@@ -135,6 +147,15 @@ impl UsageAccum {
         })
     }
 
+    /// Whether `other`'s memory figures were measured the same way.
+    pub fn same_memory(&self, other: &UsageAccum) -> bool {
+        self.memory_source == other.memory_source
+    }
+
+    pub fn memory_source(&self) -> Option<MemorySource> {
+        self.memory_source
+    }
+
     /// Whether a sample of a tracked tree was added.
     pub fn has_tree(&self) -> bool {
         self.first_ts.is_some()
@@ -148,9 +169,11 @@ impl UsageAccum {
         }
         self.last_ts = s.timestamp_secs;
         self.cpu.add(s.cpu.process_cores_used);
-        self.pss |= p.memory_pss_mib.is_some();
-        self.memory
-            .add(Some(p.memory_pss_mib.unwrap_or(p.memory_rss_mib)));
+        self.memory.add(Some(p.memory_mib));
+        if let Some(peak) = p.memory_peak_mib {
+            self.memory_peak = self.memory_peak.max(peak);
+        }
+        self.memory_source = MemorySource::named(p.memory_source);
         self.gpu.add(p.gpu_usage);
         self.vram.add(p.gpu_vram_mib);
         self.gpus.add(p.gpu_utilized.map(|g| g as f64));
@@ -174,7 +197,10 @@ impl UsageAccum {
         Some(RunStatsOut {
             duration_secs: round2(self.duration_secs()),
             process_cpu_usage: self.cpu.stat(),
-            process_memory_mib: self.memory.stat(),
+            process_memory_mib: self.memory.stat().map(|m| MeanMax {
+                max: round2(self.memory_max()),
+                ..m
+            }),
             process_gpu_usage: self.gpu.stat(),
             process_gpu_vram_mib: self.vram.stat(),
             process_gpu_utilized: self.gpus.stat(),
@@ -182,6 +208,11 @@ impl UsageAccum {
             system_net_recv_bytes: self.net_recv,
             system_net_sent_bytes: self.net_sent,
         })
+    }
+
+    /// The highest memory the samples saw, or the cgroup's own peak between them.
+    fn memory_max(&self) -> f64 {
+        self.memory.max.max(self.memory_peak)
     }
 
     pub fn recommendation(&self) -> Option<Recommendation> {
@@ -210,13 +241,13 @@ impl UsageAccum {
             }
         });
         let cpu = round_even(self.cpu.mean()).max(1.0) as u64;
-        let memory_mib = round_memory(self.memory.max * 1.2);
+        let memory_mib = round_memory(self.memory_max() * 1.2);
         Some(Recommendation {
             cpu,
             memory_mib,
             gpu,
             vram_mib: vram,
-            memory_source: if self.pss { "pss" } else { "rss" },
+            memory_source: self.memory_source.unwrap_or(MemorySource::Rss).as_str(),
             allocation: if shared { "shared" } else { "dedicated" },
             metaflow: if gpu > 0 {
                 format!("@resources(cpu={cpu}, memory={memory_mib}, gpu={gpu})")
@@ -227,16 +258,16 @@ impl UsageAccum {
     }
 }
 
-/// 128, 256, 512, 1024, 2048 MiB, then whole GiB, rounded up.
+/// Rounded up to at least 128 MiB, in steps of an eighth of the power of two
+/// below (… 256, 288, 320 … 512, 576 … 1024, 1152 …), whole GiB past 8 GiB: at
+/// most 12.5 % more. The Python package's steps (128, 256, 512, 1024, 2048) asked
+/// for up to twice as much: 1.2 × 312 MiB became 512 MiB.
 pub fn round_memory(mib: f64) -> u64 {
-    match mib {
-        m if m <= 128.0 => 128,
-        m if m <= 256.0 => 256,
-        m if m <= 512.0 => 512,
-        m if m <= 1024.0 => 1024,
-        m if m <= 2048.0 => 2048,
-        m => 1024 * (m / 1024.0).ceil() as u64,
+    if mib.is_nan() || mib <= 128.0 {
+        return 128;
     }
+    let step = (2f64.powi(mib.log2().floor() as i32) / 8.0).min(1024.0);
+    ((mib / step).ceil() * step) as u64
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
@@ -252,7 +283,8 @@ pub struct RunStatsOut {
     pub duration_secs: f64,
     /// Cores.
     pub process_cpu_usage: Option<MeanMax>,
-    /// PSS with `--pss`, else RSS.
+    /// The tree's memory by its source (`memory_source`); the max includes the
+    /// cgroup's own peak between samples.
     pub process_memory_mib: Option<MeanMax>,
     pub process_gpu_usage: Option<MeanMax>,
     pub process_gpu_vram_mib: Option<MeanMax>,
@@ -267,13 +299,13 @@ pub struct RunStatsOut {
 pub struct Recommendation {
     /// max(1, round(mean cores)).
     pub cpu: u64,
-    /// The tree's peak memory × 1.2, rounded up to 128/256/512/1024/2048 MiB or whole GiB.
+    /// The tree's peak memory × 1.2, rounded up by `round_memory`.
     pub memory_mib: u64,
     /// max(1, round(peak GPUs)) when the tree used a GPU, else 0.
     pub gpu: u64,
     /// Peak VRAM × 1.2, rounded as memory; 0 without.
     pub vram_mib: u64,
-    /// `rss` or `pss` (with `--pss`): what the memory figures are.
+    /// `cgroup`, `pss` or `rss`: what the memory figures are.
     pub memory_source: &'static str,
     /// `shared` when the system's mean use is well above the tree's (CPU, memory,
     /// GPU or VRAM), else `dedicated`.
@@ -340,6 +372,8 @@ mod tests {
                 ..Default::default()
             }],
             process: Some(ProcessSample {
+                memory_mib: rss,
+                memory_source: "rss",
                 memory_rss_mib: rss,
                 ..Default::default()
             }),
@@ -348,7 +382,7 @@ mod tests {
     }
 
     /// Hand-computed: cores 1.5, 2.5, 3.0 → mean 2.333…, max 3; RSS 900, 1000,
-    /// 950 MiB → max 1000 × 1.2 = 1200 → 2048 MiB.
+    /// 950 MiB → max 1000 × 1.2 = 1200 → 1280 MiB.
     #[test]
     fn hand_computed() {
         let mut u = UsageAccum::default();
@@ -377,9 +411,9 @@ mod tests {
         assert_eq!((s.system_net_recv_bytes, s.system_net_sent_bytes), (30, 3));
         assert_eq!(s.process_gpu_usage, None);
         let r = u.recommendation().unwrap();
-        assert_eq!((r.cpu, r.memory_mib, r.gpu, r.vram_mib), (2, 2048, 0, 0));
+        assert_eq!((r.cpu, r.memory_mib, r.gpu, r.vram_mib), (2, 1280, 0, 0));
         assert_eq!(r.allocation, "dedicated");
-        assert_eq!(r.metaflow, "@resources(cpu=2, memory=2048)");
+        assert_eq!(r.metaflow, "@resources(cpu=2, memory=1280)");
         // The system far busier than the tree: shared.
         let mut u = UsageAccum::default();
         u.add(&sample(1.0, 0.5, 100.0, 1.5, 0));
@@ -395,19 +429,22 @@ mod tests {
         for (mib, want) in [
             (68.0, 128),
             (128.0, 128),
-            (129.0, 256),
-            (896.0, 1024),
+            (129.0, 144),
+            (1.2 * 312.0, 384),
+            (896.0, 896),
             (2048.0, 2048),
-            (2049.0, 3072),
+            (2049.0, 2304),
             (3863.0, 4096),
             (4096.0, 4096),
+            (9000.0, 9216),
+            (f64::NAN, 128),
         ] {
             assert_eq!(round_memory(mib), want, "{mib}");
         }
     }
 
     /// Two runs: cores means 1 and 3 → 2; RSS peaks 1000 and 3000 → 3000 × 1.2 =
-    /// 3600 → 4096 MiB; durations 3 and 1 → 2; received 30 and 10 → 30.
+    /// 3600 → 3840 MiB; durations 3 and 1 → 2; received 30 and 10 → 30.
     #[test]
     fn runs_combine_by_mean_of_means_and_max_of_maxes() {
         let mut a = UsageAccum::default();
@@ -428,8 +465,34 @@ mod tests {
         );
         assert_eq!(s.system_net_recv_bytes, 30);
         let r = c.recommendation().unwrap();
-        assert_eq!((r.cpu, r.memory_mib), (2, 4096));
+        assert_eq!((r.cpu, r.memory_mib), (2, 3840));
         assert!(UsageAccum::combine(&[]).stats().is_none());
+    }
+
+    /// A run measured by Σ RSS (4× the memory of the same job in a cgroup) is never
+    /// combined with runs measured by the cgroup: the first run's source decides.
+    #[test]
+    fn runs_of_another_memory_source_are_not_combined() {
+        let run = |mib: f64, source: &'static str| {
+            let mut u = UsageAccum::default();
+            let mut s = sample(10.0, 1.0, mib, 1.1, 0);
+            if let Some(p) = s.process.as_mut() {
+                p.memory_source = source;
+            }
+            u.add(&s);
+            u
+        };
+        let (now, before, rss) = (
+            run(310.0, "cgroup"),
+            run(300.0, "cgroup"),
+            run(1200.0, "rss"),
+        );
+        let c = UsageAccum::combine(&[&now, &rss, &before]);
+        let r = c.recommendation().unwrap();
+        assert_eq!((r.memory_source, r.memory_mib), ("cgroup", 384));
+        assert_eq!(c.stats().unwrap().process_memory_mib.unwrap().max, 310.0);
+        let report = crate::model::report::combine(&[&now, &rss, &before]);
+        assert_eq!((report.runs, report.memory_left_out), (2, 1));
     }
 
     #[test]

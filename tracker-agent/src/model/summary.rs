@@ -8,7 +8,7 @@ use serde::Serialize;
 use super::{
     host::CloudInfo,
     meta::JobMeta,
-    sample::{HostInfo, Sample},
+    sample::{HostInfo, MemorySource, Sample},
     stats::{Recommendation, RunStatsOut, ServerAdvice, UsageAccum},
 };
 use crate::engine::{degraded::Degradation, TreeTotals};
@@ -19,6 +19,10 @@ pub struct RunStats {
     pub samples: u64,
     pub peak_cores: f64,
     pub peak_rss_sum_mib: f64,
+    /// The largest memory figure of a sample (the cgroup's own peak included).
+    pub peak_memory_mib: f64,
+    /// The last sample's memory source.
+    pub memory_source: Option<MemorySource>,
     pub tracker_cpu_secs: f64,
     pub bpf_run_time_secs: Option<f64>,
     pub last: TreeTotals,
@@ -42,6 +46,11 @@ impl RunStats {
         }
         if let Some(p) = &s.process {
             self.peak_rss_sum_mib = self.peak_rss_sum_mib.max(p.memory_rss_mib);
+            self.peak_memory_mib = self
+                .peak_memory_mib
+                .max(p.memory_mib)
+                .max(p.memory_peak_mib.unwrap_or(0.0));
+            self.memory_source = MemorySource::named(p.memory_source);
         }
         if let Some(t) = s.tracker.bpf_run_time_secs {
             *self.bpf_run_time_secs.get_or_insert(0.0) += t;
@@ -75,6 +84,11 @@ pub struct Summary {
     pub lost_events: u64,
     pub tracker_cpu_secs: f64,
     // Further keys; the ones above are fixed.
+    /// What `peak_memory_mib` is: `cgroup`, `pss` or `rss` (as the samples'
+    /// `memory_source`); null without a tree.
+    pub memory_source: Option<&'static str>,
+    /// The peak of the samples' Σ RSS (shared pages once per process).
+    pub peak_rss_sum_mib: f64,
     pub cpu_total_secs: f64,
     pub avg_cores: f64,
     pub peak_cores: f64,
@@ -179,11 +193,13 @@ impl Summary {
             cpu_system_secs: stats.sys_ns as f64 / 1e9,
             processes_spawned: t.procs_spawned,
             processes_exited: t.procs_exited,
-            peak_memory_mib: stats.peak_rss_sum_mib.max(t.max_rss_kib as f64 / 1024.0),
+            peak_memory_mib: peak_memory(stats),
             exit_code,
             backend,
             lost_events: t.lost_events,
             tracker_cpu_secs: stats.tracker_cpu_secs,
+            memory_source: stats.memory_source.map(MemorySource::as_str),
+            peak_rss_sum_mib: stats.peak_rss_sum_mib,
             cpu_total_secs: cpu_total,
             avg_cores: if wall_secs > 0.0 {
                 cpu_total / wall_secs
@@ -222,5 +238,17 @@ impl Summary {
             recommendation: stats.usage.recommendation(),
             recommended_server: None,
         }
+    }
+}
+
+/// The run's peak by its memory source. A cgroup's own peak is the kernel's, taken
+/// between samples too. Σ PSS is only seen at samples: the largest RSS a single
+/// member ever had (its `maxrss` at exit, between samples too) is a floor beside it.
+fn peak_memory(stats: &RunStats) -> f64 {
+    match stats.memory_source {
+        Some(MemorySource::Cgroup) | None => stats.peak_memory_mib,
+        Some(MemorySource::Pss | MemorySource::Rss) => stats
+            .peak_memory_mib
+            .max(stats.last.max_rss_kib as f64 / 1024.0),
     }
 }

@@ -14,7 +14,7 @@ mod track;
 use std::{path::PathBuf, sync::mpsc, time::Instant};
 
 use crate::{
-    collect::{gpu::GpuCollector, Roots, SystemCollector},
+    collect::{gpu::GpuCollector, memcg::TreeCgroup, Roots, SystemCollector},
     discovery,
     engine::{degraded::Degradations, ebpf::EbpfEngine, procfs::ProcfsEngine, Engine},
     model::Discovered,
@@ -153,6 +153,7 @@ pub fn run(st: Settings) -> anyhow::Result<i32> {
         root,
         command_root,
         engine,
+        memcg,
     } = match begin(start, engine, run_as.as_ref())? {
         Ok(b) => b,
         Err(code) => return Ok(code),
@@ -177,11 +178,16 @@ pub fn run(st: Settings) -> anyhow::Result<i32> {
         host,
         gpus,
         degraded,
+        memcg,
     };
-    let ended = match track::run(tracked, &st, started, &mut sinks) {
+    let mut ended = match track::run(tracked, &st, started, &mut sinks) {
         Ok(e) => e,
         Err(e) => return Ok(stay_with(command_root, e)),
     };
+    // The tree is gone (a member still alive goes back to the cgroup it started in).
+    if let Some(mut cg) = ended.memcg.take() {
+        cg.remove();
+    }
     let outcome = Outcome {
         wall_secs: started.elapsed().as_secs_f64(),
         status: ended.status,
@@ -285,6 +291,7 @@ struct Begun {
     /// The root when it is the tracker's own command.
     command_root: Option<u32>,
     engine: Option<Engine>,
+    memcg: Option<TreeCgroup>,
 }
 
 /// Starts the command or attaches to the tree. `Ok(Err(code))`: the command could
@@ -294,10 +301,10 @@ fn begin(
     engine: Option<Engine>,
     run_as: Option<&launch::RunAs>,
 ) -> anyhow::Result<Result<Begun, i32>> {
-    let (root, command_root, engine) = match start {
-        Start::Host => (None, None, None),
+    let (root, command_root, engine, memcg) = match start {
+        Start::Host => (None, None, None, None),
         Start::Command(path, argv) => match launch_command(&path, &argv, run_as, engine)? {
-            Ok((pid, e)) => (Some(pid), Some(pid), Some(e)),
+            Ok(l) => (Some(l.pid), Some(l.pid), Some(l.engine), l.memcg),
             Err(code) => return Ok(Err(code)),
         },
         Start::Attach(pid) => {
@@ -308,13 +315,14 @@ fn begin(
                 }
                 _ => Engine::Procfs(Box::new(ProcfsEngine::new(pid, None))),
             };
-            (Some(pid), None, Some(e))
+            (Some(pid), None, Some(e), None)
         }
     };
     Ok(Ok(Begun {
         root,
         command_root,
         engine,
+        memcg,
     }))
 }
 
@@ -354,15 +362,38 @@ fn load_engine(st: &Settings) -> (Option<Engine>, Option<String>, Degradations) 
     }
 }
 
+/// A cgroup for exactly the command's tree, joined by the paused command before it
+/// execs. None where none can be made (no rights, a read-only cgroupfs, a full
+/// hierarchy, no memory controller delegated): said once, and memory is Σ PSS.
+fn tree_cgroup(pid: u32) -> Option<TreeCgroup> {
+    // A cgroup the command cannot join is removed at once (dropped).
+    match TreeCgroup::make(&Roots::default()).and_then(|cg| cg.place(pid).map(|()| cg)) {
+        Ok(cg) => Some(cg),
+        Err(e) => {
+            say(format_args!(
+                "no cgroup for the command's memory ({e}); memory is the tree's Σ PSS (memory_source pss)"
+            ));
+            None
+        }
+    }
+}
+
+/// The command, started.
+struct Launched {
+    pid: u32,
+    engine: Engine,
+    memcg: Option<TreeCgroup>,
+}
+
 /// Starts the command paused, registers it with the engine (procfs when `engine`
-/// is None), then lets it run. `Ok(Err(code))`: it could not start, and the
-/// tracker exits with `code` after saying why.
+/// is None), places it in a cgroup of its own, then lets it run. `Ok(Err(code))`:
+/// it could not start, and the tracker exits with `code` after saying why.
 fn launch_command(
     path: &std::path::Path,
     argv: &[std::ffi::OsString],
     run_as: Option<&launch::RunAs>,
     engine: Option<Engine>,
-) -> anyhow::Result<Result<(u32, Engine), i32>> {
+) -> anyhow::Result<Result<Launched, i32>> {
     let paused = match launch::spawn_paused(path, argv, run_as) {
         Ok(p) => p,
         Err(e) => return Ok(Err(refused(e))),
@@ -383,10 +414,12 @@ fn launch_command(
         }
         _ => Engine::Procfs(Box::new(ProcfsEngine::new(pid, Some(std::process::id())))),
     };
+    let memcg = tree_cgroup(pid);
     if let Err(e) = paused.release() {
         let code = refused(e);
         reap();
+        drop(memcg);
         return Ok(Err(code));
     }
-    Ok(Ok((pid, engine)))
+    Ok(Ok(Launched { pid, engine, memcg }))
 }

@@ -496,6 +496,13 @@ pub fn run(st: ReportSettings) -> anyhow::Result<i32> {
         bail!("no samples in {}; no report written", files.join(", "));
     }
     let combined = (data.len() > 1).then(|| report::combine(&usages.iter().collect::<Vec<_>>()));
+    if let Some(c) = combined.as_ref().filter(|c| c.memory_left_out > 0) {
+        notes.push(format!(
+            "{} run(s) measured memory another way than the first run ({}) and are not combined with it",
+            c.memory_left_out,
+            c.memory_source.unwrap_or("rss")
+        ));
+    }
     let (rec, duration) = match &combined {
         Some(c) => (
             c.recommendation.clone(),

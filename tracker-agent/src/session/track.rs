@@ -16,8 +16,12 @@ use super::{
     signals,
 };
 use crate::{
-    collect::{gpu::GpuCollector, SystemCollector},
-    engine::{degraded::Degradations, Engine, ReadOpts, Ring, TreeTotals},
+    collect::{
+        gpu::GpuCollector,
+        memcg::{self, MemcgReading, TreeCgroup},
+        SystemCollector,
+    },
+    engine::{degraded::Degradations, procread, Engine, ReadOpts, Ring, TreeTotals},
     model::{reading::unix_now, OwnCost, Reading, Sample, Sampler, Stamp, TopCommand},
     selfcost,
     settings::Settings,
@@ -37,6 +41,8 @@ pub struct Tracked {
     pub gpus: GpuCollector,
     /// What the session knows is not exact (eBPF unavailable), for every sample.
     pub degraded: Degradations,
+    /// The cgroup made for the command; None: memory is Σ PSS.
+    pub memcg: Option<TreeCgroup>,
 }
 
 /// How the loop ended.
@@ -46,6 +52,8 @@ pub struct Ended {
     pub status: Option<i32>,
     pub top: Vec<TopCommand>,
     pub engine: Option<Engine>,
+    /// To be removed once the tree is gone.
+    pub memcg: Option<TreeCgroup>,
 }
 
 struct Loop {
@@ -55,6 +63,9 @@ struct Loop {
     gpus: GpuCollector,
     sampler: Sampler,
     opts: ReadOpts,
+    memcg: Option<TreeCgroup>,
+    /// The tree is no longer exactly the cgroup's (a member left it).
+    memcg_stale: bool,
 }
 
 impl Loop {
@@ -75,10 +86,85 @@ impl Loop {
         Ok((t, stamp))
     }
 
+    /// The charge of the command's cgroup while it holds exactly the tree. A member
+    /// found outside it (it moved itself elsewhere) ends that for the run: memory is
+    /// Σ PSS from this sample on.
+    fn tree_memcg(&mut self, tree: &TreeTotals) -> Option<MemcgReading> {
+        if self.memcg_stale {
+            return None;
+        }
+        let cg = self.memcg.as_mut()?;
+        let live = self
+            .engine
+            .as_ref()
+            .map(Engine::live_pids)
+            .unwrap_or_default();
+        let why = match cg.stray(&live) {
+            None => match cg.read() {
+                Some(r) if !ran_outside(tree.max_rss_kib, &r) => return Some(r),
+                Some(r) => format!(
+                    "a member's RSS ({} MiB) is far above all {} was ever charged ({} MiB): members ran outside it",
+                    tree.max_rss_kib / 1024,
+                    cg.dir().display(),
+                    r.peak.unwrap_or(r.current) >> 20
+                ),
+                None => format!("{} cannot be read", cg.dir().display()),
+            },
+            Some(l) => format!(
+                "pid {} of the tree left {} (it is in {})",
+                l.pid,
+                cg.dir().display(),
+                l.cgroup
+            ),
+        };
+        log::info!("{why}: the tree's memory is Σ PSS from here on (memory_source pss)");
+        self.memcg_stale = true;
+        // From here on the settled pass below reads it.
+        self.opts.pss = false;
+        None
+    }
+
+    /// Σ PSS of the tree's live processes, read one after the other. A member that
+    /// exits during the pass leaves the pages it shared to the others, which are
+    /// then read with fewer sharers (a forked child's 75 MiB share of 300 MiB
+    /// becomes 100 MiB in each of the three left): the sum counts its share twice.
+    /// So a pass during which a member read is found exiting is taken again (the
+    /// last pass counts: what exited is gone from it). None when no live member's
+    /// file could be read (no smaps_rollup, no right to read them): Σ RSS then.
+    fn settled_pss(&mut self) -> Option<u64> {
+        let live = self
+            .engine
+            .as_ref()
+            .map(Engine::live_pids)
+            .unwrap_or_default();
+        let mut buf = String::new();
+        let mut last = None;
+        for _ in 0..3 {
+            let mut sum = 0;
+            let mut read = Vec::with_capacity(live.len());
+            for &pid in &live {
+                if let Some(p) = procread::pss_bytes(pid, &mut buf) {
+                    sum += p;
+                    read.push(pid);
+                }
+            }
+            let unreadable = read.is_empty() && live.iter().any(|&p| !memcg::exiting(p));
+            last = (!unreadable).then_some(sum);
+            if !read.iter().any(|&p| memcg::exiting(p)) {
+                break;
+            }
+        }
+        last
+    }
+
     /// Reads every source and turns the readings into the interval's sample.
     fn sample(&mut self, ring: Option<&mut Ring>) -> anyhow::Result<Sample> {
         let t0 = Instant::now();
-        let (tree, stamp) = self.read_tree(ring)?;
+        let (mut tree, stamp) = self.read_tree(ring)?;
+        let memcg = self.tree_memcg(&tree);
+        if memcg.is_none() && self.engine.is_some() {
+            tree.pss_bytes = self.settled_pss();
+        }
         let mut host = self.host.sample();
         // The GPUs' readings and the tree's GPU use; nothing (not even the tree's
         // pid list) without a GPU.
@@ -104,6 +190,7 @@ impl Loop {
             stamp,
             bpf,
             own,
+            memcg,
         }))
     }
 
@@ -113,6 +200,16 @@ impl Loop {
             e.drain(ring, &mut |ev| events.show(ev));
         }
     }
+}
+
+/// Whether members evidently ran outside the cgroup: one member's own RSS (its
+/// `maxrss` at exit included) far above all the cgroup was ever charged. A member
+/// that moved itself out and exited between two samples is seen only this way. The
+/// margin leaves room for file pages a member maps that another cgroup was charged
+/// for (shared libraries, files cached before the run).
+fn ran_outside(max_rss_kib: u64, r: &MemcgReading) -> bool {
+    let charged = r.peak.unwrap_or(r.current);
+    max_rss_kib.saturating_mul(1024) > charged.saturating_mul(4) + (64 << 20)
 }
 
 /// Takes a sample and hands it to the sinks. A reading that fails is said once
@@ -309,7 +406,13 @@ async fn run_loop(
         events: t.events,
         host: t.host,
         gpus: t.gpus,
-        opts: ReadOpts { pss: st.engine.pss },
+        // Beside a cgroup, Σ PSS only when asked for; without one it is the source,
+        // read by `settled_pss`.
+        opts: ReadOpts {
+            pss: st.engine.pss && t.memcg.is_some(),
+        },
+        memcg: t.memcg,
+        memcg_stale: false,
     };
     // A tree the tracker started begins at zero (its first instructions belong to
     // the first interval); an attached one at what it had used already.
@@ -454,5 +557,6 @@ async fn run_loop(
         sampler: lp.sampler,
         status,
         engine: lp.engine,
+        memcg: lp.memcg,
     })
 }

@@ -166,7 +166,8 @@ pub struct Opts {
     /// the output files as root.
     #[arg(long)]
     pub as_root: bool,
-    /// Also report PSS of the tree (reads smaps_rollup; costs more).
+    /// Also report Σ PSS of the tree in every sample where a cgroup is the memory
+    /// source (reads smaps_rollup; costs more). Without a cgroup it is the source.
     #[arg(long)]
     pub pss: bool,
     /// Enable the kernel's BPF run-time statistics to report the programs' own cost.

@@ -86,11 +86,12 @@ fn human(sum: &Summary) -> String {
         sum.wall_secs, sum.cpu_total_secs, sum.cpu_user_secs, sum.cpu_system_secs, sum.avg_cores, sum.peak_cores
     ));
     s.push_str(&format!(
-        "resource-tracker: processes {} spawned, {} exited, {} still running  peak memory {:.1} MiB  io {} read / {} written\n",
+        "resource-tracker: processes {} spawned, {} exited, {} still running  peak memory {:.1} MiB ({})  io {} read / {} written\n",
         sum.processes_spawned,
         sum.processes_exited,
         sum.still_running,
         sum.peak_memory_mib,
+        sum.memory_source.unwrap_or("rss"),
         human_bytes(sum.read_bytes),
         human_bytes(sum.write_bytes)
     ));

@@ -214,6 +214,8 @@ class TrackResourcesEbpfDecorator(StepDecorator):
                         "stats": t.stats(),
                         "recommendation": t.recommend_resources(),
                         "backend": t.backend,
+                        # The card combines only runs measured the same way.
+                        "memory_source": t.memory_source,
                     }
                 )
             except Exception as e:  # one unreadable run does not hide the others

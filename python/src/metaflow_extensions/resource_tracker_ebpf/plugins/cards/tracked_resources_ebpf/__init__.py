@@ -92,6 +92,19 @@ def _stats_rows(st: Dict[str, Dict[str, Any]]) -> str:
     )
 
 
+_SOURCES = {
+    "cgroup": "the charge of a cgroup holding exactly the step's processes",
+    "pss": "the sum of the processes' proportional set sizes (each shared page once)",
+    "rss": "the sum of the processes' resident sizes (a shared page once per process)",
+}
+
+
+def _memory_source(h: Dict[str, Any]) -> Optional[str]:
+    """A history entry's memory source; entries stored before the field were
+    measured as their recommendation says (PSS with pss=True, else RSS)."""
+    return h.get("memory_source") or (h.get("recommendation") or {}).get("memory_source") or "rss"
+
+
 class TrackedResourcesEbpfCard(MetaflowCard):
     """Rendered from the artifact @track_resources stores; not for direct use."""
 
@@ -120,9 +133,15 @@ class TrackedResourcesEbpfCard(MetaflowCard):
 
     def _body(self, task, data: Dict[str, Any]) -> str:
         from resource_tracker_ebpf import ResourceTracker
+        from resource_tracker_ebpf.columns import memory_mib
 
         t = ResourceTracker.from_snapshot(data["tracker"])
         history: List[Dict[str, Any]] = data.get("history") or []
+        # Runs whose memory was measured another way (Σ RSS before memory_source,
+        # say) are listed but never combined: their figures would decide alone.
+        source = t.memory_source
+        other = [h for h in history if _memory_source(h) != source]
+        history = [h for h in history if _memory_source(h) == source]
         st = t.stats()
         rec = t.recommend_resources()
         parts: List[str] = []
@@ -150,6 +169,13 @@ class TrackedResourcesEbpfCard(MetaflowCard):
                 f'<code class="rec" id="recommendation">{_e(rec["metaflow"])}</code>'
                 f"<p>The server was {_e(rec.get('allocation'))} (no earlier successful run to combine with).</p>"
             )
+        if other:
+            parts.append(
+                f'<p class="note" id="memory-sources">{len(other)} earlier run(s) measured memory another way '
+                f"({_e(', '.join(sorted({str(_memory_source(h)) for h in other})))}; this run: {_e(source)}) "
+                "and are not combined with it.</p>"
+            )
+        parts.append(f"<p>Memory is <b>{_e(source)}</b>: {_e(_SOURCES.get(source or '', 'unknown'))}.</p>")
         parts.append("<h2>Statistics</h2>" + _stats_rows(st))
         if history:
             rows = "".join(
@@ -188,10 +214,7 @@ class TrackedResourcesEbpfCard(MetaflowCard):
                     (
                         "process tree",
                         "#2ca02c",
-                        [
-                            (s["timestamp_secs"], s["process"].get("memory_pss_mib") or s["process"]["memory_rss_mib"])
-                            for s in proc
-                        ],
+                        [(s["timestamp_secs"], memory_mib(s["process"])) for s in proc],
                     )
                 ],
             )

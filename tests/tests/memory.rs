@@ -1,0 +1,446 @@
+//! Memory against the kernel's own accounting of a cgroup that holds the workload,
+//! on the shapes where a sum of RSS counts shared pages several times: 300 MiB
+//! written once and read by three forked children, by four threads, and by three
+//! exec'd children mapping it from an inherited memfd. Both backends, each shape
+//! five times; the worst run is the one that counts.
+//!
+//! Two ways to hold the truth, because the tracker's own cgroup for the command and
+//! a truth cgroup the workload joins cannot both hold the workload:
+//! - the tracker runs inside the truth cgroup (it joins before it execs), so the
+//!   cgroup it makes for the command is a child of the truth: its figure
+//!   (`memory_source` `cgroup`) is the workload's, the truth's peak is the
+//!   workload's plus the tracker's own memory (heap, BPF maps), so ours may be
+//!   below the truth by the tracker's share, never above it;
+//! - the workload joins the truth cgroup itself (the harness's `incgroup`), leaving
+//!   the cgroup the tracker made for it: the tracker sees a member outside and
+//!   falls back to Σ PSS (`pss`), compared with a truth that holds exactly the
+//!   workload.
+//!
+//! Then what must never happen: a cgroup left behind (normal end, a daemon that
+//! outlives the root, SIGTERM to the tracker), and a cgroup that cannot be made
+//! ending the run or going unsaid.
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+use tracker_tests::{
+    e2e,
+    truth::{f, track_with, Opts},
+    *,
+};
+
+/// Peak memory within this fraction of the cgroup's, in every run.
+const MEM_TOLERANCE: f64 = 0.15;
+/// The recommendation's memory at most this many times the cgroup's peak.
+const REC_LIMIT: f64 = 1.5;
+const RUNS: usize = 5;
+
+const SHAPES: [(&str, [&str; 5]); 3] = [
+    ("fork", ["shared", "300", "3", "1200", "fork"]),
+    ("threads", ["shared", "300", "4", "1200", "thread"]),
+    ("exec", ["shared", "300", "3", "1200", "exec"]),
+];
+
+fn need_root() -> bool {
+    e2e::require(e2e::is_root(), "root is needed to make cgroups")
+}
+
+/// Where `cg` keeps its memory accounting: the v1 memory hierarchy's directory of
+/// the same name, else the v2 directory.
+fn memory_dir(cg: &Cgroup) -> PathBuf {
+    let v1 = Path::new("/sys/fs/cgroup/memory").join(cg.dir.file_name().expect("name"));
+    if v1.exists() {
+        v1
+    } else {
+        cg.dir.clone()
+    }
+}
+
+/// Whether the memory controller is a v1 hierarchy here: the tracker can then make a
+/// child of any memory cgroup it runs in (on v2 only where the parent delegates
+/// `memory`, which a parent holding the tracker cannot).
+fn v1_memory() -> bool {
+    Path::new("/sys/fs/cgroup/memory/cgroup.procs").exists()
+}
+
+/// The cgroups the tracker made under `dir` (none may be left).
+fn ours_under(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.file_name().to_str().map(str::to_string))
+                .filter(|n| n.starts_with("resource-tracker-"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+struct MemRun {
+    ours: f64,
+    truth: f64,
+    source: String,
+    rec: f64,
+    summary: Value,
+    samples: Vec<Value>,
+}
+
+/// The tracker itself inside a fresh truth cgroup, running `shape`.
+fn tracker_inside(tag: &str, extra: &[&str], shape: &[&str]) -> MemRun {
+    let cg = Cgroup::new(tag);
+    let s = Scratch::new(tag);
+    let w = workload();
+    let o = run(Command::new(&w)
+        .arg("incgroup")
+        .arg(cg.join_arg())
+        .arg("--")
+        .arg(tracker())
+        .args(["run", "-q", "-i", "0.2", "--summary"])
+        .arg(s.path("s.json"))
+        .arg("-o")
+        .arg(s.path("s.jsonl"))
+        .args(extra)
+        .arg("--")
+        .arg(&w)
+        .args(shape)
+        .current_dir(&s.0));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    let left = ours_under(&memory_dir(&cg));
+    assert!(left.is_empty(), "cgroups left behind: {left:?}");
+    let summary = read_json(&s.path("s.json"));
+    MemRun {
+        ours: f(&summary, "peak_memory_mib"),
+        truth: cg.peak_memory().expect("the truth cgroup keeps a peak") as f64 / 1048576.0,
+        source: summary["memory_source"].as_str().unwrap_or("").to_string(),
+        rec: summary["recommendation"]["memory_mib"]
+            .as_f64()
+            .expect("a recommendation"),
+        samples: read_jsonl(&s.path("s.jsonl")),
+        summary,
+    }
+}
+
+/// The workload joins the truth cgroup itself (the harness's runs).
+fn workload_inside(tag: &str, extra: &[&str], shape: &[&str]) -> MemRun {
+    let t = track_with(&Opts {
+        tag,
+        extra,
+        cmd: shape,
+        ..Opts::default()
+    });
+    assert_eq!(t.code, 0, "{}", t.stderr);
+    MemRun {
+        ours: f(&t.summary, "peak_memory_mib"),
+        truth: t.truth_peak.expect("the truth cgroup keeps a peak") as f64 / 1048576.0,
+        source: t.summary["memory_source"]
+            .as_str()
+            .unwrap_or("")
+            .to_string(),
+        rec: t.summary["recommendation"]["memory_mib"]
+            .as_f64()
+            .expect("a recommendation"),
+        summary: t.summary,
+        samples: t.samples,
+    }
+}
+
+/// Every shape `RUNS` times with `one`; each run's source is `source`, its peak
+/// within MEM_TOLERANCE of the truth (and, with `at_most_truth`, not above it),
+/// its recommendation at most REC_LIMIT × the truth.
+fn shapes(
+    what: &str,
+    backend: &str,
+    source: &str,
+    at_most_truth: bool,
+    one: impl Fn(&str, &[&str], &[&str]) -> MemRun,
+) {
+    let extra: &[&str] = if backend == "procfs" {
+        &["--no-ebpf"]
+    } else {
+        &[]
+    };
+    let mut failures = Vec::new();
+    for (name, shape) in SHAPES {
+        let (mut worst, mut worst_rec): (f64, f64) = (0.0, 0.0);
+        for i in 0..RUNS {
+            let r = one(&format!("mem{name}{i}"), extra, &shape);
+            assert_eq!(r.summary["backend"], backend, "{}", r.summary);
+            assert_eq!(r.source, source, "{what} {name}: {}", r.summary);
+            assert!(
+                r.samples
+                    .iter()
+                    .filter_map(|s| s["process"]["memory_source"].as_str())
+                    .any(|s| s == source),
+                "{what} {name}: the samples name {source}"
+            );
+            let ratio = r.ours / r.truth;
+            eprintln!(
+                "{what} {backend} {name} run {i}: {source} peak {:.1} MiB, cgroup {:.1} MiB ({:.1} %), Σ RSS {:.1} MiB, recommended {} MiB ({:.2}×)",
+                r.ours,
+                r.truth,
+                100.0 * ratio,
+                f(&r.summary, "peak_rss_sum_mib"),
+                r.rec,
+                r.rec / r.truth
+            );
+            worst = worst.max((ratio - 1.0).abs());
+            worst_rec = worst_rec.max(r.rec / r.truth);
+            if at_most_truth && ratio > 1.005 {
+                failures.push(format!(
+                    "{name} run {i}: {:.1} MiB above the cgroup holding it ({:.1})",
+                    r.ours, r.truth
+                ));
+            }
+        }
+        eprintln!(
+            "{what} {backend} {name}: worst of {RUNS}: {:.1} % off, recommendation {worst_rec:.2}× the peak",
+            100.0 * worst
+        );
+        if worst > MEM_TOLERANCE {
+            failures.push(format!("{name}: peak off by {:.1} %", 100.0 * worst));
+        }
+        if worst_rec > REC_LIMIT {
+            failures.push(format!(
+                "{name}: recommendation {worst_rec:.2}× the cgroup's peak"
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{what} {backend}: {failures:?}");
+}
+
+fn in_its_cgroup(backend: &str) {
+    let source = if v1_memory() { "cgroup" } else { "pss" };
+    shapes(
+        "tracker inside the truth",
+        backend,
+        source,
+        true,
+        tracker_inside,
+    );
+}
+
+fn left_its_cgroup(backend: &str) {
+    shapes(
+        "workload inside the truth",
+        backend,
+        "pss",
+        false,
+        workload_inside,
+    );
+}
+
+#[test]
+fn shared_pages_once_in_the_cgroup_ebpf() {
+    if !need_root() || !ebpf_available() {
+        return;
+    }
+    in_its_cgroup("ebpf");
+}
+
+#[test]
+fn shared_pages_once_in_the_cgroup_procfs() {
+    if !need_root() {
+        return;
+    }
+    in_its_cgroup("procfs");
+}
+
+#[test]
+fn shared_pages_once_in_pss_when_the_tree_leaves_its_cgroup_ebpf() {
+    if !need_root() || !ebpf_available() {
+        return;
+    }
+    left_its_cgroup("ebpf");
+}
+
+#[test]
+fn shared_pages_once_in_pss_when_the_tree_leaves_its_cgroup_procfs() {
+    if !need_root() {
+        return;
+    }
+    left_its_cgroup("procfs");
+}
+
+/// A read-only cgroupfs (a bind remounted read-only in a mount namespace of the
+/// tracker's own): one line says the cgroup could not be made, memory is Σ PSS,
+/// named, and the command's exit code is the tracker's.
+#[test]
+fn a_cgroup_that_cannot_be_made_is_said_once_and_the_run_goes_on() {
+    if !need_root() || !e2e::require(e2e::have("unshare"), "unshare is needed") {
+        return;
+    }
+    let cg = Cgroup::new("memro");
+    let mdir = memory_dir(&cg);
+    let s = Scratch::new("memro");
+    let mount = if v1_memory() {
+        "/sys/fs/cgroup/memory"
+    } else {
+        "/sys/fs/cgroup"
+    };
+    // Into the truth cgroup first, then the cgroupfs becomes read-only for the
+    // tracker.
+    let script = format!(
+        "for d in $(echo {} | tr : ' '); do echo $$ > $d/cgroup.procs || exit 99; done; \
+         mount -o remount,bind,ro {mount} && exec \"$@\"",
+        cg.join_arg()
+    );
+    let w = workload();
+    let o = run(Command::new("unshare")
+        .args(["-m", "--propagation", "private", "sh", "-c", &script, "sh"])
+        .arg(tracker())
+        .args(["run", "-q", "-i", "0.2", "--summary"])
+        .arg(s.path("s.json"))
+        .arg("-o")
+        .arg(s.path("s.jsonl"))
+        .args(["--", "sh", "-c"])
+        .arg(format!(
+            "{} shared 100 2 600 fork >/dev/null; exit 3",
+            w.display()
+        ))
+        .current_dir(&s.0));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    let said: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("no cgroup for the command's memory"))
+        .collect();
+    assert_eq!(said.len(), 1, "said once: {err}");
+    assert!(
+        said[0].contains("read-only") && said[0].contains("pss"),
+        "{}",
+        said[0]
+    );
+    let sum = read_json(&s.path("s.json"));
+    assert_eq!(sum["memory_source"], "pss", "{sum}");
+    assert_eq!(sum["exit_code"], 3);
+    let samples = read_jsonl(&s.path("s.jsonl"));
+    assert!(samples
+        .iter()
+        .all(|x| x["process"]["memory_source"] == "pss"));
+    // Σ PSS of 100 MiB shared by three processes: once, not three times.
+    let truth = cg.peak_memory().expect("peak") as f64 / 1048576.0;
+    let ours = f(&sum, "peak_memory_mib");
+    eprintln!(
+        "read-only cgroupfs: pss peak {ours:.1} MiB, cgroup (with the tracker) {truth:.1} MiB"
+    );
+    assert!(ours > 90.0 && ours < truth * 1.05, "{ours} vs {truth}");
+    assert!(ours_under(&mdir).is_empty());
+}
+
+/// No rights to make cgroups (the tracker as an unprivileged user): the same.
+#[test]
+fn without_rights_memory_is_pss_said_once() {
+    if !need_root() || !e2e::require(e2e::have("setpriv"), "setpriv is needed") {
+        return;
+    }
+    let s = Scratch::new("memnobody");
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&s.0, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    let o = run(Command::new("setpriv")
+        .args([
+            "--reuid",
+            "65534",
+            "--regid",
+            "65534",
+            "--clear-groups",
+            "--",
+        ])
+        .arg(tracker())
+        .args(["run", "-q", "-i", "0.2", "--summary", "s.json", "--"])
+        .args(["sh", "-c", "exit 5"])
+        .current_dir(&s.0));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(5), "{err}");
+    let said = err
+        .lines()
+        .filter(|l| l.contains("no cgroup for the command's memory"))
+        .count();
+    assert_eq!(said, 1, "{err}");
+    let sum = read_json(&s.path("s.json"));
+    assert_eq!(sum["memory_source"], "pss", "{sum}");
+}
+
+/// The cgroup the tracker makes is gone after the run however it ends: normally,
+/// with a daemon that outlives the root (moved back to the cgroup it started in),
+/// and on SIGTERM to the tracker.
+#[test]
+fn no_cgroup_is_left_behind() {
+    if !need_root() {
+        return;
+    }
+    let cg = Cgroup::new("memleft");
+    let mdir = memory_dir(&cg);
+    let s = Scratch::new("memleft");
+    let tracked = |args: &[&str]| {
+        let mut c = Command::new(workload());
+        c.arg("incgroup")
+            .arg(cg.join_arg())
+            .arg("--")
+            .arg(tracker())
+            .args(["run", "-q", "-i", "0.2", "--summary"])
+            .arg(s.path("s.json"))
+            .arg("--")
+            .args(args)
+            .current_dir(&s.0);
+        c
+    };
+    // A daemon outliving the root: the run ends, the daemon goes back to the
+    // cgroup the command started in, the tracker's cgroup is removed.
+    let o = run(&mut tracked(&[
+        "sh",
+        "-c",
+        "sleep 5 </dev/null >/dev/null 2>&1 & echo $! > daemon.pid",
+    ]));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(ours_under(&mdir).is_empty(), "{:?}", ours_under(&mdir));
+    let daemon: i32 = std::fs::read_to_string(s.path("daemon.pid"))
+        .expect("daemon pid")
+        .trim()
+        .parse()
+        .expect("pid");
+    let where_now = std::fs::read_to_string(format!("/proc/{daemon}/cgroup")).unwrap_or_default();
+    let name = mdir.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    if v1_memory() {
+        let line = where_now
+            .lines()
+            .find(|l| {
+                l.split(':')
+                    .nth(1)
+                    .is_some_and(|c| c.split(',').any(|x| x == "memory"))
+            })
+            .unwrap_or("");
+        assert!(line.ends_with(&format!("/{name}")), "{where_now}");
+    }
+    // SAFETY: our own test's leftover daemon.
+    unsafe { libc::kill(daemon, libc::SIGKILL) };
+
+    // SIGTERM to the tracker while the command runs.
+    let child = tracked(&["sleep", "30"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("tracker");
+    let t0 = Instant::now();
+    while ours_under(&mdir).is_empty() && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let made = ours_under(&mdir);
+    if v1_memory() {
+        assert_eq!(made.len(), 1, "the tracker's cgroup: {made:?}");
+    }
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let o = child.wait_with_output().expect("tracker");
+    assert_eq!(
+        o.status.code(),
+        Some(128 + libc::SIGTERM),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(ours_under(&mdir).is_empty(), "{:?}", ours_under(&mdir));
+}

@@ -1,0 +1,410 @@
+//! The command's own memory cgroup: the kernel's charge for exactly the tracked
+//! tree (shared pages once, page cache and kernel memory included), as a container
+//! limit would see it.
+//!
+//! It is made as a child of the memory cgroup the tracker runs in, so the command
+//! keeps every limit and the accounting of the cgroup it starts in (a child is
+//! charged to its parents too); the paused command joins it before it execs. v1's
+//! memory controller is used where it is mounted, else v2's when the parent already
+//! delegates `memory` to its children: the tracker never changes the parent's
+//! `cgroup.subtree_control`, which would change every sibling's cgroup as well.
+//! Removed at the end, once the tree is gone; a member still alive then is moved
+//! back to the cgroup it started in first.
+
+use std::{
+    collections::HashSet,
+    fmt,
+    io::{self, Read as _},
+    os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _},
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use super::{
+    cgroup::{find, mounts},
+    CachedFile, Roots,
+};
+
+/// statfs magic numbers of the two cgroup file systems.
+const CGROUP_SUPER_MAGIC: i64 = 0x0027_e0eb;
+const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
+
+/// Why no cgroup could be made for the command; said once, then the next source.
+#[derive(Debug)]
+pub struct Unavailable(pub String);
+
+impl fmt::Display for Unavailable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// An I/O failure on `path`, in words a user can act on.
+fn io_reason(what: &str, path: &Path, e: &io::Error) -> Unavailable {
+    let why = match e.kind() {
+        io::ErrorKind::PermissionDenied => "no rights to make cgroups there".to_string(),
+        io::ErrorKind::ReadOnlyFilesystem => "the cgroup file system is read-only".to_string(),
+        _ if matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::EAGAIN)) => {
+            "the cgroup hierarchy is full".to_string()
+        }
+        _ => e.to_string(),
+    };
+    Unavailable(format!("{what} {}: {why}", path.display()))
+}
+
+/// One reading of the tree's cgroup, bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct MemcgReading {
+    pub current: u64,
+    /// Highest charge since the cgroup was made; None where the kernel keeps none
+    /// (v2 before 5.19).
+    pub peak: Option<u64>,
+}
+
+/// A member of the tree found outside the cgroup: its figures are no longer the
+/// tree's.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Left {
+    pub pid: u32,
+    /// Its memory cgroup now (as /proc/PID/cgroup says), or why it is unknown.
+    pub cgroup: String,
+}
+
+pub struct TreeCgroup {
+    dir: PathBuf,
+    /// The cgroup the command started in: where members go back before removal.
+    parent: PathBuf,
+    /// The cgroup's path as /proc/PID/cgroup shows it.
+    rel: String,
+    v2: bool,
+    usage: CachedFile,
+    peak: Option<CachedFile>,
+    buf: Vec<u8>,
+    removed: bool,
+}
+
+/// The tracker's own cgroup path for `controller` (v1) or, with None, its v2 path.
+fn own_path(cgroups: &str, controller: Option<&str>) -> Option<String> {
+    cgroups.lines().find_map(|line| {
+        let mut it = line.splitn(3, ':');
+        let (_, ctrls, path) = (it.next()?, it.next()?, it.next()?);
+        let wanted = match controller {
+            Some(c) => ctrls.split(',').any(|x| x == c),
+            None => ctrls.is_empty(),
+        };
+        wanted.then(|| path.to_string())
+    })
+}
+
+fn is_cgroupfs(dir: &Path) -> io::Result<bool> {
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(dir)?;
+    // SAFETY: statfs is plain data filled by the kernel.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid descriptor and out pointer.
+    if unsafe { libc::fstatfs(std::os::fd::AsRawFd::as_raw_fd(&f), &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    #[allow(clippy::unnecessary_cast)] // f_type's type differs between targets
+    let magic = st.f_type as i64;
+    Ok(magic == CGROUP_SUPER_MAGIC || magic == CGROUP2_SUPER_MAGIC)
+}
+
+/// Writes `pid` into `dir`'s cgroup.procs: the kernel moves that process.
+fn write_procs(dir: &Path, pid: u32) -> io::Result<()> {
+    use std::io::Write as _;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(dir.join("cgroup.procs"))?;
+    f.write_all(pid.to_string().as_bytes())
+}
+
+/// PF_EXITING in /proc/PID/stat's flags.
+const PF_EXITING: u64 = 0x4;
+
+/// Whether `pid` is gone or exiting. v1 shows an exiting task in the root cgroup
+/// ("/"), and cgroup.procs no longer lists it; the flag is set before either, and
+/// never cleared, so reading it after the path tells which it was.
+pub fn exiting(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return true;
+    };
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        return true;
+    };
+    let f: Vec<&str> = rest.split_ascii_whitespace().collect();
+    let dead = matches!(f.first(), Some(&"Z" | &"X" | &"x"));
+    let flags: u64 = f.get(6).and_then(|v| v.parse().ok()).unwrap_or(0);
+    dead || flags & PF_EXITING != 0
+}
+
+fn pids(text: &[u8]) -> impl Iterator<Item = u32> + '_ {
+    text.split(|&b| b == b'\n')
+        .filter_map(|l| std::str::from_utf8(l).ok()?.trim().parse().ok())
+}
+
+impl TreeCgroup {
+    /// Makes `resource-tracker-PID` (this tracker's pid) under the memory cgroup
+    /// the tracker is in.
+    pub fn make(roots: &Roots) -> Result<TreeCgroup, Unavailable> {
+        let read = |p: &str| std::fs::read_to_string(roots.proc.join(p)).unwrap_or_default();
+        let (cgroups, mountinfo) = (read("self/cgroup"), read("self/mountinfo"));
+        let mounts = mounts(&mountinfo);
+        let v1 = find(&cgroups, &mounts, Some("memory"))
+            .zip(own_path(&cgroups, Some("memory")))
+            .map(|(d, p)| (d, p, false));
+        let v2 = || {
+            find(&cgroups, &mounts, None)
+                .zip(own_path(&cgroups, None))
+                .map(|(d, p)| (d, p, true))
+        };
+        let Some((parent, parent_rel, v2)) = v1.or_else(v2) else {
+            return Err(Unavailable(
+                "no cgroup file system with the memory controller is mounted".into(),
+            ));
+        };
+        if v2 {
+            let sub = std::fs::read_to_string(parent.join("cgroup.subtree_control"))
+                .map_err(|e| io_reason("cannot read the controllers of", &parent, &e))?;
+            if !sub.split_whitespace().any(|c| c == "memory") {
+                return Err(Unavailable(format!(
+                    "the memory controller is not enabled for the children of {} (cgroup.subtree_control)",
+                    parent.display()
+                )));
+            }
+        }
+        match is_cgroupfs(&parent) {
+            Ok(true) => {}
+            Ok(false) => {
+                return Err(Unavailable(format!(
+                    "{} is not a cgroup file system",
+                    parent.display()
+                )))
+            }
+            Err(e) => return Err(io_reason("cannot open", &parent, &e)),
+        }
+        let me = std::process::id();
+        let mut made = None;
+        for n in 0..16 {
+            let name = if n == 0 {
+                format!("resource-tracker-{me}")
+            } else {
+                format!("resource-tracker-{me}-{n}")
+            };
+            let dir = parent.join(&name);
+            // mkdir is exclusive: a cgroup of that name (another tracker's, or one
+            // left by a tracker that was killed) is never taken over.
+            match std::fs::DirBuilder::new().mode(0o755).create(&dir) {
+                Ok(()) => {
+                    made = Some((dir, name));
+                    break;
+                }
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(io_reason("cannot make a cgroup in", &parent, &e)),
+            }
+        }
+        let Some((dir, name)) = made else {
+            return Err(Unavailable(format!(
+                "cgroups named resource-tracker-{me}* exist already in {}",
+                parent.display()
+            )));
+        };
+        let (usage, peak) = if v2 {
+            ("memory.current", "memory.peak")
+        } else {
+            ("memory.usage_in_bytes", "memory.max_usage_in_bytes")
+        };
+        let mut cg = TreeCgroup {
+            usage: CachedFile::whole(dir.join(usage)),
+            peak: dir
+                .join(peak)
+                .exists()
+                .then(|| CachedFile::whole(dir.join(peak))),
+            rel: format!("{}/{name}", parent_rel.trim_end_matches('/')),
+            dir,
+            parent,
+            v2,
+            buf: Vec::new(),
+            removed: false,
+        };
+        if let Err(e) = cg.usage.read(&mut cg.buf) {
+            let r = io_reason("cannot read", cg.usage.path(), &e);
+            cg.remove();
+            return Err(r);
+        }
+        Ok(cg)
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Moves `pid` (the paused command) into the cgroup.
+    pub fn place(&self, pid: u32) -> Result<(), Unavailable> {
+        write_procs(&self.dir, pid)
+            .map_err(|e| io_reason(&format!("cannot move pid {pid} into"), &self.dir, &e))
+    }
+
+    /// The cgroup's charge now and its peak; None when the file cannot be read.
+    pub fn read(&mut self) -> Option<MemcgReading> {
+        self.usage.read(&mut self.buf).ok()?;
+        let current = std::str::from_utf8(&self.buf).ok()?.trim().parse().ok()?;
+        let peak = self.peak.as_mut().and_then(|f| {
+            f.read(&mut self.buf).ok()?;
+            std::str::from_utf8(&self.buf).ok()?.trim().parse().ok()
+        });
+        Some(MemcgReading { current, peak })
+    }
+
+    /// The first of the tree's `live` processes found outside the cgroup (and
+    /// outside any cgroup below it), if any. A member that exited in between is
+    /// not one.
+    pub fn stray(&mut self, live: &HashSet<u32>) -> Option<Left> {
+        // Opened afresh each time: v1 keeps a cgroup.procs list per open file and
+        // hands it out again on a re-read from offset 0 for a second or so.
+        let procs = self.dir.join("cgroup.procs");
+        self.buf.clear();
+        if let Err(e) = std::fs::File::open(&procs).and_then(|mut f| f.read_to_end(&mut self.buf)) {
+            return Some(Left {
+                pid: 0,
+                cgroup: format!("{} unreadable: {e}", procs.display()),
+            });
+        }
+        let inside: HashSet<u32> = pids(&self.buf).collect();
+        let below = format!("{}/", self.rel);
+        for &pid in live.iter().filter(|p| !inside.contains(p)) {
+            let Some(now) = self.cgroup_of(pid) else {
+                continue; // gone
+            };
+            if now != self.rel && !now.starts_with(&below) && !exiting(pid) {
+                return Some(Left { pid, cgroup: now });
+            }
+        }
+        None
+    }
+
+    /// The memory cgroup of `pid` as /proc/PID/cgroup says; None when it is gone.
+    fn cgroup_of(&self, pid: u32) -> Option<String> {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+        Some(
+            own_path(&text, (!self.v2).then_some("memory")).unwrap_or_else(|| "(none)".to_string()),
+        )
+    }
+
+    /// Moves whatever is left back to the cgroup the command started in, then
+    /// removes the cgroup. Bounded: members forking as they are moved are moved in
+    /// the next round, and a cgroup that stays busy is said once.
+    pub fn remove(&mut self) {
+        if self.removed {
+            return;
+        }
+        self.removed = true;
+        let mut last = None;
+        for _ in 0..50 {
+            match std::fs::remove_dir(&self.dir) {
+                Ok(()) => return,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return,
+                Err(e) => last = Some(e),
+            }
+            let left: Vec<u32> = std::fs::read(self.dir.join("cgroup.procs"))
+                .map(|b| pids(&b).collect())
+                .unwrap_or_default();
+            for pid in &left {
+                // A member that exits meanwhile is not an error.
+                let _ = write_procs(&self.parent, *pid);
+            }
+            if left.is_empty() {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+        if let Some(e) = last {
+            crate::warn::say(format_args!(
+                "cannot remove the cgroup made for the command, {}: {e}",
+                self.dir.display()
+            ));
+        }
+    }
+}
+
+impl Drop for TreeCgroup {
+    fn drop(&mut self) {
+        self.remove();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_paths_of_both_versions() {
+        let cg = "9:name=systemd:/\n4:memory:/a/b\n3:cpu,cpuacct:/c\n0::/u/v\n";
+        assert_eq!(own_path(cg, Some("memory")).as_deref(), Some("/a/b"));
+        assert_eq!(own_path(cg, Some("cpuacct")).as_deref(), Some("/c"));
+        assert_eq!(own_path(cg, None).as_deref(), Some("/u/v"));
+        assert_eq!(own_path("0::/x\n", Some("memory")), None);
+        assert_eq!(pids(b"12\n 7\nx\n\n").collect::<Vec<_>>(), vec![12, 7]);
+    }
+
+    #[test]
+    fn no_memory_hierarchy_is_said() {
+        let t = crate::collect::testroot::TestRoot::new("memcgnone");
+        let e = TreeCgroup::make(&t.roots()).err().expect("nothing mounted");
+        assert!(e.0.contains("memory controller"), "{e}");
+    }
+
+    /// Where this machine lets the test make cgroups (root, a writable cgroupfs
+    /// with the memory controller): a child of this process's cgroup is made,
+    /// charged for what a process placed in it touches, and removed.
+    #[test]
+    fn a_child_cgroup_charges_its_member_and_is_removed() {
+        let mut cg = match TreeCgroup::make(&Roots::default()) {
+            Ok(c) => c,
+            Err(e) => {
+                // SAFETY: geteuid has no preconditions.
+                assert!(
+                    unsafe { libc::geteuid() } != 0 || std::env::var_os("CI").is_none(),
+                    "root in CI must be able to make a cgroup: {e}"
+                );
+                eprintln!("SKIPPED: {e}");
+                return;
+            }
+        };
+        let dir = cg.dir().to_path_buf();
+        let mut child = std::process::Command::new("sh")
+            .args([
+                "-c",
+                "read x; dd if=/dev/zero of=/dev/null bs=32M count=1 status=none; read y",
+            ])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .expect("sh");
+        cg.place(child.id()).expect("placed");
+        let live: HashSet<u32> = [child.id()].into();
+        assert_eq!(cg.stray(&live), None);
+        let before = cg.read().expect("reading");
+        use std::io::Write as _;
+        let mut stdin = child.stdin.take().expect("stdin");
+        stdin.write_all(b"go\n").expect("go");
+        std::thread::sleep(Duration::from_millis(500));
+        let after = cg.read().expect("reading");
+        // dd's 32 MiB buffer, every page written.
+        assert!(
+            after.peak.unwrap_or(after.current) >= before.current + (16 << 20),
+            "{before:?} {after:?}"
+        );
+        // The command left, to the cgroup the test started in: named.
+        write_procs(&cg.parent, child.id()).expect("moved out");
+        let left = cg.stray(&live).expect("named");
+        assert_eq!(left.pid, child.id());
+        write_procs(&dir, child.id()).expect("back in");
+        drop(stdin);
+        // Still running at the end: moved back, and the cgroup is gone.
+        cg.remove();
+        assert!(!dir.exists(), "{} left behind", dir.display());
+        let _ = child.wait();
+    }
+}
