@@ -525,6 +525,39 @@ fn no_foreign_exits(events: &[Value], what: &str) {
         !names.contains("foreignspin"),
         "{what}: a process outside the tree is among its events: {names:?}"
     );
+    // Each exit record is the member's own: a command it had (at its fork or an
+    // exec) and a parent in the tree or the tracker (the root's parent, and the
+    // subreaper of orphans). A record read through a task the kernel had freed and
+    // given to a host process names that process's command and parent.
+    let mut comms: std::collections::HashMap<u64, Vec<&str>> = Default::default();
+    for e in events
+        .iter()
+        .filter(|e| e["kind"] == "fork" || e["kind"] == "exec")
+    {
+        let pid = e["pid"].as_u64().expect("pid");
+        comms
+            .entry(pid)
+            .or_default()
+            .push(e["comm"].as_str().unwrap_or(""));
+    }
+    let mut parents = ours.clone();
+    if let Some(root) = events.iter().find(|e| e["kind"] == "exec") {
+        parents.insert(root["ppid"].as_u64().expect("ppid"));
+    }
+    for e in events.iter().filter(|e| e["kind"] == "exit") {
+        let pid = e["pid"].as_u64().expect("pid");
+        let comm = e["comm"].as_str().unwrap_or("");
+        assert!(
+            comms.get(&pid).is_some_and(|c| c.contains(&comm)),
+            "{what}: the exit record of {pid} names {comm:?}, a command it never ran ({:?}): {e}",
+            comms.get(&pid)
+        );
+        let ppid = e["ppid"].as_u64().expect("ppid");
+        assert!(
+            parents.contains(&ppid),
+            "{what}: the exit record of {pid} names parent {ppid}, outside the tree: {e}"
+        );
+    }
 }
 
 /// Runs one shape on one backend; the events file is checked on eBPF.

@@ -160,15 +160,22 @@ unsafe fn is_member(info: &TaskInfo, task: *const u8) -> bool {
 /// `task` must be the kernel task the record is about.
 #[inline(always)]
 unsafe fn emit(tree: u32, task: *const u8, ev: Event, wake: bool) {
+    let mut ev = ev;
+    ev.comm = field(task, off().task_comm);
+    send(tree, ev, wake);
+}
+
+/// Sends a record whose every field is filled, reading nothing through a task.
+#[inline(always)]
+fn send(tree: u32, ev: Event, wake: bool) {
     match EVENTS.reserve::<Event>(0) {
         Some(mut entry) => {
-            let o = off();
             let mut ev = ev;
             ev.tree = tree;
             if ev.ts_ns == 0 {
-                ev.ts_ns = bpf_ktime_get_ns();
+                // SAFETY: a helper without arguments.
+                ev.ts_ns = unsafe { bpf_ktime_get_ns() };
             }
-            ev.comm = field(task, o.task_comm);
             entry.write(ev);
             // Wake user space only once a quarter of the ring is filled (it also
             // drains at every sample), or for a record it waits for. A wake-up per
@@ -369,8 +376,8 @@ pub fn sched_process_free(ctx: RawTracePointContext) -> u32 {
         if let Some(info) = unsafe { TASKS.get(key) }.copied() {
             if info.task == task as u64 {
                 // SAFETY: as above.
-                let ev = unsafe { final_figures(task, key) };
-                commit(key, info, ev, task);
+                let ev = unsafe { final_figures(task, key, &info) };
+                commit(key, info, ev);
                 return 0;
             }
         }
@@ -568,7 +575,7 @@ fn sweep_one(key: u32) -> bool {
         (
             field::<u32>(task, o.task_state),
             field::<u32>(task, o.task_on_cpu),
-            final_figures(task, key),
+            final_figures(task, key, &info),
         )
     };
     if state & TASK_DEAD == 0 || on_cpu != 0 {
@@ -579,27 +586,39 @@ fn sweep_one(key: u32) -> bool {
         Some(now) if now.task == info.task => {}
         _ => return false,
     }
-    commit(key, info, ev, task);
+    commit(key, info, ev);
     true
 }
 
-/// A dead member's final figures, as an EXIT record for `key`.
+/// A dead member's EXIT record for `key`, every field read now: once its entry is
+/// removed the kernel may free the task and give its memory to another, so nothing
+/// is read through it after (a record read then named a host process's command and
+/// parent).
 ///
 /// # Safety
 /// `task` must be a task_struct, or a freed one whose reads are then discarded.
 #[inline(always)]
-unsafe fn final_figures(task: *const u8, key: u32) -> Event {
-    Event {
+unsafe fn final_figures(task: *const u8, key: u32, info: &TaskInfo) -> Event {
+    let o = off();
+    let mut ev = Event {
         kind: EVENT_EXIT,
-        tid: field(task, off().task_pid),
+        tid: field(task, o.task_pid),
         fig: thread_figures(task),
         flags: if key & GRAVEYARD_KEY != 0 {
             EVENT_FLAG_SHARED_TID
         } else {
             0
         },
+        comm: field(task, o.task_comm),
         ..Event::default()
+    };
+    if info.flags & TASK_FLAG_GROUP_DEAD != 0 {
+        let leader: *const u8 = field::<u64>(task, o.task_group_leader) as *const u8;
+        ev.exit_code = field(leader, o.task_exit_code);
+        let parent: *const u8 = field::<u64>(leader, o.task_real_parent) as *const u8;
+        ev.ppid = field(parent, o.task_tgid);
     }
+    ev
 }
 
 /// A dead member whose tid a new member of the tree takes: retires at once. Its
@@ -616,14 +635,17 @@ fn retire_displaced(tid: u32, old: TaskInfo) {
     // SAFETY: the task is allocated while its entry exists (the free removes it
     // first); `commit` removes the entry before it adds the figures, so a retirement
     // racing this one counts them once.
-    let ev = unsafe { final_figures(task, tid) };
-    commit(tid, old, ev, task);
+    let ev = unsafe { final_figures(task, tid, &old) };
+    commit(tid, old, ev);
 }
 
 /// Takes the entry (whoever removes it first retires the task, so a task retires
 /// once), adds the figures to the tree's totals and sends the EXIT record.
 #[inline(always)]
-fn commit(key: u32, info: TaskInfo, mut ev: Event, task: *const u8) {
+fn commit(key: u32, info: TaskInfo, mut ev: Event) {
+    // The figures were read while the entry was there; the free removes it before
+    // the kernel frees the task, so a removal that succeeds here proves them the
+    // member's. From here on nothing is read through the task.
     if TASKS.remove(key).is_err() {
         return;
     }
@@ -635,28 +657,15 @@ fn commit(key: u32, info: TaskInfo, mut ev: Event, task: *const u8) {
     ev.pid = info.tgid;
     ev.ts_ns = info.exit_ns;
     let group_dead = info.flags & TASK_FLAG_GROUP_DEAD != 0;
-    let o = off();
     if group_dead {
         ev.flags |= EVENT_FLAG_GROUP_DEAD;
-        // SAFETY: `task` was valid for the reads above; the leader and parent
-        // pointers are read through the fault-tolerant helper.
-        unsafe {
-            let leader: *const u8 = field::<u64>(task, o.task_group_leader) as *const u8;
-            ev.exit_code = field(leader, o.task_exit_code);
-            let parent: *const u8 = field::<u64>(leader, o.task_real_parent) as *const u8;
-            ev.ppid = field(parent, o.task_tgid);
-        }
     }
     // The root's last thread is what user space waits for at the end.
-    // SAFETY: as above.
-    unsafe {
-        emit(
-            info.tree,
-            task,
-            ev,
-            group_dead && info.flags & TASK_FLAG_ROOT != 0,
-        )
-    };
+    send(
+        info.tree,
+        ev,
+        group_dead && info.flags & TASK_FLAG_ROOT != 0,
+    );
 }
 
 #[cfg(not(test))]
