@@ -1068,3 +1068,238 @@ fn some_batches_in_s3_the_rest_kept_is_partial_and_counted() {
     assert_eq!(fin[0]["body"]["run_status"], "failed");
     assert_eq!(fin[0]["body"]["data_uris"], serde_json::json!(uris));
 }
+
+/// Guardians of the tracker `pid` (argv `resource-tracker-guardian PID`).
+fn guardians_of(pid: i32) -> Vec<i32> {
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Some(p) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(format!("/proc/{p}/cmdline")) else {
+            continue;
+        };
+        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+        if args.first() == Some(&&b"resource-tracker-guardian"[..])
+            && args.get(1) == Some(&pid.to_string().as_bytes())
+        {
+            found.push(p);
+        }
+    }
+    found
+}
+
+/// The children of process `pid` (all its threads').
+fn children_of(pid: i32) -> Vec<i32> {
+    let mut out = Vec::new();
+    for t in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let c = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
+        out.extend(c.split_whitespace().filter_map(|p| p.parse::<i32>().ok()));
+    }
+    out
+}
+
+/// When the tracker is killed in [`a_killed_tracker_loses_no_row_and_its_run_is_finished`].
+#[derive(Clone, Copy, Debug)]
+enum Kill {
+    /// Before registration is likely done.
+    Early,
+    /// Right after the registration was answered.
+    Registered,
+    /// Rows produced, none uploaded yet.
+    BeforeFirstUpload,
+    /// A while after the n-th upload, before the next.
+    AfterUploads(usize),
+}
+
+/// SIGKILL of the tracker at different moments: its guardian uploads the rows
+/// not yet sent (or keeps them) and finishes the run as failed. Rows produced (the
+/// local CSV, written per sample) = rows in S3 + inline + kept, in order; one
+/// accepted finish; the guardian gone within a bound; the spool directory empty.
+#[test]
+fn a_killed_tracker_loses_no_row_and_its_run_is_finished() {
+    let Some(moto) = Moto::start("stream-kill", 2) else {
+        return;
+    };
+    let moments = [
+        Kill::Registered,
+        Kill::BeforeFirstUpload,
+        Kill::AfterUploads(1),
+        Kill::AfterUploads(3),
+        Kill::Early,
+    ];
+    for (i, when) in moments.into_iter().enumerate() {
+        let prefix = format!("kill{i}");
+        let m = mock(&Scenario::new(&moto).prefix(&prefix));
+        let dir = Scratch::new("stream-kill");
+        let spool = dir.path("spool");
+        std::fs::create_dir(&spool).expect("spool dir");
+        let mut c = command(&dir, &m.api_url(), &m.s3_url(), "1", &["sleep", "60"]);
+        let err = std::fs::File::create(dir.path("stderr")).expect("stderr file");
+        c.env("TRACKER_SPOOL_DIR", &spool).stderr(err);
+        let mut bg = Bg::spawn(&mut c, "tracker");
+        let pid = bg.pid();
+        let wait = Duration::from_secs(20);
+        match when {
+            Kill::Early => std::thread::sleep(Duration::from_millis(150)),
+            Kill::Registered => {
+                m.wait_records("register", 1, wait);
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Kill::BeforeFirstUpload => {
+                m.wait_records("register", 1, wait);
+                std::thread::sleep(Duration::from_millis(500));
+            }
+            Kill::AfterUploads(n) => {
+                m.wait_records("s3_put", n, wait);
+                std::thread::sleep(Duration::from_millis(400));
+            }
+        }
+        let command_pids = children_of(pid);
+        bg.signal(libc::SIGKILL);
+        bg.wait_for(Duration::from_secs(5));
+        for p in command_pids {
+            // SAFETY: the test's own grandchild (the tracked `sleep`), orphaned.
+            unsafe { libc::kill(p, libc::SIGKILL) };
+        }
+        // The guardian's bound: its end takes at most FINISH_BUDGET (30 s) plus a
+        // request time-out (1 s here); nothing fails here, so far less.
+        let t0 = Instant::now();
+        while !guardians_of(pid).is_empty() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(35),
+                "{when:?}: guardian still there"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let took = t0.elapsed();
+        let stderr = std::fs::read_to_string(dir.path("stderr")).unwrap_or_default();
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        let local = std::fs::read_to_string(dir.path("local.csv")).expect("local.csv");
+        let header = local.lines().next().unwrap_or_default().to_string();
+        let produced: Vec<String> = local.lines().skip(1).map(str::to_string).collect();
+        let mut in_s3 = Vec::new();
+        for o in moto.dump(&moto.bucket, &format!("{prefix}/")) {
+            let text = o.text.unwrap_or_else(|e| panic!("{}: {e}", o.key));
+            let mut l = text.lines();
+            assert_eq!(l.next(), Some(header.as_str()), "{}", o.key);
+            in_s3.extend(l.map(str::to_string));
+        }
+        let fin: Vec<Value> = m
+            .records_of("finish")
+            .into_iter()
+            .filter(|f| f["status"] == 200)
+            .collect();
+        let inline: Vec<String> = fin
+            .iter()
+            .filter_map(|f| f["body"]["data_csv"].as_str())
+            .flat_map(|t| t.lines().skip(1).map(str::to_string).collect::<Vec<_>>())
+            .collect();
+        let mut kept = Vec::new();
+        let mut left = Vec::new();
+        for e in std::fs::read_dir(&spool).expect("spool").flatten() {
+            if e.file_name()
+                .to_string_lossy()
+                .starts_with("resource-tracker-unsent-")
+            {
+                kept.extend(kept_rows(&e.path(), &header));
+            }
+            left.push(e.path());
+        }
+        eprintln!(
+            "{when:?}: rows produced {} = in S3 {} + inline {} + kept {}; finish accepted {}; guardian gone {took:?} after the kill",
+            produced.len(),
+            in_s3.len(),
+            inline.len(),
+            kept.len(),
+            fin.len()
+        );
+        let mut all = in_s3.clone();
+        all.extend(inline);
+        all.extend(kept.iter().cloned());
+        assert_eq!(
+            all, produced,
+            "{when:?}: S3, inline, kept = produced\n{stderr}"
+        );
+        let registered = m
+            .records_of("register")
+            .iter()
+            .filter(|r| r["status"] == 200)
+            .count();
+        if registered > 0 {
+            assert_eq!(fin.len(), 1, "{when:?}: one accepted finish\n{stderr}");
+            let body = &fin[0]["body"];
+            assert_eq!(body["run_status"], "failed", "{body}");
+            assert_eq!(body["exit_code"], 137, "{body}");
+            assert_eq!(registered, 1, "{when:?}: one run\n{stderr}");
+        } else {
+            assert!(fin.is_empty(), "{fin:?}");
+        }
+        if !matches!(when, Kill::Early) {
+            assert!(registered == 1, "{when:?}: registered\n{stderr}");
+        }
+        // Kept batches are the only thing left, and only when something failed
+        // (nothing does here).
+        assert!(left.is_empty(), "{when:?}: left in the spool: {left:?}");
+        assert!(kept.is_empty(), "{when:?}: kept {}", kept.len());
+        assert!(!stderr.contains(TOKEN), "{stderr}");
+        assert!(
+            stderr.contains("guardian:") || produced.is_empty(),
+            "{when:?}: the guardian says what it did\n{stderr}"
+        );
+    }
+}
+
+/// Streaming off: no guardian. Streaming on: one while the tracker runs, none
+/// once it has ended cleanly (and then it did nothing: one finish).
+#[test]
+fn a_guardian_only_with_streaming_and_gone_after_a_clean_end() {
+    let dir = Scratch::new("stream-guardian-off");
+    let mut c = Command::new(tracker());
+    clean_env(&mut c);
+    c.args(["run", "--no-ebpf", "-i", "0.2", "-q", "--", "sleep", "1.5"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut bg = Bg::spawn(&mut c, "tracker");
+    std::thread::sleep(Duration::from_millis(700));
+    assert!(
+        guardians_of(bg.pid()).is_empty(),
+        "a guardian without streaming"
+    );
+    assert!(bg.wait_for(Duration::from_secs(10)).success());
+
+    let Some(moto) = Moto::start("stream-guardian", 2) else {
+        return;
+    };
+    let m = mock(&Scenario::new(&moto));
+    let mut c = command(&dir, &m.api_url(), &m.s3_url(), "1", &["sleep", "2"]);
+    c.stderr(Stdio::null());
+    let mut bg = Bg::spawn(&mut c, "tracker");
+    m.wait_records("register", 1, Duration::from_secs(20));
+    let pid = bg.pid();
+    let g = guardians_of(pid);
+    assert_eq!(g.len(), 1, "one guardian while streaming");
+    // Not the tracker's child: never taken for a member of the tracked tree.
+    assert!(!children_of(pid).contains(&g[0]), "the guardian is a child");
+    let environ = std::fs::read(format!("/proc/{}/environ", g[0])).unwrap_or_default();
+    assert!(
+        !String::from_utf8_lossy(&environ).contains(TOKEN),
+        "the token in the guardian's environment"
+    );
+    assert!(bg.wait_for(Duration::from_secs(30)).success());
+    let t0 = Instant::now();
+    while !guardians_of(pid).is_empty() {
+        assert!(t0.elapsed() < Duration::from_secs(2), "guardian left over");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        m.records_of("finish").len(),
+        1,
+        "finished once, by the tracker"
+    );
+}

@@ -103,6 +103,12 @@ impl Queue {
         }
     }
 
+    /// Numbers batches from `seq` on (a guardian carrying on after the batches its
+    /// tracker uploaded).
+    pub fn start_at(&mut self, seq: u32) {
+        self.next_seq = seq.max(1);
+    }
+
     /// Adds one CSV row (without its newline). A large open batch is sealed early so
     /// that memory stays bounded whatever the upload interval.
     pub fn push(&mut self, row: &str) -> io::Result<()> {
