@@ -1104,7 +1104,7 @@ fn children_of(pid: i32) -> Vec<i32> {
 }
 
 /// When the tracker is killed in [`a_killed_tracker_loses_no_row_and_its_run_is_finished`].
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 enum Kill {
     /// Before registration is likely done.
     Early,
@@ -1114,33 +1114,69 @@ enum Kill {
     BeforeFirstUpload,
     /// A while after the n-th upload, before the next.
     AfterUploads(usize),
+    /// S3 answers 503 and `finish` 400 throughout: the guardian keeps the rows.
+    ServerRefuses,
+    /// The spool filled (batches went to a kept directory under TMPDIR) while S3
+    /// answered 503: those copies go once the guardian has saved the rows.
+    SpoolFull,
 }
 
 /// SIGKILL of the tracker at different moments: its guardian uploads the rows
 /// not yet sent (or keeps them) and finishes the run as failed. Rows produced (the
 /// local CSV, written per sample) = rows in S3 + inline + kept, in order; one
-/// accepted finish; the guardian gone within a bound; the spool directory empty.
+/// accepted finish (none where the server refuses it); the guardian gone within a
+/// bound; nothing left in the spool or temp directory but what was kept.
 #[test]
 fn a_killed_tracker_loses_no_row_and_its_run_is_finished() {
     let Some(moto) = Moto::start("stream-kill", 2) else {
         return;
     };
-    let moments = [
+    let mut moments = vec![
         Kill::Registered,
         Kill::BeforeFirstUpload,
         Kill::AfterUploads(1),
         Kill::AfterUploads(3),
         Kill::Early,
+        Kill::ServerRefuses,
     ];
+    if is_root() {
+        moments.push(Kill::SpoolFull);
+    }
     for (i, when) in moments.into_iter().enumerate() {
         let prefix = format!("kill{i}");
-        let m = mock(&Scenario::new(&moto).prefix(&prefix));
+        let mut sc = Scenario::new(&moto).prefix(&prefix);
+        match when {
+            Kill::ServerRefuses => {
+                sc = sc
+                    .fault("s3_put", &["status:503"; 300])
+                    .fault("finish", &["status:400"; 5]);
+            }
+            Kill::SpoolFull => sc = sc.fault("s3_put", &["status:503"; 300]),
+            _ => {}
+        }
+        let m = mock(&sc);
         let dir = Scratch::new("stream-kill");
-        let spool = dir.path("spool");
-        std::fs::create_dir(&spool).expect("spool dir");
+        let tmp = dir.path("tmp");
+        std::fs::create_dir(&tmp).expect("tmp");
+        let (spool, _tmpfs) = match when {
+            Kill::SpoolFull => {
+                let t = Tmpfs::mount(dir.path("spool"), 16, false);
+                std::fs::write(t.0.join("fill"), vec![7u8; 12 << 10]).expect("fill the tmpfs");
+                (t.0.clone(), Some(t))
+            }
+            _ => {
+                std::fs::create_dir(dir.path("spool")).expect("spool dir");
+                (dir.path("spool"), None)
+            }
+        };
         let mut c = command(&dir, &m.api_url(), &m.s3_url(), "1", &["sleep", "60"]);
         let err = std::fs::File::create(dir.path("stderr")).expect("stderr file");
-        c.env("TRACKER_SPOOL_DIR", &spool).stderr(err);
+        c.env("TRACKER_SPOOL_DIR", &spool)
+            .env("TMPDIR", &tmp)
+            .stderr(err);
+        if when == Kill::SpoolFull {
+            c.env("TRACKER_UPLOAD_MEMORY_LIMIT", "2048");
+        }
         let mut bg = Bg::spawn(&mut c, "tracker");
         let pid = bg.pid();
         let wait = Duration::from_secs(20);
@@ -1158,6 +1194,12 @@ fn a_killed_tracker_loses_no_row_and_its_run_is_finished() {
                 m.wait_records("s3_put", n, wait);
                 std::thread::sleep(Duration::from_millis(400));
             }
+            Kill::ServerRefuses => {
+                m.wait_records("s3_put", 2, wait);
+            }
+            Kill::SpoolFull => {
+                m.wait_records("s3_put", 5, wait);
+            }
         }
         let command_pids = children_of(pid);
         bg.signal(libc::SIGKILL);
@@ -1167,7 +1209,7 @@ fn a_killed_tracker_loses_no_row_and_its_run_is_finished() {
             unsafe { libc::kill(p, libc::SIGKILL) };
         }
         // The guardian's bound: its end takes at most FINISH_BUDGET (30 s) plus a
-        // request time-out (1 s here); nothing fails here, so far less.
+        // request time-out (1 s here).
         let t0 = Instant::now();
         while !guardians_of(pid).is_empty() {
             assert!(
@@ -1202,14 +1244,24 @@ fn a_killed_tracker_loses_no_row_and_its_run_is_finished() {
         let mut kept = Vec::new();
         let mut left = Vec::new();
         for e in std::fs::read_dir(&spool).expect("spool").flatten() {
+            if e.file_name() == "fill" {
+                continue;
+            }
             if e.file_name()
                 .to_string_lossy()
                 .starts_with("resource-tracker-unsent-")
             {
                 kept.extend(kept_rows(&e.path(), &header));
+            } else {
+                left.push(e.path());
             }
-            left.push(e.path());
         }
+        left.extend(
+            std::fs::read_dir(&tmp)
+                .expect("tmp")
+                .flatten()
+                .map(|e| e.path()),
+        );
         eprintln!(
             "{when:?}: rows produced {} = in S3 {} + inline {} + kept {}; finish accepted {}; guardian gone {took:?} after the kill",
             produced.len(),
@@ -1230,27 +1282,29 @@ fn a_killed_tracker_loses_no_row_and_its_run_is_finished() {
             .iter()
             .filter(|r| r["status"] == 200)
             .count();
-        if registered > 0 {
+        if when != Kill::Early {
+            assert_eq!(registered, 1, "{when:?}: one run\n{stderr}");
+        }
+        if when == Kill::ServerRefuses {
+            assert!(fin.is_empty(), "{fin:?}");
+            assert_eq!(kept.len(), produced.len(), "{when:?}: all kept\n{stderr}");
+            assert!(stderr.contains("kept in"), "{stderr}");
+        } else if registered > 0 {
             assert_eq!(fin.len(), 1, "{when:?}: one accepted finish\n{stderr}");
             let body = &fin[0]["body"];
             assert_eq!(body["run_status"], "failed", "{body}");
             assert_eq!(body["exit_code"], 137, "{body}");
-            assert_eq!(registered, 1, "{when:?}: one run\n{stderr}");
-        } else {
-            assert!(fin.is_empty(), "{fin:?}");
+            assert!(kept.is_empty(), "{when:?}: kept {}", kept.len());
         }
-        if !matches!(when, Kill::Early) {
-            assert!(registered == 1, "{when:?}: registered\n{stderr}");
-        }
-        // Kept batches are the only thing left, and only when something failed
-        // (nothing does here).
-        assert!(left.is_empty(), "{when:?}: left in the spool: {left:?}");
-        assert!(kept.is_empty(), "{when:?}: kept {}", kept.len());
+        assert!(left.is_empty(), "{when:?}: left behind: {left:?}\n{stderr}");
         assert!(!stderr.contains(TOKEN), "{stderr}");
         assert!(
             stderr.contains("guardian:") || produced.is_empty(),
             "{when:?}: the guardian says what it did\n{stderr}"
         );
+        if when == Kill::SpoolFull {
+            assert!(stderr.contains("the spool failed"), "{stderr}");
+        }
     }
 }
 

@@ -3,8 +3,8 @@
 //! no row and leaves no run open on the server.
 //!
 //! The tracker journals every row, before it could be lost, to a file with no name
-//! (`O_TMPFILE` in the spool directory, as the spool: a crash leaves nothing
-//! behind), along with what the guardian needs to carry on: the settings, the
+//! (a memfd: a crash leaves nothing behind, and a full or failing spool directory
+//! does not stop it), along with what the guardian needs to carry on: the settings, the
 //! registration, fresh credentials, and how far rows were uploaded or kept. The
 //! guardian holds the same file and the read end of a pipe whose only writer is
 //! the tracker. A clean end writes [`DONE`] on it; end of file without it means the
@@ -16,7 +16,8 @@
 //! registration body, `S <json>` the registration answer, `C <json>` credentials
 //! from a refresh, `R<index>,<csv row>` a row, `U <index> <uri>` a batch uploaded
 //! whose last row is `index`, `K <index> <dir>` rows kept up to `index`, `F` the run
-//! finished. Rows up to the highest `U`/`K` index are saved; the tracker then zeroes
+//! finished, `P` a registration sent, `D <dir>` the directory that batches go to
+//! since the spool failed. Rows up to the highest `U`/`K` index are saved; the tracker then zeroes
 //! their bytes (a punched hole), so the journal holds only rows not yet saved.
 
 use std::{
@@ -70,9 +71,16 @@ struct Header {
     tracker_pid: u32,
 }
 
+/// Bytes of rows not yet saved the journal holds at most (some 200,000 rows, days
+/// of an unreachable S3 at one sample a second); past it rows are not journaled,
+/// said once.
+const JOURNAL_MAX: u64 = 64 << 20;
+
 struct Inner {
     file: File,
     end: u64,
+    /// Bytes appended and not yet zeroed.
+    live: u64,
     next_row: u64,
     /// Why journaling stopped, once it has.
     failed: Option<String>,
@@ -92,16 +100,32 @@ pub struct RowAt {
 }
 
 impl Journal {
-    fn append(&self, rec: &[u8]) -> Option<u64> {
+    /// Appends a record. Once rows could not be journaled they are not any more
+    /// (the guardian would miss some); the other records are still tried, since a
+    /// guardian that missed an upload would send its batch again under the same
+    /// key.
+    fn append(&self, rec: &[u8], row: bool) -> Option<u64> {
         let mut j = self.inner.lock().ok()?;
-        if j.failed.is_some() {
+        if row && j.failed.is_some() {
             return None;
         }
         let at = j.end;
-        match j.file.write_all_at(rec, at) {
+        let written = match row && j.live + rec.len() as u64 > JOURNAL_MAX {
+            true => Err(io::Error::other(format!(
+                "{} MiB of rows not yet sent",
+                JOURNAL_MAX >> 20
+            ))),
+            false => j.file.write_all_at(rec, at),
+        };
+        match written {
             Ok(()) => {
                 j.end += rec.len() as u64;
+                j.live += rec.len() as u64;
                 Some(at)
+            }
+            Err(e) if !row => {
+                log::debug!("Sentinel: the guardian's journal: {e}");
+                None
             }
             Err(e) => {
                 // Rows from now on would be missing should the tracker be killed;
@@ -119,7 +143,7 @@ impl Journal {
     pub fn row(&self, row: &str) -> Option<RowAt> {
         let index = self.inner.lock().ok()?.next_row;
         let rec = format!("R{index},{row}\n");
-        let offset = self.append(rec.as_bytes())?;
+        let offset = self.append(rec.as_bytes(), true)?;
         if let Ok(mut j) = self.inner.lock() {
             j.next_row = index + 1;
         }
@@ -131,19 +155,21 @@ impl Journal {
     }
 
     pub fn record(&self, tag: char, body: &str) {
-        self.append(format!("{tag} {body}\n").as_bytes());
+        self.append(format!("{tag} {body}\n").as_bytes(), false);
     }
 
     /// Rows up to `upto` are saved (`U`: uploaded to `what`; `K`: kept in `what`);
     /// their bytes are zeroed to give the space back.
     pub fn saved(&self, tag: char, upto: u64, what: &str, rows: &[RowAt]) {
         if self
-            .append(format!("{tag} {upto} {what}\n").as_bytes())
+            .append(format!("{tag} {upto} {what}\n").as_bytes(), false)
             .is_none()
         {
             return;
         }
-        let Ok(j) = self.inner.lock() else { return };
+        let Ok(mut j) = self.inner.lock() else { return };
+        let freed: u64 = rows.iter().map(|r| r.len).sum();
+        j.live = j.live.saturating_sub(freed);
         // Holes over runs of adjacent rows, one call each.
         let mut run: Option<(u64, u64)> = None;
         let punch = |(off, len): (u64, u64)| {
@@ -187,7 +213,10 @@ impl Guardian {
     /// it is not the tracker's child (not taken for an orphan of the tree, never
     /// reaped by the tracker's wait4).
     pub fn start(cfg: &Config, run_as: Option<Identity>) -> io::Result<Guardian> {
-        let file = crate::fsafe::anonymous_file(&cfg.spool_dir)?;
+        let file = match memfd() {
+            Ok(f) => f,
+            Err(_) => crate::fsafe::anonymous_file(&cfg.spool_dir)?,
+        };
         let header = Header {
             token: cfg.token.0.clone(),
             api_url: cfg.api_url.clone(),
@@ -213,8 +242,10 @@ impl Guardian {
             .stdin(Stdio::from(read))
             .stdout(Stdio::from(file.try_clone()?))
             .stderr(Stdio::inherit());
-        if let Some(l) = std::env::var_os("RUST_LOG") {
-            cmd.env("RUST_LOG", l);
+        for v in ["RUST_LOG", "TMPDIR"] {
+            if let Some(l) = std::env::var_os(v) {
+                cmd.env(v, l);
+            }
         }
         // SAFETY: runs between fork and exec in the child, where only
         // async-signal-safe calls may be made: fork and _exit are, and nothing is
@@ -234,6 +265,7 @@ impl Guardian {
                 inner: Mutex::new(Inner {
                     file,
                     end: rec.len() as u64,
+                    live: 0,
                     next_row: 1,
                     failed: None,
                 }),
@@ -247,6 +279,17 @@ impl Guardian {
             let _ = io::Write::write_all(&mut f, &[DONE]);
         }
     }
+}
+
+/// A file in memory with no name anywhere.
+fn memfd() -> io::Result<File> {
+    // SAFETY: a static NUL-terminated name and a flag.
+    let fd = unsafe { libc::memfd_create(c"resource-tracker-journal".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd was just opened and is owned by nobody else.
+    Ok(unsafe { File::from_raw_fd(fd) })
 }
 
 fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
@@ -277,6 +320,8 @@ struct Replay {
     saved_upto: u64,
     kept: Vec<String>,
     finished: bool,
+    registering: bool,
+    kept_dirs: Vec<PathBuf>,
     rows: Vec<(u64, String)>,
 }
 
@@ -314,6 +359,8 @@ fn replay(text: &str) -> Replay {
                 }
             }
             "F" => r.finished = true,
+            "P" => r.registering = true,
+            "D" => r.kept_dirs.push(PathBuf::from(rest.trim_start())),
             _ => {}
         }
     }
@@ -431,7 +478,11 @@ fn save(h: Header, r: Replay) -> i32 {
         token: Secret(h.token),
         api_url: h.api_url,
         s3_endpoint: h.s3_endpoint,
-        memory_limit: h.memory_limit,
+        // The rows are in memory already: spilling them to the spool would only
+        // copy them.
+        memory_limit: h
+            .memory_limit
+            .max(2 * r.rows.iter().map(|(_, row)| row.len() + 1).sum::<usize>()),
         spool_dir: h.spool_dir,
         timeout: Duration::from_millis(h.timeout_ms.max(100)),
         upload_interval: h.upload_interval,
@@ -447,6 +498,9 @@ fn save(h: Header, r: Replay) -> i32 {
         }
     };
     let rows = r.rows.len();
+    let external = r.body.as_ref().map(|b| b["external_run_id"].to_string());
+    let in_flight = r.registering && r.registration.is_none();
+    let kept_dirs = r.kept_dirs;
     let resume = super::upload::Resume {
         body: r.body,
         registration: r.registration,
@@ -483,7 +537,39 @@ fn save(h: Header, r: Replay) -> i32 {
     say(format_args!(
         "the tracker (pid {tracker}) ended without finishing its run, with {rows} rows not yet sent: {fate}"
     ));
+    if let (true, Some(x)) = (in_flight, external) {
+        say(format_args!("the tracker's own registration got no answer before it ended; the server may hold a run with external_run_id {x} that stays unfinished"));
+    }
+    // Every row of the journal is now in S3, inline or kept by the guardian: the
+    // tracker's copies of some in its kept directory would count them twice.
+    if report.rows_not_sent == report.rows_kept {
+        for d in kept_dirs {
+            if let Err(e) = remove_kept(&d) {
+                say(format_args!(
+                    "{} holds copies of rows saved above; removing it: {e}",
+                    d.display()
+                ));
+            }
+        }
+    }
     0
+}
+
+/// Removes a kept directory of the tracker: its `NNNN.csv.gz` files, then itself
+/// (anything else in it stays, and so does the directory).
+fn remove_kept(d: &std::path::Path) -> io::Result<()> {
+    for e in std::fs::read_dir(d)? {
+        let e = e?;
+        let name = e.file_name();
+        let n = name.to_string_lossy();
+        let batch = n
+            .strip_suffix(".csv.gz")
+            .is_some_and(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()));
+        if batch && e.file_type()?.is_file() {
+            std::fs::remove_file(e.path())?;
+        }
+    }
+    std::fs::remove_dir(d)
 }
 
 #[cfg(test)]

@@ -266,6 +266,23 @@ impl Queue {
         }
     }
 
+    /// The directory batches go to since the spool failed, once made.
+    pub fn kept_dir(&self) -> Option<&Path> {
+        self.kept_dir.as_ref().map(|(d, _)| d.as_path())
+    }
+
+    /// Forgets every batch (their rows reached Sentinel another way, inline):
+    /// kept files and the kept directory go too.
+    pub fn discard_all(&mut self) {
+        let _ = self.seal();
+        while !self.sealed.is_empty() {
+            self.pop_front();
+        }
+        if let Some((d, _)) = self.kept_dir.take() {
+            let _ = std::fs::remove_dir(d);
+        }
+    }
+
     pub fn sealed_len(&self) -> usize {
         self.sealed.len()
     }

@@ -69,6 +69,8 @@ struct Uploader {
     /// False when there is no registration body to register with (a guardian
     /// whose tracker died before it had one).
     may_register: bool,
+    /// Whether the journal names the kept directory of a failed spool.
+    kept_dir_told: bool,
 }
 
 /// Registration answers that could not be used after which registering stops:
@@ -102,6 +104,12 @@ impl Uploader {
     /// Names a spool that failed, once per change: in a warning, in the report and
     /// for the samples.
     fn note_spool(&mut self) {
+        if let (false, Some(j), Some(d)) = (self.kept_dir_told, &self.journal, self.q.kept_dir()) {
+            // Its batches are in the journal too: a guardian that saves them
+            // removes these copies, so that no row is kept twice.
+            j.record('D', &d.display().to_string());
+            self.kept_dir_told = true;
+        }
         let Some(e) = &self.q.spool_failed else {
             return;
         };
@@ -185,6 +193,10 @@ impl Uploader {
             || !self.may_register
         {
             return false;
+        }
+        if let Some(j) = &self.journal {
+            // From here the server may hold a run even if the answer never comes.
+            j.record('P', "");
         }
         let attempt = self.api.register(&self.body).await;
         match &attempt {
@@ -447,6 +459,10 @@ impl Uploader {
                     self.report.data_source = Some(if inline { "inline" } else { "s3" });
                     if inline {
                         self.report.rows_uploaded += inline_rows as u64;
+                        if !self.report.partial {
+                            // Kept copies of rows now on the server would count twice.
+                            self.q.discard_all();
+                        }
                     }
                     return;
                 }
@@ -564,6 +580,7 @@ impl Uploader {
             journal,
             pending: VecDeque::new(),
             may_register: true,
+            kept_dir_told: false,
         }
     }
 
