@@ -1106,8 +1106,10 @@ fn children_of(pid: i32) -> Vec<i32> {
 /// When the tracker is killed in [`a_killed_tracker_loses_no_row_and_its_run_is_finished`].
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Kill {
-    /// Before registration is likely done.
-    Early,
+    /// While the tracker's registration waits for its answer (the API is slow):
+    /// the guardian registers the run itself and says which run the server may
+    /// hold unfinished.
+    RegistrationInFlight,
     /// Right after the registration was answered.
     Registered,
     /// Rows produced, none uploaded yet.
@@ -1136,7 +1138,7 @@ fn a_killed_tracker_loses_no_row_and_its_run_is_finished() {
         Kill::BeforeFirstUpload,
         Kill::AfterUploads(1),
         Kill::AfterUploads(3),
-        Kill::Early,
+        Kill::RegistrationInFlight,
         Kill::ServerRefuses,
     ];
     if is_root() {
@@ -1152,6 +1154,7 @@ fn a_killed_tracker_loses_no_row_and_its_run_is_finished() {
                     .fault("finish", &["status:400"; 5]);
             }
             Kill::SpoolFull => sc = sc.fault("s3_put", &["status:503"; 300]),
+            Kill::RegistrationInFlight => sc = sc.fault("register", &["sleep:2000"]),
             _ => {}
         }
         let m = mock(&sc);
@@ -1181,7 +1184,7 @@ fn a_killed_tracker_loses_no_row_and_its_run_is_finished() {
         let pid = bg.pid();
         let wait = Duration::from_secs(20);
         match when {
-            Kill::Early => std::thread::sleep(Duration::from_millis(150)),
+            Kill::RegistrationInFlight => std::thread::sleep(Duration::from_millis(900)),
             Kill::Registered => {
                 m.wait_records("register", 1, wait);
                 std::thread::sleep(Duration::from_millis(100));
@@ -1282,7 +1285,10 @@ fn a_killed_tracker_loses_no_row_and_its_run_is_finished() {
             .iter()
             .filter(|r| r["status"] == 200)
             .count();
-        if when != Kill::Early {
+        if when == Kill::RegistrationInFlight {
+            m.wait_records("register", 2, wait);
+            assert!(stderr.contains("external_run_id"), "{stderr}");
+        } else {
             assert_eq!(registered, 1, "{when:?}: one run\n{stderr}");
         }
         if when == Kill::ServerRefuses {
@@ -1356,4 +1362,39 @@ fn a_guardian_only_with_streaming_and_gone_after_a_clean_end() {
         1,
         "finished once, by the tracker"
     );
+
+    // Under sudo the guardian is the invoking user's, as the command.
+    if !is_root() {
+        return;
+    }
+    let m = mock(&Scenario::new(&moto).prefix("sudo"));
+    let dead = closed_url();
+    let mut c = Command::new(tracker());
+    clean_env(&mut c);
+    c.env("SENTINEL_API_TOKEN", TOKEN)
+        .env("SENTINEL_API_URL", m.api_url())
+        .env("TRACKER_S3_ENDPOINT", m.s3_url())
+        .env("TRACKER_HTTP_TIMEOUT", "1")
+        .env("TRACKER_METADATA_URL", &dead)
+        .env("TRACKER_METADATA_GCP_URL", &dead)
+        .env("TRACKER_METADATA_ALIBABA_URL", &dead)
+        .env("SUDO_UID", "65534")
+        .env("SUDO_GID", "65534")
+        .args(["run", "--no-ebpf", "-q", "--", "sleep", "2"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut bg = Bg::spawn(&mut c, "tracker");
+    m.wait_records("register", 1, Duration::from_secs(20));
+    let g = guardians_of(bg.pid());
+    assert_eq!(g.len(), 1, "one guardian under sudo");
+    let status = std::fs::read_to_string(format!("/proc/{}/status", g[0])).unwrap_or_default();
+    let uid = status
+        .lines()
+        .find(|l| l.starts_with("Uid:"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .skip(1)
+        .collect::<Vec<_>>();
+    assert_eq!(uid, ["65534"; 4], "the guardian's ids: {status}");
+    assert!(bg.wait_for(Duration::from_secs(30)).success());
 }
