@@ -96,7 +96,10 @@ pub fn run(st: Settings) -> anyhow::Result<i32> {
 
     signals::block_signals();
     // Before the tracker becomes a subreaper (see Guardian::start).
-    let guardian = st.sentinel.as_ref().and_then(|cfg| {
+    // As the init of a PID namespace the tracker's death kills every process in
+    // it, a guardian too, and orphans would come back to it: none then.
+    let pid_one = std::process::id() == 1;
+    let guardian = st.sentinel.as_ref().filter(|_| !pid_one).and_then(|cfg| {
         let id = run_as.as_ref().map(|r| Identity {
             uid: r.uid,
             gid: r.gid,

@@ -161,6 +161,8 @@ impl Journal {
     /// Rows up to `upto` are saved (`U`: uploaded to `what`; `K`: kept in `what`);
     /// their bytes are zeroed to give the space back.
     pub fn saved(&self, tag: char, upto: u64, what: &str, rows: &[RowAt]) {
+        // A JSON string: a name with a line break cannot forge a record.
+        let what = Value::from(what);
         if self
             .append(format!("{tag} {upto} {what}\n").as_bytes(), false)
             .is_none()
@@ -351,7 +353,7 @@ fn replay(text: &str) -> Replay {
             "U" | "K" => {
                 let mut p = rest.trim_start().splitn(2, ' ');
                 let upto = p.next().and_then(|n| n.parse().ok()).unwrap_or(0);
-                let what = p.next().unwrap_or_default().to_string();
+                let what = serde_json::from_str(p.next().unwrap_or_default()).unwrap_or_default();
                 r.saved_upto = r.saved_upto.max(upto);
                 match tag {
                     "U" => r.uploaded.push(what),
@@ -360,7 +362,11 @@ fn replay(text: &str) -> Replay {
             }
             "F" => r.finished = true,
             "P" => r.registering = true,
-            "D" => r.kept_dirs.push(PathBuf::from(rest.trim_start())),
+            "D" => {
+                if let Ok(d) = serde_json::from_str::<String>(rest.trim_start()) {
+                    r.kept_dirs.push(PathBuf::from(d));
+                }
+            }
             _ => {}
         }
     }
@@ -581,14 +587,15 @@ mod tests {
         let mut j = String::from("H {}\nB {\"a\":1}\n");
         j += "R1,a\nR2,b\n";
         j += "S {\"run_id\":\"r\"}\n";
-        j += "U 2 s3://b/p/0001.csv.gz\n";
+        j += "U 2 \"s3://b/p/0001.csv.gz\"\n";
         // Row 3 zeroed after an upload whose record was journaled first.
         j += "\0\0\0\0\0";
-        j += "R4,d\nR5,e\nU 3 s3://b/p/0002.csv.gz\nR6,f\nR7,cut";
+        j += "R4,d\nR5,e\nU 3 \"s3://b/p/0002.csv.gz\"\nR6,f\nD \"/t/k\\nR9,x\"\nR7,cut";
         let r = replay(&j);
         assert_eq!(r.body, Some(serde_json::json!({"a": 1})));
         assert_eq!(r.registration.unwrap()["run_id"], "r");
-        assert_eq!(r.uploaded.len(), 2);
+        assert_eq!(r.uploaded, ["s3://b/p/0001.csv.gz", "s3://b/p/0002.csv.gz"]);
+        assert_eq!(r.kept_dirs, [PathBuf::from("/t/k\nR9,x")]);
         assert_eq!(r.saved_upto, 3);
         let rows: Vec<_> = r.rows.iter().map(|(_, s)| s.as_str()).collect();
         assert_eq!(rows, ["d", "e", "f"]);

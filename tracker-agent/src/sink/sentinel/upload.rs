@@ -107,7 +107,7 @@ impl Uploader {
         if let (false, Some(j), Some(d)) = (self.kept_dir_told, &self.journal, self.q.kept_dir()) {
             // Its batches are in the journal too: a guardian that saves them
             // removes these copies, so that no row is kept twice.
-            j.record('D', &d.display().to_string());
+            j.record('D', &Value::from(d.display().to_string()).to_string());
             self.kept_dir_told = true;
         }
         let Some(e) = &self.q.spool_failed else {
