@@ -1068,3 +1068,333 @@ fn some_batches_in_s3_the_rest_kept_is_partial_and_counted() {
     assert_eq!(fin[0]["body"]["run_status"], "failed");
     assert_eq!(fin[0]["body"]["data_uris"], serde_json::json!(uris));
 }
+
+/// Guardians of the tracker `pid` (argv `resource-tracker-guardian PID`).
+fn guardians_of(pid: i32) -> Vec<i32> {
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Some(p) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(format!("/proc/{p}/cmdline")) else {
+            continue;
+        };
+        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+        if args.first() == Some(&&b"resource-tracker-guardian"[..])
+            && args.get(1) == Some(&pid.to_string().as_bytes())
+        {
+            found.push(p);
+        }
+    }
+    found
+}
+
+/// The children of process `pid` (all its threads').
+fn children_of(pid: i32) -> Vec<i32> {
+    let mut out = Vec::new();
+    for t in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let c = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
+        out.extend(c.split_whitespace().filter_map(|p| p.parse::<i32>().ok()));
+    }
+    out
+}
+
+/// When the tracker is killed in [`a_killed_tracker_loses_no_row_and_its_run_is_finished`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Kill {
+    /// While the tracker's registration waits for its answer (the API is slow):
+    /// the guardian registers the run itself and says which run the server may
+    /// hold unfinished.
+    RegistrationInFlight,
+    /// Right after the registration was answered.
+    Registered,
+    /// Rows produced, none uploaded yet.
+    BeforeFirstUpload,
+    /// A while after the n-th upload, before the next.
+    AfterUploads(usize),
+    /// S3 answers 503 and `finish` 400 throughout: the guardian keeps the rows.
+    ServerRefuses,
+    /// The spool filled (batches went to a kept directory under TMPDIR) while S3
+    /// answered 503: those copies go once the guardian has saved the rows.
+    SpoolFull,
+}
+
+/// SIGKILL of the tracker at different moments: its guardian uploads the rows
+/// not yet sent (or keeps them) and finishes the run as failed. Rows produced (the
+/// local CSV, written per sample) = rows in S3 + inline + kept, in order; one
+/// accepted finish (none where the server refuses it); the guardian gone within a
+/// bound; nothing left in the spool or temp directory but what was kept.
+#[test]
+fn a_killed_tracker_loses_no_row_and_its_run_is_finished() {
+    let Some(moto) = Moto::start("stream-kill", 2) else {
+        return;
+    };
+    let mut moments = vec![
+        Kill::Registered,
+        Kill::BeforeFirstUpload,
+        Kill::AfterUploads(1),
+        Kill::AfterUploads(3),
+        Kill::RegistrationInFlight,
+        Kill::ServerRefuses,
+    ];
+    if is_root() {
+        moments.push(Kill::SpoolFull);
+    }
+    for (i, when) in moments.into_iter().enumerate() {
+        let prefix = format!("kill{i}");
+        let mut sc = Scenario::new(&moto).prefix(&prefix);
+        match when {
+            Kill::ServerRefuses => {
+                sc = sc
+                    .fault("s3_put", &["status:503"; 300])
+                    .fault("finish", &["status:400"; 5]);
+            }
+            Kill::SpoolFull => sc = sc.fault("s3_put", &["status:503"; 300]),
+            Kill::RegistrationInFlight => sc = sc.fault("register", &["sleep:2000"]),
+            _ => {}
+        }
+        let m = mock(&sc);
+        let dir = Scratch::new("stream-kill");
+        let tmp = dir.path("tmp");
+        std::fs::create_dir(&tmp).expect("tmp");
+        let (spool, _tmpfs) = match when {
+            Kill::SpoolFull => {
+                let t = Tmpfs::mount(dir.path("spool"), 16, false);
+                std::fs::write(t.0.join("fill"), vec![7u8; 12 << 10]).expect("fill the tmpfs");
+                (t.0.clone(), Some(t))
+            }
+            _ => {
+                std::fs::create_dir(dir.path("spool")).expect("spool dir");
+                (dir.path("spool"), None)
+            }
+        };
+        let mut c = command(&dir, &m.api_url(), &m.s3_url(), "1", &["sleep", "60"]);
+        let err = std::fs::File::create(dir.path("stderr")).expect("stderr file");
+        c.env("TRACKER_SPOOL_DIR", &spool)
+            .env("TMPDIR", &tmp)
+            .stderr(err);
+        if when == Kill::SpoolFull {
+            c.env("TRACKER_UPLOAD_MEMORY_LIMIT", "2048");
+        }
+        let mut bg = Bg::spawn(&mut c, "tracker");
+        let pid = bg.pid();
+        let wait = Duration::from_secs(20);
+        match when {
+            Kill::RegistrationInFlight => std::thread::sleep(Duration::from_millis(900)),
+            Kill::Registered => {
+                m.wait_records("register", 1, wait);
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Kill::BeforeFirstUpload => {
+                m.wait_records("register", 1, wait);
+                std::thread::sleep(Duration::from_millis(500));
+            }
+            Kill::AfterUploads(n) => {
+                m.wait_records("s3_put", n, wait);
+                std::thread::sleep(Duration::from_millis(400));
+            }
+            Kill::ServerRefuses => {
+                m.wait_records("s3_put", 2, wait);
+            }
+            Kill::SpoolFull => {
+                m.wait_records("s3_put", 5, wait);
+            }
+        }
+        let command_pids = children_of(pid);
+        bg.signal(libc::SIGKILL);
+        bg.wait_for(Duration::from_secs(5));
+        for p in command_pids {
+            // SAFETY: the test's own grandchild (the tracked `sleep`), orphaned.
+            unsafe { libc::kill(p, libc::SIGKILL) };
+        }
+        // The guardian's bound: its end takes at most FINISH_BUDGET (30 s) plus a
+        // request time-out (1 s here).
+        let t0 = Instant::now();
+        while !guardians_of(pid).is_empty() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(35),
+                "{when:?}: guardian still there"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let took = t0.elapsed();
+        let stderr = std::fs::read_to_string(dir.path("stderr")).unwrap_or_default();
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        let local = std::fs::read_to_string(dir.path("local.csv")).expect("local.csv");
+        let header = local.lines().next().unwrap_or_default().to_string();
+        let produced: Vec<String> = local.lines().skip(1).map(str::to_string).collect();
+        let mut in_s3 = Vec::new();
+        for o in moto.dump(&moto.bucket, &format!("{prefix}/")) {
+            let text = o.text.unwrap_or_else(|e| panic!("{}: {e}", o.key));
+            let mut l = text.lines();
+            assert_eq!(l.next(), Some(header.as_str()), "{}", o.key);
+            in_s3.extend(l.map(str::to_string));
+        }
+        let fin: Vec<Value> = m
+            .records_of("finish")
+            .into_iter()
+            .filter(|f| f["status"] == 200)
+            .collect();
+        let inline: Vec<String> = fin
+            .iter()
+            .filter_map(|f| f["body"]["data_csv"].as_str())
+            .flat_map(|t| t.lines().skip(1).map(str::to_string).collect::<Vec<_>>())
+            .collect();
+        let mut kept = Vec::new();
+        let mut left = Vec::new();
+        for e in std::fs::read_dir(&spool).expect("spool").flatten() {
+            if e.file_name() == "fill" {
+                continue;
+            }
+            if e.file_name()
+                .to_string_lossy()
+                .starts_with("resource-tracker-unsent-")
+            {
+                kept.extend(kept_rows(&e.path(), &header));
+            } else {
+                left.push(e.path());
+            }
+        }
+        left.extend(
+            std::fs::read_dir(&tmp)
+                .expect("tmp")
+                .flatten()
+                .map(|e| e.path()),
+        );
+        eprintln!(
+            "{when:?}: rows produced {} = in S3 {} + inline {} + kept {}; finish accepted {}; guardian gone {took:?} after the kill",
+            produced.len(),
+            in_s3.len(),
+            inline.len(),
+            kept.len(),
+            fin.len()
+        );
+        let mut all = in_s3.clone();
+        all.extend(inline);
+        all.extend(kept.iter().cloned());
+        assert_eq!(
+            all, produced,
+            "{when:?}: S3, inline, kept = produced\n{stderr}"
+        );
+        let registered = m
+            .records_of("register")
+            .iter()
+            .filter(|r| r["status"] == 200)
+            .count();
+        if when == Kill::RegistrationInFlight {
+            m.wait_records("register", 2, wait);
+            assert!(stderr.contains("external_run_id"), "{stderr}");
+        } else {
+            assert_eq!(registered, 1, "{when:?}: one run\n{stderr}");
+        }
+        if when == Kill::ServerRefuses {
+            assert!(fin.is_empty(), "{fin:?}");
+            assert_eq!(kept.len(), produced.len(), "{when:?}: all kept\n{stderr}");
+            assert!(stderr.contains("kept in"), "{stderr}");
+        } else if registered > 0 {
+            assert_eq!(fin.len(), 1, "{when:?}: one accepted finish\n{stderr}");
+            let body = &fin[0]["body"];
+            assert_eq!(body["run_status"], "failed", "{body}");
+            assert_eq!(body["exit_code"], 137, "{body}");
+            assert!(kept.is_empty(), "{when:?}: kept {}", kept.len());
+        }
+        assert!(left.is_empty(), "{when:?}: left behind: {left:?}\n{stderr}");
+        assert!(!stderr.contains(TOKEN), "{stderr}");
+        assert!(
+            stderr.contains("guardian:") || produced.is_empty(),
+            "{when:?}: the guardian says what it did\n{stderr}"
+        );
+        if when == Kill::SpoolFull {
+            assert!(stderr.contains("the spool failed"), "{stderr}");
+        }
+    }
+}
+
+/// Streaming off: no guardian. Streaming on: one while the tracker runs, none
+/// once it has ended cleanly (and then it did nothing: one finish).
+#[test]
+fn a_guardian_only_with_streaming_and_gone_after_a_clean_end() {
+    let dir = Scratch::new("stream-guardian-off");
+    let mut c = Command::new(tracker());
+    clean_env(&mut c);
+    c.args(["run", "--no-ebpf", "-i", "0.2", "-q", "--", "sleep", "1.5"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut bg = Bg::spawn(&mut c, "tracker");
+    std::thread::sleep(Duration::from_millis(700));
+    assert!(
+        guardians_of(bg.pid()).is_empty(),
+        "a guardian without streaming"
+    );
+    assert!(bg.wait_for(Duration::from_secs(10)).success());
+
+    let Some(moto) = Moto::start("stream-guardian", 2) else {
+        return;
+    };
+    let m = mock(&Scenario::new(&moto));
+    let mut c = command(&dir, &m.api_url(), &m.s3_url(), "1", &["sleep", "2"]);
+    c.stderr(Stdio::null());
+    let mut bg = Bg::spawn(&mut c, "tracker");
+    m.wait_records("register", 1, Duration::from_secs(20));
+    let pid = bg.pid();
+    let g = guardians_of(pid);
+    assert_eq!(g.len(), 1, "one guardian while streaming");
+    // Not the tracker's child: never taken for a member of the tracked tree.
+    assert!(!children_of(pid).contains(&g[0]), "the guardian is a child");
+    let environ = std::fs::read(format!("/proc/{}/environ", g[0])).unwrap_or_default();
+    assert!(
+        !String::from_utf8_lossy(&environ).contains(TOKEN),
+        "the token in the guardian's environment"
+    );
+    assert!(bg.wait_for(Duration::from_secs(30)).success());
+    let t0 = Instant::now();
+    while !guardians_of(pid).is_empty() {
+        assert!(t0.elapsed() < Duration::from_secs(2), "guardian left over");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        m.records_of("finish").len(),
+        1,
+        "finished once, by the tracker"
+    );
+
+    // Under sudo the guardian is the invoking user's, as the command.
+    if !is_root() {
+        return;
+    }
+    let m = mock(&Scenario::new(&moto).prefix("sudo"));
+    let dead = closed_url();
+    let mut c = Command::new(tracker());
+    clean_env(&mut c);
+    c.env("SENTINEL_API_TOKEN", TOKEN)
+        .env("SENTINEL_API_URL", m.api_url())
+        .env("TRACKER_S3_ENDPOINT", m.s3_url())
+        .env("TRACKER_HTTP_TIMEOUT", "1")
+        .env("TRACKER_METADATA_URL", &dead)
+        .env("TRACKER_METADATA_GCP_URL", &dead)
+        .env("TRACKER_METADATA_ALIBABA_URL", &dead)
+        .env("SUDO_UID", "65534")
+        .env("SUDO_GID", "65534")
+        .args(["run", "--no-ebpf", "-q", "--", "sleep", "2"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut bg = Bg::spawn(&mut c, "tracker");
+    m.wait_records("register", 1, Duration::from_secs(20));
+    let g = guardians_of(bg.pid());
+    assert_eq!(g.len(), 1, "one guardian under sudo");
+    let status = std::fs::read_to_string(format!("/proc/{}/status", g[0])).unwrap_or_default();
+    let uid = status
+        .lines()
+        .find(|l| l.starts_with("Uid:"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .skip(1)
+        .collect::<Vec<_>>();
+    assert_eq!(uid, ["65534"; 4], "the guardian's ids: {status}");
+    assert!(bg.wait_for(Duration::from_secs(30)).success());
+}

@@ -21,6 +21,9 @@ fn main() {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
         .format_target(false)
         .init();
+    if sink::sentinel::guardian::is_guardian() {
+        std::process::exit(sink::sentinel::guardian::main());
+    }
     let get_env = |k: &str| std::env::var_os(k);
     if let Err(e) = settings::check_flag_env(&get_env) {
         warn::say(&e);

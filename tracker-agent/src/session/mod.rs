@@ -23,7 +23,10 @@ use crate::{
         self,
         lines::Lines,
         report::{ReportSink, TimelineFeed},
-        sentinel::{RunInfo, Streamer},
+        sentinel::{
+            guardian::{Guardian, Identity},
+            RunInfo, Streamer,
+        },
         summary::SummaryOut,
         Sink, Sinks,
     },
@@ -92,6 +95,24 @@ pub fn run(st: Settings) -> anyhow::Result<i32> {
     }
 
     signals::block_signals();
+    // Before the tracker becomes a subreaper (see Guardian::start).
+    // As the init of a PID namespace the tracker's death kills every process in
+    // it, a guardian too, and orphans would come back to it: none then.
+    let pid_one = std::process::id() == 1;
+    let guardian = st.sentinel.as_ref().filter(|_| !pid_one).and_then(|cfg| {
+        let id = run_as.as_ref().map(|r| Identity {
+            uid: r.uid,
+            gid: r.gid,
+            groups: r.groups.clone(),
+        });
+        match Guardian::start(cfg, id) {
+            Ok(g) => Some(g),
+            Err(e) => {
+                say(format_args!("Sentinel: the guardian could not start ({e}); the run goes on without it, and should the tracker be killed, rows not yet sent are only in the local outputs"));
+                None
+            }
+        }
+    });
     // Discovery runs once, beside the command, and never delays it; the streaming
     // thread waits for its answer before registering the run.
     let (found_tx, found_rx) = mpsc::channel::<Discovered>();
@@ -121,7 +142,12 @@ pub fn run(st: Settings) -> anyhow::Result<i32> {
     let mut sinks: Vec<Box<dyn Sink>> = vec![Box::new(lines)];
     if let Some(cfg) = &st.sentinel {
         let run = run_info(&st, host_info.clone());
-        sinks.push(Box::new(Streamer::start(cfg.clone(), run, found_rx)?));
+        sinks.push(Box::new(Streamer::start(
+            cfg.clone(),
+            run,
+            found_rx,
+            guardian,
+        )?));
     }
     // The timeline comes from the eBPF engine's events.
     let timeline: Option<TimelineFeed> =

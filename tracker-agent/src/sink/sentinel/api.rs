@@ -167,6 +167,33 @@ pub fn parse_credentials(v: &Value) -> Result<Credentials, String> {
     })
 }
 
+/// Credentials as the API gives them, to be read back by `parse_credentials`.
+pub fn credentials_json(c: &Credentials) -> Value {
+    let expiry = DateTime::from(c.expires_at)
+        .fmt(DateTimeFormat::DateTime)
+        .unwrap_or_default();
+    serde_json::json!({
+        "access_key": c.access_key,
+        "secret_key": c.secret_key,
+        "session_token": c.session_token,
+        "expires_at": expiry,
+        "region": c.region,
+    })
+}
+
+/// A registration as the API answers it, to be read back by `parse_registration`.
+pub fn registration_json(r: &Registration) -> Value {
+    let prefix = match r.prefix.key.as_str() {
+        "" => format!("s3://{}", r.prefix.bucket),
+        k => format!("s3://{}/{k}", r.prefix.bucket),
+    };
+    serde_json::json!({
+        "run_id": r.run_id,
+        "upload_uri_prefix": prefix,
+        "upload_credentials": credentials_json(&r.credentials),
+    })
+}
+
 pub fn parse_registration(v: &Value) -> Result<Registration, String> {
     let obj = v
         .as_object()
@@ -407,6 +434,19 @@ mod tests {
             .unwrap_err()
             .contains("s3://"));
         assert!(S3Prefix::parse("s3:///x").is_err());
+    }
+
+    #[test]
+    fn registration_written_reads_back() {
+        let v = json!({"run_id": "r1", "upload_uri_prefix": "s3://b/p/q",
+            "upload_credentials": creds(json!({"expires_at": "2030-01-01T00:00:00Z", "region": "eu-west-1"}))});
+        let r = parse_registration(&v).unwrap();
+        let back = parse_registration(&registration_json(&r)).unwrap();
+        assert_eq!(back.run_id, "r1");
+        assert_eq!(back.prefix, r.prefix);
+        assert_eq!(back.credentials.expires_at, r.credentials.expires_at);
+        assert_eq!(back.credentials.session_token, "ST");
+        assert_eq!(back.credentials.region.as_deref(), Some("eu-west-1"));
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! own thread with its own runtime, so sampling never waits on the network.
 
 mod api;
+pub mod guardian;
 mod queue;
 mod s3;
 mod upload;
@@ -22,6 +23,7 @@ use crate::{
     engine::degraded::{Degradation, SPOOL_FAILED},
     model::{csv, Discovered, HostInfo, JobMeta, Sample, StreamReport, Summary},
 };
+use guardian::{Guardian, RowAt};
 pub use queue::probe_spool;
 use upload::run_stream;
 
@@ -65,8 +67,11 @@ pub struct RunInfo {
 }
 
 enum Msg {
-    Row(String),
-    Finish { exit_code: i32 },
+    /// A row, and where the guardian's journal holds it.
+    Row(String, Option<RowAt>),
+    Finish {
+        exit_code: i32,
+    },
 }
 
 pub struct Streamer {
@@ -74,19 +79,23 @@ pub struct Streamer {
     handle: Option<JoinHandle<StreamReport>>,
     /// Set by the streaming thread when the spool fails.
     degraded: Arc<Mutex<Option<String>>>,
+    guardian: Option<Guardian>,
 }
 
 impl Streamer {
     /// Starts the streaming thread. It registers the run once discovery has
-    /// answered on `found`; rows queue meanwhile.
+    /// answered on `found`; rows queue meanwhile. With a guardian, every row is
+    /// journaled for it before it is queued.
     pub fn start(
         cfg: Config,
         run: RunInfo,
         found: Receiver<Discovered>,
+        guardian: Option<Guardian>,
     ) -> anyhow::Result<Streamer> {
         let (tx, rx) = mpsc::unbounded_channel();
         let degraded = Arc::new(Mutex::new(None));
         let shared = degraded.clone();
+        let journal = guardian.as_ref().map(|g| g.journal.clone());
         let handle = std::thread::Builder::new()
             .name("sentinel".into())
             .spawn(move || {
@@ -101,7 +110,7 @@ impl Streamer {
                         return StreamReport::default();
                     }
                 };
-                let report = rt.block_on(run_stream(cfg, run, found, rx, shared));
+                let report = rt.block_on(run_stream(cfg, run, found, rx, shared, journal));
                 // A DNS lookup still blocked in the pool must not hold up the exit.
                 rt.shutdown_background();
                 report
@@ -110,6 +119,7 @@ impl Streamer {
             tx,
             handle: Some(handle),
             degraded,
+            guardian,
         })
     }
 }
@@ -117,7 +127,10 @@ impl Streamer {
 impl Sink for Streamer {
     /// Queues the sample's CSV row. Never blocks.
     fn write(&mut self, s: &Sample) -> anyhow::Result<()> {
-        let _ = self.tx.send(Msg::Row(csv::row(s)));
+        let row = csv::row(s);
+        // Journaled first: from here on a killed tracker loses not this row.
+        let at = self.guardian.as_ref().and_then(|g| g.journal.row(&row));
+        let _ = self.tx.send(Msg::Row(row, at));
         Ok(())
     }
 
@@ -133,6 +146,10 @@ impl Sink for Streamer {
             last_error: Some("the streaming thread panicked".into()),
             ..StreamReport::default()
         });
+        // The end was the tracker's own: what it could not send it kept.
+        if let Some(g) = &mut self.guardian {
+            g.done();
+        }
         if let Some(detail) = &report.spool_failed {
             let d = Degradation {
                 name: SPOOL_FAILED,

@@ -103,6 +103,12 @@ impl Queue {
         }
     }
 
+    /// Numbers batches from `seq` on (a guardian carrying on after the batches its
+    /// tracker uploaded).
+    pub fn start_at(&mut self, seq: u32) {
+        self.next_seq = seq.max(1);
+    }
+
     /// Adds one CSV row (without its newline). A large open batch is sealed early so
     /// that memory stays bounded whatever the upload interval.
     pub fn push(&mut self, row: &str) -> io::Result<()> {
@@ -257,6 +263,23 @@ impl Queue {
                 let _ = f.set_len(0);
             }
             self.spool_end = 0;
+        }
+    }
+
+    /// The directory batches go to since the spool failed, once made.
+    pub fn kept_dir(&self) -> Option<&Path> {
+        self.kept_dir.as_ref().map(|(d, _)| d.as_path())
+    }
+
+    /// Forgets every batch (their rows reached Sentinel another way, inline):
+    /// kept files and the kept directory go too.
+    pub fn discard_all(&mut self) {
+        let _ = self.seal();
+        while !self.sealed.is_empty() {
+            self.pop_front();
+        }
+        if let Some((d, _)) = self.kept_dir.take() {
+            let _ = std::fs::remove_dir(d);
         }
     }
 

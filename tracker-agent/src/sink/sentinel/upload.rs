@@ -2,6 +2,8 @@
 //! refreshes credentials, and finishes the run.
 
 use std::{
+    collections::VecDeque,
+    path::PathBuf,
     sync::{Arc, Mutex},
     time::{Duration, Instant, SystemTime},
 };
@@ -11,7 +13,8 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 use super::{
-    api::{Api, ApiError, Credentials, Registration},
+    api::{self, Api, ApiError, Credentials, Registration},
+    guardian::{Journal, RowAt},
     queue::Queue,
     registration_body, s3, Config, Msg, RunInfo,
 };
@@ -59,6 +62,15 @@ struct Uploader {
     /// be: a 403 that refreshing does not cure is not refreshed at every retry.
     forced_at: Option<tokio::time::Instant>,
     forced_gap: Duration,
+    /// The guardian's journal (the tracker only), and where each row not yet
+    /// saved sits in it, one entry per row queued.
+    journal: Option<Arc<Journal>>,
+    pending: VecDeque<Option<RowAt>>,
+    /// False when there is no registration body to register with (a guardian
+    /// whose tracker died before it had one).
+    may_register: bool,
+    /// Whether the journal names the kept directory of a failed spool.
+    kept_dir_told: bool,
 }
 
 /// Registration answers that could not be used after which registering stops:
@@ -92,6 +104,12 @@ impl Uploader {
     /// Names a spool that failed, once per change: in a warning, in the report and
     /// for the samples.
     fn note_spool(&mut self) {
+        if let (false, Some(j), Some(d)) = (self.kept_dir_told, &self.journal, self.q.kept_dir()) {
+            // Its batches are in the journal too: a guardian that saves them
+            // removes these copies, so that no row is kept twice.
+            j.record('D', &Value::from(d.display().to_string()).to_string());
+            self.kept_dir_told = true;
+        }
         let Some(e) = &self.q.spool_failed else {
             return;
         };
@@ -115,8 +133,11 @@ impl Uploader {
     }
 
     /// Queues one row; a failure is said once per reason.
-    fn push(&mut self, r: &str) {
+    fn push(&mut self, r: &str, at: Option<RowAt>) {
         self.report.rows += 1;
+        if self.journal.is_some() {
+            self.pending.push_back(at);
+        }
         if let Err(e) = self.q.push(r) {
             let e = e.to_string();
             if self.said_push.as_deref() != Some(e.as_str()) {
@@ -168,8 +189,14 @@ impl Uploader {
         if self.reg.is_some() {
             return true;
         }
-        if self.report.registrations_not_understood >= MAX_UNUSABLE_REGISTRATIONS {
+        if self.report.registrations_not_understood >= MAX_UNUSABLE_REGISTRATIONS
+            || !self.may_register
+        {
             return false;
+        }
+        if let Some(j) = &self.journal {
+            // From here the server may hold a run even if the answer never comes.
+            j.record('P', "");
         }
         let attempt = self.api.register(&self.body).await;
         match &attempt {
@@ -197,6 +224,9 @@ impl Uploader {
                     r.prefix.key
                 );
                 self.report.run_id = Some(r.run_id.clone());
+                if let Some(j) = &self.journal {
+                    j.record('S', &api::registration_json(&r).to_string());
+                }
                 self.reg = Some(r);
                 self.client = None;
                 true
@@ -226,6 +256,9 @@ impl Uploader {
             return Ok(());
         };
         let c = self.api.refresh(&run_id).await?;
+        if let Some(j) = &self.journal {
+            j.record('C', &api::credentials_json(&c).to_string());
+        }
         if let Some(r) = self.reg.as_mut() {
             r.credentials = c;
         }
@@ -315,6 +348,7 @@ impl Uploader {
             match s3::put(&client, &bucket, &key, gz).await {
                 Ok(()) => {
                     log::debug!("Sentinel: uploaded {uri} ({rows} rows)");
+                    self.saved('U', rows, &uri);
                     self.uploaded.push(uri);
                     self.q.pop_front();
                     self.report.batches_uploaded += 1;
@@ -418,10 +452,17 @@ impl Uploader {
             match self.api.finish(&run_id, &body).await {
                 Ok(stats) => {
                     log::info!("Sentinel: run {run_id} finished: {stats}");
+                    if let Some(j) = &self.journal {
+                        j.record('F', "");
+                    }
                     self.report.finished = true;
                     self.report.data_source = Some(if inline { "inline" } else { "s3" });
                     if inline {
                         self.report.rows_uploaded += inline_rows as u64;
+                        if !self.report.partial {
+                            // Kept copies of rows now on the server would count twice.
+                            self.q.discard_all();
+                        }
                     }
                     return;
                 }
@@ -463,6 +504,7 @@ impl Uploader {
                     "Sentinel: {n} batches were not uploaded; kept in {}",
                     dir.display()
                 );
+                self.saved('K', self.pending.len(), &dir.display().to_string());
                 self.report.rows_kept += waiting;
                 self.report.kept_dir = Some(dir);
             }
@@ -486,10 +528,141 @@ impl Uploader {
                     );
                 }
                 self.report.rows_kept += waiting - lost as u64;
+                if let Some(d) = &dir {
+                    self.saved('K', self.pending.len(), &d.display().to_string());
+                }
                 self.report.kept_dir = dir;
             }
         }
     }
+}
+
+impl Uploader {
+    fn new(
+        cfg: Config,
+        api: Api,
+        body: Value,
+        degraded: Arc<Mutex<Option<String>>>,
+        journal: Option<Arc<Journal>>,
+        kept_parent: PathBuf,
+    ) -> Uploader {
+        let period = Duration::from_secs_f64(cfg.upload_interval);
+        Uploader {
+            q: Queue::new(
+                csv::header() + "\n",
+                cfg.memory_limit,
+                &cfg.spool_dir,
+                &kept_parent,
+            ),
+            body,
+            report: StreamReport {
+                api_url: cfg.api_url.clone(),
+                ..StreamReport::default()
+            },
+            timeout: cfg.timeout,
+            cfg,
+            api,
+            reg: None,
+            client: None,
+            force_refresh: false,
+            uploaded: Vec::new(),
+            put_sent: false,
+            backoff: Duration::from_secs(1),
+            max_backoff: period.clamp(Duration::from_secs(1), Duration::from_secs(60)),
+            retry_at: None,
+            failing: 0,
+            warned: None,
+            told_unregistered: false,
+            degraded,
+            said_push: None,
+            forced_at: None,
+            forced_gap: Duration::ZERO,
+            journal,
+            pending: VecDeque::new(),
+            may_register: true,
+            kept_dir_told: false,
+        }
+    }
+
+    /// The oldest `rows` rows are saved (uploaded to, or kept in, `what`): the
+    /// journal says so, and they leave it.
+    fn saved(&mut self, tag: char, rows: usize, what: &str) {
+        let Some(j) = &self.journal else { return };
+        let done: Vec<Option<RowAt>> = self.pending.drain(..rows.min(self.pending.len())).collect();
+        let done: Vec<RowAt> = done.into_iter().flatten().collect();
+        if let Some(last) = done.last() {
+            j.saved(tag, last.index, what, &done);
+        }
+    }
+
+    /// The report's closing counts.
+    fn close_report(&mut self) {
+        self.note_spool();
+        self.report.spooled_batches = self.q.spooled;
+        self.report.rows_not_sent = self.report.rows.saturating_sub(self.report.rows_uploaded);
+        if self.report.rows_not_sent > 0 && self.report.finished && !self.report.partial {
+            // `finish` was accepted with fewer rows than the run produced.
+            self.report.partial = true;
+        }
+    }
+}
+
+/// What a guardian found in the journal of a tracker that died.
+pub struct Resume {
+    pub body: Option<Value>,
+    pub registration: Option<Value>,
+    pub credentials: Option<Value>,
+    /// Objects the tracker uploaded, in order.
+    pub uploaded: Vec<String>,
+    /// Rows it had not saved, in order.
+    pub rows: Vec<String>,
+    /// The tracker's temp dir (the guardian has no environment).
+    pub temp_dir: PathBuf,
+}
+
+/// The guardian's end of a killed tracker's stream: the tracker's own end, from
+/// where the journal left it.
+pub(super) async fn resume(cfg: Config, r: Resume, exit_code: i32) -> StreamReport {
+    let api = match Api::new(&cfg.api_url, cfg.token.clone(), cfg.timeout) {
+        Ok(a) => a,
+        Err(e) => {
+            return StreamReport {
+                last_error: Some(e),
+                ..StreamReport::default()
+            }
+        }
+    };
+    let may_register = r.body.is_some();
+    let degraded = Arc::new(Mutex::new(None));
+    let mut u = Uploader::new(
+        cfg,
+        api,
+        r.body.unwrap_or_default(),
+        degraded,
+        None,
+        r.temp_dir,
+    );
+    u.may_register = may_register;
+    u.q.start_at(r.uploaded.len() as u32 + 1);
+    let mut reg = r
+        .registration
+        .and_then(|v| api::parse_registration(&v).ok());
+    if let (Some(reg), Some(c)) = (
+        reg.as_mut(),
+        r.credentials.and_then(|c| api::parse_credentials(&c).ok()),
+    ) {
+        reg.credentials = c;
+    }
+    u.report.run_id = reg.as_ref().map(|r| r.run_id.clone());
+    u.reg = reg;
+    u.put_sent = !r.uploaded.is_empty();
+    u.uploaded = r.uploaded;
+    for row in &r.rows {
+        u.push(row, None);
+    }
+    u.finish(exit_code).await;
+    u.close_report();
+    u.report
 }
 
 pub(super) async fn run_stream(
@@ -498,9 +671,9 @@ pub(super) async fn run_stream(
     found: Discovered,
     mut rx: mpsc::UnboundedReceiver<Msg>,
     degraded: Arc<Mutex<Option<String>>>,
+    journal: Option<Arc<Journal>>,
 ) -> StreamReport {
-    let timeout = cfg.timeout;
-    let api = match Api::new(&cfg.api_url, cfg.token.clone(), timeout) {
+    let api = match Api::new(&cfg.api_url, cfg.token.clone(), cfg.timeout) {
         Ok(a) => a,
         Err(e) => {
             log::warn!("Sentinel streaming off: {e}");
@@ -508,37 +681,11 @@ pub(super) async fn run_stream(
         }
     };
     let period = Duration::from_secs_f64(cfg.upload_interval);
-    let mut u = Uploader {
-        q: Queue::new(
-            csv::header() + "\n",
-            cfg.memory_limit,
-            &cfg.spool_dir,
-            &crate::fsafe::temp_dir(),
-        ),
-        body: registration_body(&run, &found),
-        report: StreamReport {
-            api_url: cfg.api_url.clone(),
-            ..StreamReport::default()
-        },
-        cfg,
-        api,
-        timeout,
-        reg: None,
-        client: None,
-        force_refresh: false,
-        uploaded: Vec::new(),
-        put_sent: false,
-        backoff: Duration::from_secs(1),
-        max_backoff: period.clamp(Duration::from_secs(1), Duration::from_secs(60)),
-        retry_at: None,
-        failing: 0,
-        warned: None,
-        told_unregistered: false,
-        degraded,
-        said_push: None,
-        forced_at: None,
-        forced_gap: Duration::ZERO,
-    };
+    let body = registration_body(&run, &found);
+    if let Some(j) = &journal {
+        j.record('B', &body.to_string());
+    }
+    let mut u = Uploader::new(cfg, api, body, degraded, journal, crate::fsafe::temp_dir());
     u.register().await;
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -546,7 +693,7 @@ pub(super) async fn run_stream(
     let exit_code = loop {
         tokio::select! {
             m = rx.recv() => match m {
-                Some(Msg::Row(r)) => u.push(&r),
+                Some(Msg::Row(r, at)) => u.push(&r, at),
                 Some(Msg::Finish { exit_code }) => break exit_code,
                 None => break 0,
             },
@@ -566,20 +713,14 @@ pub(super) async fn run_stream(
         }
     };
     // Rows sent before Finish are already received (one channel, in order).
-    while let Ok(Msg::Row(r)) = rx.try_recv() {
-        u.push(&r);
+    while let Ok(Msg::Row(r, at)) = rx.try_recv() {
+        u.push(&r, at);
     }
     log::debug!(
         "Sentinel: finishing after {:.1} s",
         started.elapsed().as_secs_f64()
     );
     u.finish(exit_code).await;
-    u.note_spool();
-    u.report.spooled_batches = u.q.spooled;
-    u.report.rows_not_sent = u.report.rows.saturating_sub(u.report.rows_uploaded);
-    if u.report.rows_not_sent > 0 && u.report.finished && !u.report.partial {
-        // `finish` was accepted with fewer rows than the run produced.
-        u.report.partial = true;
-    }
+    u.close_report();
     u.report
 }
