@@ -8,6 +8,7 @@ mod exact_bench;
 mod measure;
 mod node_bench;
 mod peers;
+mod real_bench;
 mod soak;
 mod truth;
 
@@ -135,6 +136,6 @@ fn main() -> anyhow::Result<()> {
             let dir = build_release()?;
             soak::run(&dir, &args[1..])
         }
-        _ => bail!("usage: cargo xtask setup | test | wheel [--release] | run -- ARGS | bench [--quick] [--peers | --only-peers | --only-cost | --only-exact | --node] | soak [--minutes N]"),
+        _ => bail!("usage: cargo xtask setup | test | wheel [--release] | run -- ARGS | bench [--quick] [--peers | --only-peers | --only-cost | --only-exact | --only-real [--runs N] [--workload NAME] | --node] | soak [--minutes N]"),
     }
 }
