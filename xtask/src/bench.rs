@@ -185,7 +185,11 @@ pub fn run(dir: &Path, args: &[String]) -> anyhow::Result<()> {
         };
         let only = val("--workload");
         let raw = crate::root().join("target/realbench/raw.jsonl");
-        let m = crate::real_bench::measure(dir, runs, only.as_deref(), &raw)?;
+        let m = match val("--from-raw") {
+            // Render again what an earlier run appended, without measuring.
+            Some(f) => crate::real_bench::load(Path::new(&f))?,
+            None => crate::real_bench::measure(dir, runs, only.as_deref(), &raw)?,
+        };
         let mut cmdline = "cargo xtask bench --only-real".to_string();
         for (k, v) in [("--runs", val("--runs")), ("--workload", only)] {
             if let Some(v) = v {

@@ -240,6 +240,8 @@ pub(crate) struct Measured {
     pub data: Vec<Run>,
     pub secs: f64,
     pub churn_secs: f64,
+    /// Loaded from the raw runs: `secs` is the sum of the runs' wall times.
+    pub walls_only: bool,
 }
 
 fn prepare_scratch(scratch: &Path) -> anyhow::Result<()> {
@@ -421,6 +423,69 @@ pub(crate) fn measure(
         data,
         secs: t0.elapsed().as_secs_f64(),
         churn_secs,
+        walls_only: false,
+    })
+}
+
+/// The runs appended to `raw` by `measure` (rounds of workloads that did not
+/// finish included), to render again without measuring: `runs` is the most rounds
+/// a cell has, the time the sum of the runs' wall times.
+pub(crate) fn load(raw: &Path) -> anyhow::Result<Measured> {
+    let all = workloads();
+    let tools = [Tool::Ours, Tool::OursProcfs, Tool::PyProcfs, Tool::Rs];
+    let text = std::fs::read_to_string(raw).with_context(|| format!("{}", raw.display()))?;
+    let (mut data, mut rounds, mut secs, mut churn_secs) = (vec![], 0, 0.0, 0.0);
+    for l in text.lines() {
+        let v: serde_json::Value = serde_json::from_str(l)?;
+        let name = v["workload"].as_str().unwrap_or_default();
+        let Some(wi) = all.iter().position(|w| w.name == name) else {
+            continue;
+        };
+        let Some(tool) = tools
+            .iter()
+            .copied()
+            .find(|t| Some(t.name()) == v["tool"].as_str())
+        else {
+            continue;
+        };
+        let churn = v["churn"].as_bool().unwrap_or(false);
+        let wall = v["wall"].as_f64().unwrap_or(f64::NAN);
+        rounds = rounds.max(v["round"].as_u64().unwrap_or(0) as usize + 1);
+        if wall.is_finite() {
+            secs += wall;
+            if churn {
+                churn_secs += wall;
+            }
+        }
+        data.push(Run {
+            workload: wi,
+            churn,
+            tool,
+            wall,
+            truth_cpu: v["truth_cpu"].as_f64().unwrap_or(f64::NAN),
+            truth_procs: v["truth_procs"].as_u64(),
+            truth_peak: v["truth_peak"].as_u64(),
+            truth_written: v["truth_written"].as_u64(),
+            cpu: v["cpu"].as_f64(),
+            procs: v["procs"].as_u64(),
+            peak_mib: v["peak_mib"].as_f64(),
+            written: v["written"].as_u64(),
+            error: v["error"].as_str().map(String::from),
+        });
+    }
+    let present: Vec<Tool> = tools
+        .iter()
+        .copied()
+        .filter(|t| data.iter().any(|r| r.tool == *t))
+        .collect();
+    Ok(Measured {
+        workloads: all,
+        tools: present,
+        runs: rounds,
+        data,
+        secs,
+        churn_secs,
+        walls_only: true,
     })
 }
 
@@ -490,7 +555,7 @@ pub(crate) fn render(m: &Measured, cmdline: &str) -> String {
     say(format!("{REAL_MARK} (`{cmdline}`)"));
     say(String::new());
     say(format!(
-        "Measured {date} on {} vCPU ({}), kernel {}, tracker {} ({}); the machine is shared with other work (load average {} at the end). Each workload runs as `/bin/sh -c SCRIPT` in a scratch directory on disk, under `workload incgroup DIRS --pre F`, which joins a fresh cgroup holding exactly the workload (v1 `cpuacct`, `memory`, `blkio` with a 1 TiB/s throttle rule so that it counts) before it execs the script; every tool tracks that root (ours: `resource-tracker run -q -i 1 --summary S [--no-ebpf] -- CMD`, run as root, so the first column is the eBPF backend; py-rt: Python resource-tracker 0.5.0 in `target/py-peers` (procfs backend), through the peers' accuracy wrapper; rs-rt: the Rust resource-tracker 0.1.18; intervals 1 s; see the peers' section for how each figure is read). {} runs per tool and condition, tools interleaved run by run; *quiet* is the workload alone, *beside churn* adds unrelated work in a cgroup of its own (two shell loops forking `/bin/true` and `grep`, and a loop of `workload spin 3000`: pid churn and short CPU-heavy processes, as tests/src/churn.rs). The whole section ran under `nice`; it took {:.0} s ({:.0} s beside churn).",
+        "Measured {date} on {} vCPU ({}), kernel {}, tracker {} ({}); the machine is shared with other work (load average {} at the end). Each workload runs as `/bin/sh -c SCRIPT` in a scratch directory on disk, under `workload incgroup DIRS --pre F`, which joins a fresh cgroup holding exactly the workload (v1 `cpuacct`, `memory`, `blkio` with a 1 TiB/s throttle rule so that it counts) before it execs the script; every tool tracks that root (ours: `resource-tracker run -q -i 1 --summary S [--no-ebpf] -- CMD`, run as root, so the first column is the eBPF backend; py-rt: Python resource-tracker 0.5.0 in `target/py-peers` (procfs backend), through the peers' accuracy wrapper; rs-rt: the Rust resource-tracker 0.1.18; intervals 1 s; see the peers' section for how each figure is read). {} runs per tool and condition, tools interleaved run by run; *quiet* is the workload alone, *beside churn* adds unrelated work in a cgroup of its own (two shell loops forking `/bin/true` and `grep`, and a loop of `workload spin 3000`: pid churn and short CPU-heavy processes, as tests/src/churn.rs). The whole section ran under `nice`; {} {:.0} s ({:.0} s beside churn).",
         read("nproc"),
         read("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'"),
         read("uname -r"),
@@ -498,6 +563,11 @@ pub(crate) fn render(m: &Measured, cmdline: &str) -> String {
         read("git -C . rev-parse --short HEAD 2>/dev/null"),
         read("cut -d' ' -f1-3 /proc/loadavg"),
         m.runs,
+        if m.walls_only {
+            "the tools' runs took"
+        } else {
+            "it took"
+        },
         m.secs,
         m.churn_secs,
     ));
