@@ -184,14 +184,34 @@ pub fn run(dir: &Path, args: &[String]) -> anyhow::Result<()> {
             None => 5,
         };
         let only = val("--workload");
+        let skip = val("--skip");
+        let cond = val("--conditions").unwrap_or_else(|| "both".into());
+        let peer_runs = match val("--peer-runs") {
+            Some(n) => n.parse().context("--peer-runs N")?,
+            None => runs,
+        };
+        let plan = crate::real_bench::Plan {
+            runs,
+            peer_runs,
+            only: only.as_deref(),
+            skip: skip.as_deref(),
+            quiet: cond != "churn",
+            churn: cond != "quiet",
+        };
         let raw = crate::root().join("target/realbench/raw.jsonl");
         let m = match val("--from-raw") {
             // Render again what an earlier run appended, without measuring.
             Some(f) => crate::real_bench::load(Path::new(&f))?,
-            None => crate::real_bench::measure(dir, runs, only.as_deref(), &raw)?,
+            None => crate::real_bench::measure(dir, &plan, &raw)?,
         };
         let mut cmdline = "cargo xtask bench --only-real".to_string();
-        for (k, v) in [("--runs", val("--runs")), ("--workload", only)] {
+        for (k, v) in [
+            ("--runs", val("--runs")),
+            ("--peer-runs", val("--peer-runs")),
+            ("--workload", only.clone()),
+            ("--skip", skip.clone()),
+            ("--conditions", val("--conditions")),
+        ] {
             if let Some(v) = v {
                 cmdline.push_str(&format!(" {k} {}", crate::real_bench::quote(&v)));
             }

@@ -236,7 +236,6 @@ pub(crate) struct Run {
 pub(crate) struct Measured {
     pub workloads: Vec<Workload>,
     pub tools: Vec<Tool>,
-    pub runs: usize,
     pub data: Vec<Run>,
     pub secs: f64,
     pub churn_secs: f64,
@@ -348,15 +347,22 @@ fn one(
     Ok(run)
 }
 
-/// Runs every workload (those whose name contains `only`, if given) `runs` times
-/// per tool and condition (quiet, then beside churn), the tools interleaved run by
-/// run. Each run is also appended to `raw` as a JSON line.
-pub(crate) fn measure(
-    dir: &Path,
-    runs: usize,
-    only: Option<&str>,
-    raw: &Path,
-) -> anyhow::Result<Measured> {
+/// What `measure` runs: the workloads whose name contains `only` and not `skip`,
+/// under the conditions asked (quiet, beside churn), `runs` rounds of ours and the
+/// first `peer_runs` of them with the peers too.
+pub(crate) struct Plan<'a> {
+    pub runs: usize,
+    pub peer_runs: usize,
+    pub only: Option<&'a str>,
+    pub skip: Option<&'a str>,
+    pub quiet: bool,
+    pub churn: bool,
+}
+
+/// Runs the plan's workloads, quiet then beside churn, the tools interleaved run
+/// by run. Each run is also appended to `raw` as a JSON line.
+pub(crate) fn measure(dir: &Path, plan: &Plan, raw: &Path) -> anyhow::Result<Measured> {
+    let runs = plan.runs;
     let t0 = Instant::now();
     let w = dir.join("workload");
     let (p, tools) = crate::peers::existing(
@@ -380,14 +386,22 @@ pub(crate) fn measure(
         .append(true)
         .open(raw)?;
     for (i, wl) in all.iter().enumerate() {
-        if only.is_some_and(|o| !wl.name.contains(o)) {
+        if plan.only.is_some_and(|o| !wl.name.contains(o))
+            || plan.skip.is_some_and(|o| wl.name.contains(o))
+        {
             continue;
         }
         for churn in [false, true] {
+            if !(if churn { plan.churn } else { plan.quiet }) {
+                continue;
+            }
             let tc = Instant::now();
             let _bg = if churn { Some(Churn::start(&w)?) } else { None };
             for r in 0..runs {
                 for &t in &tools {
+                    if r >= plan.peer_runs && !matches!(t, Tool::Ours | Tool::OursProcfs) {
+                        continue;
+                    }
                     let mut run = match one(&p, t, &w, wl, &scratch, ft.as_ref()) {
                         Ok(x) => x,
                         Err(e) => {
@@ -419,7 +433,6 @@ pub(crate) fn measure(
     Ok(Measured {
         workloads: all,
         tools,
-        runs,
         data,
         secs: t0.elapsed().as_secs_f64(),
         churn_secs,
@@ -428,13 +441,13 @@ pub(crate) fn measure(
 }
 
 /// The runs appended to `raw` by `measure` (rounds of workloads that did not
-/// finish included), to render again without measuring: `runs` is the most rounds
-/// a cell has, the time the sum of the runs' wall times.
+/// finish included), to render again without measuring; the time is the sum of
+/// the runs' wall times.
 pub(crate) fn load(raw: &Path) -> anyhow::Result<Measured> {
     let all = workloads();
     let tools = [Tool::Ours, Tool::OursProcfs, Tool::PyProcfs, Tool::Rs];
     let text = std::fs::read_to_string(raw).with_context(|| format!("{}", raw.display()))?;
-    let (mut data, mut rounds, mut secs, mut churn_secs) = (vec![], 0, 0.0, 0.0);
+    let (mut data, mut secs, mut churn_secs) = (vec![], 0.0, 0.0);
     for l in text.lines() {
         let v: serde_json::Value = serde_json::from_str(l)?;
         let name = v["workload"].as_str().unwrap_or_default();
@@ -450,7 +463,6 @@ pub(crate) fn load(raw: &Path) -> anyhow::Result<Measured> {
         };
         let churn = v["churn"].as_bool().unwrap_or(false);
         let wall = v["wall"].as_f64().unwrap_or(f64::NAN);
-        rounds = rounds.max(v["round"].as_u64().unwrap_or(0) as usize + 1);
         if wall.is_finite() {
             secs += wall;
             if churn {
@@ -481,7 +493,6 @@ pub(crate) fn load(raw: &Path) -> anyhow::Result<Measured> {
     Ok(Measured {
         workloads: all,
         tools: present,
-        runs: rounds,
         data,
         secs,
         churn_secs,
@@ -552,17 +563,39 @@ pub(crate) fn render(m: &Measured, cmdline: &str) -> String {
         say(sep);
     };
     let date = read("date -u '+%Y-%m-%d %H:%M UTC'");
+    // How many runs each tool has per cell, as "tool N" or "tool N–M".
+    let runs_per_cell = m
+        .tools
+        .iter()
+        .map(|&t| {
+            let n: Vec<usize> = rows
+                .iter()
+                .map(|&(wi, c)| cell_runs(wi, c, t).len())
+                .filter(|&n| n > 0)
+                .collect();
+            let (lo, hi) = (
+                n.iter().copied().min().unwrap_or(0),
+                n.iter().copied().max().unwrap_or(0),
+            );
+            if lo == hi {
+                format!("{} {lo}", t.name())
+            } else {
+                format!("{} {lo}–{hi}", t.name())
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
     say(format!("{REAL_MARK} (`{cmdline}`)"));
     say(String::new());
     say(format!(
-        "Measured {date} on {} vCPU ({}), kernel {}, tracker {} ({}); the machine is shared with other work (load average {} at the end). Each workload runs as `/bin/sh -c SCRIPT` in a scratch directory on disk, under `workload incgroup DIRS --pre F`, which joins a fresh cgroup holding exactly the workload (v1 `cpuacct`, `memory`, `blkio` with a 1 TiB/s throttle rule so that it counts) before it execs the script; every tool tracks that root (ours: `resource-tracker run -q -i 1 --summary S [--no-ebpf] -- CMD`, run as root, so the first column is the eBPF backend; py-rt: Python resource-tracker 0.5.0 in `target/py-peers` (procfs backend), through the peers' accuracy wrapper; rs-rt: the Rust resource-tracker 0.1.18; intervals 1 s; see the peers' section for how each figure is read). {} runs per tool and condition, tools interleaved run by run; *quiet* is the workload alone, *beside churn* adds unrelated work in a cgroup of its own (two shell loops forking `/bin/true` and `grep`, and a loop of `workload spin 3000`: pid churn and short CPU-heavy processes, as tests/src/churn.rs). The whole section ran under `nice`; {} {:.0} s ({:.0} s beside churn).",
+        "Measured {date} on {} vCPU ({}), kernel {}, tracker {} ({}); the machine is shared with other work (load average {} at the end). Each workload runs as `/bin/sh -c SCRIPT` in a scratch directory on disk, under `workload incgroup DIRS --pre F`, which joins a fresh cgroup holding exactly the workload (v1 `cpuacct`, `memory`, `blkio` with a 1 TiB/s throttle rule so that it counts) before it execs the script; every tool tracks that root (ours: `resource-tracker run -q -i 1 --summary S [--no-ebpf] -- CMD`, run as root, so the first column is the eBPF backend; py-rt: Python resource-tracker 0.5.0 in `target/py-peers` (procfs backend), through the peers' accuracy wrapper; rs-rt: the Rust resource-tracker 0.1.18; intervals 1 s; see the peers' section for how each figure is read). Runs per cell: {} (the tools interleaved run by run); *quiet* is the workload alone, *beside churn* adds unrelated work in a cgroup of its own (two shell loops forking `/bin/true` and `grep`, and a loop of `workload spin 3000`: pid churn and short CPU-heavy processes, as tests/src/churn.rs). The whole section ran under `nice`; {} {:.0} s ({:.0} s beside churn).",
         read("nproc"),
         read("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'"),
         read("uname -r"),
         env!("CARGO_PKG_VERSION"),
         read("git -C . rev-parse --short HEAD 2>/dev/null"),
         read("cut -d' ' -f1-3 /proc/loadavg"),
-        m.runs,
+        runs_per_cell,
         if m.walls_only {
             "the tools' runs took"
         } else {
