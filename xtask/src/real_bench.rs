@@ -755,6 +755,45 @@ pub(crate) fn render(m: &Measured, cmdline: &str) -> String {
         say(row);
     }
     say(String::new());
+    // The bounds for ours: CPU within 0.5 % (eBPF) and 1 % (procfs) of the
+    // cgroup's in every run; the eBPF backend's processes equal ftrace's.
+    let mut misses = vec![];
+    for r in &m.data {
+        let bound = match r.tool {
+            Tool::Ours => 0.5,
+            Tool::OursProcfs => 1.0,
+            _ => continue,
+        };
+        let Some(cpu) = r.cpu else { continue };
+        let pct = 100.0 * cpu / r.truth_cpu;
+        let procs_off = r.tool == Tool::Ours && r.truth_procs.is_some() && r.procs != r.truth_procs;
+        if (pct - 100.0).abs() > bound || procs_off {
+            misses.push(format!(
+                "{} on {} ({}): CPU {pct:.2}% ({:.4} s against {:.4} s, {:+.1} ms), processes {} / {}",
+                r.tool.name(),
+                m.workloads[r.workload].name,
+                cond(r.churn),
+                cpu,
+                r.truth_cpu,
+                (cpu - r.truth_cpu) * 1e3,
+                r.procs.map_or("—".into(), |n| n.to_string()),
+                r.truth_procs.map_or("—".into(), |n| n.to_string()),
+            ));
+        }
+    }
+    say(format!(
+        "Runs where ours misses the bounds (CPU within 0.5 % on eBPF, 1 % on procfs; eBPF's processes equal to ftrace's): {} of {}.",
+        misses.len(),
+        m.data
+            .iter()
+            .filter(|r| matches!(r.tool, Tool::Ours | Tool::OursProcfs))
+            .count()
+    ));
+    say(String::new());
+    for x in misses {
+        say(format!("- {x}"));
+    }
+    say(String::new());
     let failed: Vec<String> = m
         .data
         .iter()
