@@ -211,6 +211,7 @@ pub fn run(dir: &Path, args: &[String]) -> anyhow::Result<()> {
             ("--workload", only.clone()),
             ("--skip", skip.clone()),
             ("--conditions", val("--conditions")),
+            ("--from-raw", val("--from-raw")),
         ] {
             if let Some(v) = v {
                 cmdline.push_str(&format!(" {k} {}", crate::real_bench::quote(&v)));

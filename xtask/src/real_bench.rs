@@ -630,7 +630,7 @@ pub(crate) fn render(m: &Measured, cmdline: &str) -> String {
             .collect();
         let mut row = format!(
             "| {} | {} | {} |",
-            m.workloads[wi].name,
+            m.workloads[wi].name.replace('|', "\\|"),
             cond(churn),
             range_cell(truths, 2)
         );
@@ -659,7 +659,7 @@ pub(crate) fn render(m: &Measured, cmdline: &str) -> String {
             .collect();
         let mut row = format!(
             "| {} | {} | {} |",
-            m.workloads[wi].name,
+            m.workloads[wi].name.replace('|', "\\|"),
             cond(churn),
             range_cell(truths, 0)
         );
@@ -701,7 +701,7 @@ pub(crate) fn render(m: &Measured, cmdline: &str) -> String {
             .collect();
         let mut row = format!(
             "| {} | {} | {} |",
-            m.workloads[wi].name,
+            m.workloads[wi].name.replace('|', "\\|"),
             cond(churn),
             range_cell(truths, 1)
         );
@@ -737,7 +737,7 @@ pub(crate) fn render(m: &Measured, cmdline: &str) -> String {
         }
         let mut row = format!(
             "| {} | {} | {} |",
-            m.workloads[wi].name,
+            m.workloads[wi].name.replace('|', "\\|"),
             cond(churn),
             range_cell(truths, 1)
         );
