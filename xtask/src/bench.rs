@@ -170,6 +170,63 @@ pub fn run(dir: &Path, args: &[String]) -> anyhow::Result<()> {
         eprintln!("xtask: wrote {}", path.display());
         return Ok(());
     }
+    if args.iter().any(|a| a == "--only-real") {
+        // Keep every other section as it is; replace (or add) the real workloads'.
+        let val = |k: &str| {
+            args.iter()
+                .position(|a| a == k)
+                .and_then(|i| args.get(i + 1))
+                .cloned()
+        };
+        let runs = match val("--runs") {
+            Some(n) => n.parse().context("--runs N")?,
+            None if quick => 1,
+            None => 5,
+        };
+        let only = val("--workload");
+        let skip = val("--skip");
+        let cond = val("--conditions").unwrap_or_else(|| "both".into());
+        let peer_runs = match val("--peer-runs") {
+            Some(n) => n.parse().context("--peer-runs N")?,
+            None => runs,
+        };
+        let plan = crate::real_bench::Plan {
+            runs,
+            peer_runs,
+            only: only.as_deref(),
+            skip: skip.as_deref(),
+            quiet: cond != "churn",
+            churn: cond != "quiet",
+        };
+        let raw = crate::root().join("target/realbench/raw.jsonl");
+        let m = match val("--from-raw") {
+            // Render again what an earlier run appended, without measuring.
+            Some(f) => crate::real_bench::load(Path::new(&f))?,
+            None => crate::real_bench::measure(dir, &plan, &raw)?,
+        };
+        let mut cmdline = "cargo xtask bench --only-real".to_string();
+        for (k, v) in [
+            ("--runs", val("--runs")),
+            ("--peer-runs", val("--peer-runs")),
+            ("--workload", only.clone()),
+            ("--skip", skip.clone()),
+            ("--conditions", val("--conditions")),
+            ("--from-raw", val("--from-raw")),
+        ] {
+            if let Some(v) = v {
+                cmdline.push_str(&format!(" {k} {}", crate::real_bench::quote(&v)));
+            }
+        }
+        let md = crate::real_bench::render(&m, &cmdline);
+        println!("{md}");
+        crate::real_bench::write(&path, &md)?;
+        eprintln!(
+            "xtask: wrote {} (raw runs: {})",
+            path.display(),
+            raw.display()
+        );
+        return Ok(());
+    }
     if args.iter().any(|a| a == "--only-exact") {
         // Keep every other section as it is; replace (or add) the exactness one.
         let md = crate::exact_bench::run(dir, quick)?;
@@ -356,6 +413,9 @@ pub fn run(dir: &Path, args: &[String]) -> anyhow::Result<()> {
     }
     if let Some(exact) = crate::exact_bench::section(&old) {
         let _ = write!(text, "\n{}\n", exact.trim_end());
+    }
+    if let Some(real) = crate::real_bench::section(&old) {
+        let _ = write!(text, "\n{}\n", real.trim_end());
     }
     if peers {
         let _ = write!(text, "\n{}", crate::peers::run(dir, quick)?);

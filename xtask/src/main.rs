@@ -8,6 +8,7 @@ mod exact_bench;
 mod measure;
 mod node_bench;
 mod peers;
+mod real_bench;
 mod soak;
 mod truth;
 
@@ -125,6 +126,10 @@ fn main() -> anyhow::Result<()> {
                 .context("resource-tracker")?;
             std::process::exit(st.code().unwrap_or(1));
         }
+        Some("bench") if args.iter().any(|a| a == "--from-raw") => {
+            // Renders runs measured before: nothing to set up or build.
+            bench::run(&root().join("target/release"), &args[1..])
+        }
         Some("bench") => {
             setup()?;
             let dir = build_release()?;
@@ -135,6 +140,6 @@ fn main() -> anyhow::Result<()> {
             let dir = build_release()?;
             soak::run(&dir, &args[1..])
         }
-        _ => bail!("usage: cargo xtask setup | test | wheel [--release] | run -- ARGS | bench [--quick] [--peers | --only-peers | --only-cost | --only-exact | --node] | soak [--minutes N]"),
+        _ => bail!("usage: cargo xtask setup | test | wheel [--release] | run -- ARGS | bench [--quick] [--peers | --only-peers | --only-cost | --only-exact | --only-real [--runs N] [--peer-runs N] [--workload NAME] [--skip NAME] [--conditions quiet|churn|both] [--from-raw FILE] | --node] | soak [--minutes N]"),
     }
 }

@@ -89,6 +89,8 @@ pub(crate) struct Peers {
     pub(crate) dir: PathBuf,
     tr: PathBuf,
     pub(crate) pidstat: bool,
+    /// The virtual environment of py-rt's procfs form (psutil absent).
+    py_procfs: PathBuf,
 }
 
 /// What a tool reports beside CPU: storage bytes written, bytes through write
@@ -149,11 +151,11 @@ impl Tool {
             }
             Tool::PyProcfs | Tool::PyPsutil => {
                 let venv = if self == Tool::PyProcfs {
-                    "py"
+                    p.py_procfs.clone()
                 } else {
-                    "py-psutil"
+                    p.dir.join("py-psutil")
                 };
-                let mut c = Command::new(p.dir.join(venv).join("bin/python"));
+                let mut c = Command::new(venv.join("bin/python"));
                 c.arg(p.dir.join("pyrt.py"))
                     .arg(&iv)
                     .arg(out)
@@ -422,10 +424,36 @@ pub(crate) fn install(tr: &Path) -> anyhow::Result<Peers> {
     }
     std::fs::write(dir.join("pyrt.py"), PY_WRAPPER)?;
     Ok(Peers {
+        py_procfs: dir.join("py"),
         dir,
         tr: tr.to_path_buf(),
         pidstat: has("pidstat"),
     })
+}
+
+/// The peers as they are already set up, installing nothing: py-rt (procfs) from
+/// scripts/setup.sh's `target/py-peers`, rs-rt from `target/peers/rs`; with the tools
+/// among `want` that are present.
+pub(crate) fn existing(tr: &Path, want: &[Tool]) -> anyhow::Result<(Peers, Vec<Tool>)> {
+    let dir = crate::root().join("target/peers");
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(dir.join("pyrt.py"), PY_WRAPPER)?;
+    let p = Peers {
+        py_procfs: crate::root().join("target/py-peers"),
+        dir,
+        tr: tr.to_path_buf(),
+        pidstat: false,
+    };
+    let present = |t: Tool| match t {
+        Tool::Ours | Tool::OursProcfs => true,
+        Tool::PyProcfs => p.py_procfs.join("bin/python").exists(),
+        Tool::PyPsutil => p.dir.join("py-psutil/bin/python").exists(),
+        Tool::Rs => p.dir.join("rs/bin/resource-tracker").exists(),
+        Tool::Psrecord => p.dir.join("psrecord/bin/psrecord").exists(),
+        Tool::Pidstat => false,
+    };
+    let tools = want.iter().copied().filter(|&t| present(t)).collect();
+    Ok((p, tools))
 }
 
 /// Spawns `cmd`, waits with wait4, and returns (wall secs, rusage CPU secs of the
