@@ -108,7 +108,10 @@ fn main() -> anyhow::Result<()> {
                 "tracker-ebpf",
                 "--",
                 "--test-threads=1",
-            ]))
+            ]))?;
+            // The kernel matrix (docs/kernels.md): the programs and the figures on
+            // Debian's 5.10, 6.1, 6.12 and 7.x under qemu, and on this kernel.
+            kernels::run(&[], false)
         }
         Some("wheel") => {
             setup()?;
@@ -131,7 +134,7 @@ fn main() -> anyhow::Result<()> {
             let dir = build_release()?;
             bench::run(&dir, &args[1..])
         }
-        Some("kernels") => kernels::run(&args[1..]),
+        Some("kernels") => kernels::run(&args[1..], true),
         Some("soak") => {
             setup()?;
             let dir = build_release()?;

@@ -97,13 +97,40 @@ fn info(fd: i32, info: &mut [u8]) -> bool {
     r == 0
 }
 
-/// (program id → name) of every loaded program, and (program id → tracepoint) of
-/// every raw tracepoint link.
-fn bpf_objects() -> (BTreeMap<u32, String>, BTreeMap<u32, String>) {
+/// The ids of the programs and links `pid` holds open, from its descriptors' fdinfo
+/// (a link's names its program too): what the checks look at, so that another
+/// tracker's programs on the same kernel (the host) are not taken for this one's.
+fn held_by(pid: u32) -> (Vec<u32>, Vec<u32>) {
+    let (mut progs, mut links) = (Vec::new(), Vec::new());
+    let dir = format!("/proc/{pid}/fdinfo");
+    for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+        let Ok(text) = std::fs::read_to_string(e.path()) else {
+            continue;
+        };
+        for l in text.lines() {
+            let id = |k: &str| l.strip_prefix(k).and_then(|v| v.trim().parse::<u32>().ok());
+            if let Some(id) = id("prog_id:") {
+                progs.push(id);
+            }
+            if let Some(id) = id("link_id:") {
+                links.push(id);
+            }
+        }
+    }
+    (progs, links)
+}
+
+/// (program id → name) of every program `pid` holds, and (program id → tracepoint)
+/// of every raw tracepoint link it holds.
+fn bpf_objects(pid: u32) -> (BTreeMap<u32, String>, BTreeMap<u32, String>) {
+    let (held_progs, held_links) = held_by(pid);
     let mut progs = BTreeMap::new();
     let mut id = 0;
     while let Some(n) = next_id(BPF_PROG_GET_NEXT_ID, id) {
         id = n;
+        if !held_progs.contains(&n) {
+            continue;
+        }
         let Some(fd) = fd_by_id(BPF_PROG_GET_FD_BY_ID, n) else {
             continue;
         };
@@ -119,6 +146,9 @@ fn bpf_objects() -> (BTreeMap<u32, String>, BTreeMap<u32, String>) {
     let mut id = 0;
     while let Some(n) = next_id(BPF_LINK_GET_NEXT_ID, id) {
         id = n;
+        if !held_links.contains(&n) {
+            continue;
+        }
         let Some(fd) = fd_by_id(BPF_LINK_GET_FD_BY_ID, n) else {
             continue;
         };
@@ -140,10 +170,11 @@ fn bpf_objects() -> (BTreeMap<u32, String>, BTreeMap<u32, String>) {
     (progs, links)
 }
 
-/// Waits (up to `limit`, or while `alive`) until every program of `want` is loaded
-/// and, where a tracepoint is given, attached to it; one cell per program. The
-/// kernel keeps 15 bytes of a program's name.
+/// Waits (up to `limit`, or while `alive`) until `pid` holds every program of `want`
+/// loaded and, where a tracepoint is given, attached to it; one cell per program.
+/// The kernel keeps 15 bytes of a program's name.
 fn programs_cells(
+    pid: u32,
     prefix: &str,
     want: &[(&str, Option<&str>)],
     limit: Duration,
@@ -151,7 +182,7 @@ fn programs_cells(
 ) -> Vec<Cell> {
     let t0 = Instant::now();
     loop {
-        let (progs, links) = bpf_objects();
+        let (progs, links) = bpf_objects(pid);
         let state: Vec<(String, Option<&str>, bool, Option<String>)> = want
             .iter()
             .map(|(name, tp)| {
@@ -361,9 +392,11 @@ fn run_programs() -> Vec<Cell> {
         Ok(ch) => ch,
         Err(e) => return vec![bad("run programs", format!("cannot start the tracker: {e}"))],
     };
+    let pid = child.id();
     let mut cells = {
         let mut alive = || matches!(child.try_wait(), Ok(None));
         programs_cells(
+            pid,
             "run",
             &[
                 ("sched_process_fork", Some("sched_process_fork")),
@@ -405,7 +438,8 @@ fn swarm_exec() -> Cell {
     shape(
         "shape swarm exec",
         t,
-        &[("processes_spawned", 61), ("processes_exited", 61), ("execs", 61)],
+        // The tracker's exec of `workload incgroup`, its exec of the mode, 60 children.
+        &[("processes_spawned", 61), ("processes_exited", 61), ("execs", 62)],
         false,
     )
 }
@@ -421,7 +455,7 @@ fn orphans() -> Cell {
 }
 
 fn nested_shells() -> Cell {
-    let script = "sh -c 'sh -c \"sh -c \\\"dd if=/dev/zero of=f bs=1M count=16 oflag=direct 2>/dev/null\\\"\"'";
+    let script = "sh -c 'sh -c \"sh -c \\\"dd if=/dev/zero of=f bs=1M count=32 oflag=direct 2>/dev/null\\\"\"'";
     let t = track_cmd("nest", &[], &[script], true, true);
     shape("shape nested-shell O_DIRECT", t, &[], true)
 }
@@ -480,11 +514,14 @@ fn procfs_no_ebpf() -> Cell {
 
 /// As an unprivileged user BPF is refused: the run goes on with procfs and names
 /// why. The tracker starts in a cgroup delegated to that user, the workload moves to
-/// a child of it, whose CPU is the truth.
+/// a child of it, whose CPU is the truth (v1 cpuacct where the host has it, as the
+/// truth harness does, else v2).
 fn procfs_unprivileged() -> Cell {
     const NOBODY: u32 = 65534;
     let check = "procfs unprivileged";
-    let base = PathBuf::from(format!("/sys/fs/cgroup/rt-unpriv-{}", std::process::id()));
+    let v1 = Path::new("/sys/fs/cgroup/cpuacct/cpuacct.usage").exists();
+    let root = if v1 { "/sys/fs/cgroup/cpuacct" } else { "/sys/fs/cgroup" };
+    let base = PathBuf::from(format!("{root}/rt-unpriv-{}", std::process::id()));
     let inner = base.join("w");
     let s = Scratch::new("unpriv");
     let made = (|| -> std::io::Result<()> {
@@ -533,14 +570,19 @@ fn procfs_unprivileged() -> Cell {
         });
     }
     let o = c.output();
-    let usage = std::fs::read_to_string(inner.join("cpu.stat"))
-        .ok()
-        .and_then(|s| {
+    let usage_ns = if v1 {
+        std::fs::read_to_string(inner.join("cpuacct.usage"))
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok())
+    } else {
+        std::fs::read_to_string(inner.join("cpu.stat")).ok().and_then(|s| {
             s.lines()
                 .find_map(|l| l.strip_prefix("usage_usec "))
                 .and_then(|v| v.trim().parse::<u64>().ok())
+                .map(|us| us * 1000)
         })
-        .unwrap_or(0);
+    }
+    .unwrap_or(0);
     let window: Vec<u64> = std::fs::read_to_string(&pre)
         .unwrap_or_default()
         .split_whitespace()
@@ -557,7 +599,7 @@ fn procfs_unprivileged() -> Cell {
         .ok()
         .and_then(|t| serde_json::from_str(&t).ok())
         .unwrap_or(Value::Null);
-    let truth = (usage * 1000 + window.first().copied().unwrap_or(0)) as f64 / 1e9;
+    let truth = (usage_ns + window.first().copied().unwrap_or(0)) as f64 / 1e9;
     let got = v["cpu_total_secs"].as_f64().unwrap_or(-1.0);
     let named = v["degraded"][0]["name"].as_str().unwrap_or("").to_string();
     let figs = format!(
@@ -667,9 +709,11 @@ fn node() -> Vec<Cell> {
         Ok(c) => c,
         Err(e) => return vec![bad("node agent", format!("cannot start: {e}"))],
     };
+    let pid = child.id();
     let mut cells = {
         let mut alive = || matches!(child.try_wait(), Ok(None));
         programs_cells(
+            pid,
             "node",
             &[
                 ("node_fork", Some("sched_process_fork")),
