@@ -98,8 +98,16 @@ fn output(cmd: &mut Command) -> anyhow::Result<String> {
         .with_context(|| format!("cannot start {cmd:?}"))?;
     if !o.status.success() {
         let err = String::from_utf8_lossy(&o.stderr);
-        let last = err.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");
-        bail!("{} failed ({}): {last}", cmd.get_program().to_string_lossy(), o.status);
+        let last = err
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("");
+        bail!(
+            "{} failed ({}): {last}",
+            cmd.get_program().to_string_lossy(),
+            o.status
+        );
     }
     Ok(String::from_utf8_lossy(&o.stdout).into_owned())
 }
@@ -151,7 +159,9 @@ fn fetch(line: &str, suite: &str) -> anyhow::Result<Kernel> {
     let image_pkg = deps
         .iter()
         .find(|d| d.starts_with("linux-image-"))
-        .with_context(|| format!("linux-image-cloud-amd64 {version} in {suite} names no linux-image-*"))?
+        .with_context(|| {
+            format!("linux-image-cloud-amd64 {version} in {suite} names no linux-image-*")
+        })?
         .clone();
     let stamp = ldir.join(".package");
     let root = ldir.join("root");
@@ -169,8 +179,13 @@ fn fetch(line: &str, suite: &str) -> anyhow::Result<Kernel> {
                 .into_iter()
                 .filter(|d| d.starts_with("linux-binary-") || d.starts_with("linux-modules-")),
         );
-        output(apt("apt-get", suite)?.current_dir(&debs).arg("download").args(&pkgs))
-            .with_context(|| format!("fetching {} from {suite}", pkgs.join(" ")))?;
+        output(
+            apt("apt-get", suite)?
+                .current_dir(&debs)
+                .arg("download")
+                .args(&pkgs),
+        )
+        .with_context(|| format!("fetching {} from {suite}", pkgs.join(" ")))?;
         for deb in std::fs::read_dir(&debs).with_context(|| format!("{}", debs.display()))? {
             let deb = deb?.path();
             output(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&root))
@@ -208,7 +223,8 @@ fn fetch(line: &str, suite: &str) -> anyhow::Result<Kernel> {
 
 /// The shared libraries `bin` loads (ldd), the dynamic loader included.
 fn libraries(bin: &Path) -> anyhow::Result<Vec<PathBuf>> {
-    let text = output(Command::new("ldd").arg(bin)).with_context(|| format!("ldd {}", bin.display()))?;
+    let text =
+        output(Command::new("ldd").arg(bin)).with_context(|| format!("ldd {}", bin.display()))?;
     Ok(text
         .lines()
         .filter_map(|l| {
@@ -231,9 +247,9 @@ fn copy_into(stage: &Path, from: &Path, to: &str) -> anyhow::Result<()> {
 /// The guest's /init: mounts, the ram disk, cgroup v2 with the controllers the
 /// truth reads, then the checks; power-off either way.
 const INIT: &str = r#"#!/bin/sh
+/bin/busybox mkdir -p /sbin /usr/bin /usr/sbin /proc /sys /dev /tmp /mnt/disk
 /bin/busybox --install -s
 export PATH=/bin:/sbin:/usr/bin:/usr/sbin
-mkdir -p /proc /sys /dev /tmp /mnt/disk
 mount -t proc proc /proc
 mount -t sysfs sys /sys
 mount -t devtmpfs dev /dev
@@ -298,7 +314,9 @@ fn initramfs(line: &str, k: &Kernel, bins: &Path, only: &[String]) -> anyhow::Re
 }
 
 fn output_bytes(cmd: &mut Command) -> anyhow::Result<Vec<u8>> {
-    let o = cmd.output().with_context(|| format!("cannot start {cmd:?}"))?;
+    let o = cmd
+        .output()
+        .with_context(|| format!("cannot start {cmd:?}"))?;
     if !o.status.success() {
         bail!("{cmd:?} failed: {}", o.status);
     }
@@ -307,8 +325,9 @@ fn output_bytes(cmd: &mut Command) -> anyhow::Result<Vec<u8>> {
 
 /// The uncompressed kernel inside a bzImage, found at its compression's magic
 /// (as scripts/extract-vmlinux does): it boots by PVH, twice as fast under TCG.
-fn uncompressed(image: &Path) -> anyhow::Result<PathBuf> {
-    let out = image.with_extension("vmlinux");
+fn uncompressed(line: &str, image: &Path) -> anyhow::Result<PathBuf> {
+    // Beside the unpacked package, not in it: the image is looked up there by name.
+    let out = dir().join(line.replace('.', "_")).join("vmlinux");
     if out.exists() {
         return Ok(out);
     }
@@ -319,7 +338,12 @@ fn uncompressed(image: &Path) -> anyhow::Result<PathBuf> {
         (&[0xfd, b'7', b'z', b'X', b'Z', 0x00], "xz", &["-dcq"]),
     ];
     for (magic, tool, args) in tools {
-        for at in data.windows(magic.len()).enumerate().filter(|(_, w)| w == &magic).map(|(i, _)| i) {
+        for at in data
+            .windows(magic.len())
+            .enumerate()
+            .filter(|(_, w)| w == &magic)
+            .map(|(i, _)| i)
+        {
             let tmp = out.with_extension("part");
             std::fs::write(&tmp, &data[at..]).with_context(|| format!("{}", tmp.display()))?;
             let o = Command::new(tool).args(args).arg(&tmp).output();
@@ -327,13 +351,17 @@ fn uncompressed(image: &Path) -> anyhow::Result<PathBuf> {
             // Trailing bytes after the stream make the tools complain; the ELF is whole.
             if let Ok(o) = o {
                 if o.stdout.starts_with(b"\x7fELF") {
-                    std::fs::write(&out, &o.stdout).with_context(|| format!("{}", out.display()))?;
+                    std::fs::write(&out, &o.stdout)
+                        .with_context(|| format!("{}", out.display()))?;
                     return Ok(out);
                 }
             }
         }
     }
-    bail!("{}: no zstd, lz4 or xz stream holding an ELF kernel", image.display())
+    bail!(
+        "{}: no zstd, lz4 or xz stream holding an ELF kernel",
+        image.display()
+    )
 }
 
 /// Boots `kernel` with `initrd` and collects the checks' lines; the guest is killed
@@ -343,7 +371,13 @@ fn boot(kernel: &Path, initrd: &Path, bound: Duration, out: &mut Outcome) -> any
     let child = Command::new("nice")
         .arg("qemu-system-x86_64")
         .args(["-accel", "tcg", "-cpu", "max", "-m", "512", "-smp", "2"])
-        .args(["-nographic", "-nodefaults", "-no-reboot", "-serial", "stdio"])
+        .args([
+            "-nographic",
+            "-nodefaults",
+            "-no-reboot",
+            "-serial",
+            "stdio",
+        ])
         .arg("-kernel")
         .arg(kernel)
         .arg("-initrd")
@@ -421,7 +455,11 @@ fn collect(
             out.total_secs = t0.elapsed().as_secs_f64();
             bail!(
                 "{} did not finish within {} s (killed); last console lines: {}",
-                if out.line == HOST { "the host's checks" } else { "guest" },
+                if out.line == HOST {
+                    "the host's checks"
+                } else {
+                    "guest"
+                },
                 bound.as_secs(),
                 tail.join(" | ")
             );
@@ -436,7 +474,11 @@ fn collect(
         }
         bail!(
             "{} ended ({st}) before the checks finished; last console lines: {} {}",
-            if out.line == HOST { "the host's checks" } else { "guest" },
+            if out.line == HOST {
+                "the host's checks"
+            } else {
+                "guest"
+            },
             tail.join(" | "),
             err.trim()
         );
@@ -470,7 +512,12 @@ fn tool(name: &str) -> anyhow::Result<()> {
 }
 
 /// Runs the matrix (or `lines`) and returns one outcome per line, in order.
-pub fn measure(bins: &Path, lines: &[(&str, &str)], bound: Duration, only: &[String]) -> Vec<Outcome> {
+pub fn measure(
+    bins: &Path,
+    lines: &[(&str, &str)],
+    bound: Duration,
+    only: &[String],
+) -> Vec<Outcome> {
     let mut all = Vec::new();
     for &(line, suite) in lines {
         let t0 = Instant::now();
@@ -489,7 +536,7 @@ pub fn measure(bins: &Path, lines: &[(&str, &str)], bound: Duration, only: &[Str
             fetch(line, suite).and_then(|k| {
                 out.package = k.package.clone();
                 let initrd = initramfs(line, &k, bins, only)?;
-                let kernel = uncompressed(&k.image)?;
+                let kernel = uncompressed(line, &k.image)?;
                 boot(&kernel, &initrd, bound, &mut out)
             })
         };
@@ -562,7 +609,15 @@ pub fn render(outcomes: &[Outcome], wall_secs: f64) -> String {
     }
     let mut row = "| kernel |".to_string();
     for o in outcomes {
-        let _ = write!(row, " {} |", if o.release.is_empty() { "–" } else { &o.release });
+        let _ = write!(
+            row,
+            " {} |",
+            if o.release.is_empty() {
+                "–"
+            } else {
+                &o.release
+            }
+        );
     }
     let _ = writeln!(s, "{row}");
     for o in outcomes {
@@ -639,14 +694,24 @@ pub fn run(args: &[String], docs: bool) -> anyhow::Result<()> {
                     let mut known: Vec<&str> = LINES.iter().map(|x| x.0).collect();
                     known.push(HOST);
                     // One line, before anything is built or started.
-                    eprintln!("kernels: unknown kernel line {l:?} (known: {})", known.join(", "));
+                    eprintln!(
+                        "kernels: unknown kernel line {l:?} (known: {})",
+                        known.join(", ")
+                    );
                     std::process::exit(2);
                 }
             },
         }
     }
     crate::setup()?;
-    for t in ["qemu-system-x86_64", "busybox", "cpio", "apt-get", "dpkg-deb", "ldd"] {
+    for t in [
+        "qemu-system-x86_64",
+        "busybox",
+        "cpio",
+        "apt-get",
+        "dpkg-deb",
+        "ldd",
+    ] {
         tool(t)?;
     }
     let bins = crate::build_release()?;

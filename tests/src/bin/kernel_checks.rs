@@ -22,9 +22,9 @@ use std::{
 use serde_json::Value;
 use tracker_tests::{
     containers::FakeContainer,
-    free_port,
+    free_port, tracker,
     truth::{check_adds_up, cpu_ratio, f, track, track_cmd, Tracked},
-    tracker, workload, Scratch,
+    workload, Scratch,
 };
 
 /// CPU within this fraction of the cgroup's.
@@ -262,7 +262,8 @@ fn btf_facts(path: &Path) -> Result<BtfFacts, String> {
         String::from_utf8_lossy(&s[..end]).into_owned()
     };
     // (kind, name, size_or_type, members as (name, type))
-    let mut types: Vec<(u32, String, u32, Vec<(String, u32)>)> = vec![(0, String::new(), 0, vec![])];
+    let mut types: Vec<(u32, String, u32, Vec<(String, u32)>)> =
+        vec![(0, String::new(), 0, vec![])];
     let mut at = toff;
     while at < toff + tlen {
         let (name_off, info, st) = (u32_at(at)?, u32_at(at + 4)?, u32_at(at + 8)?);
@@ -350,10 +351,23 @@ fn shape(check: &str, t: Tracked, counts: &[(&str, u64)], io: bool) -> Cell {
     }
     for (k, want) in counts {
         let got = t.summary[*k].as_u64();
-        figs.push_str(&format!(", {k} {}", got.map_or("-".into(), |g| g.to_string())));
+        figs.push_str(&format!(
+            ", {k} {}",
+            got.map_or("-".into(), |g| g.to_string())
+        ));
         if got != Some(*want) {
             errs.push(format!("{k} {got:?}, want {want}"));
         }
+    }
+    // What the tracker itself says it missed, when it says so.
+    for k in ["untracked_tasks", "lost_events"] {
+        if let Some(n) = t.summary[k].as_u64().filter(|n| *n > 0) {
+            figs.push_str(&format!(", {k} {n}"));
+        }
+    }
+    if let Some(d) = t.summary["degraded"].as_array().filter(|d| !d.is_empty()) {
+        let names: Vec<&str> = d.iter().filter_map(|x| x["name"].as_str()).collect();
+        figs.push_str(&format!(", degraded [{}]", names.join(", ")));
     }
     if io {
         let got = t.summary["write_bytes"].as_u64().unwrap_or(0) as f64;
@@ -390,7 +404,12 @@ fn run_programs() -> Vec<Cell> {
         .stderr(Stdio::piped());
     let mut child = match c.spawn() {
         Ok(ch) => ch,
-        Err(e) => return vec![bad("run programs", format!("cannot start the tracker: {e}"))],
+        Err(e) => {
+            return vec![bad(
+                "run programs",
+                format!("cannot start the tracker: {e}"),
+            )]
+        }
     };
     let pid = child.id();
     let mut cells = {
@@ -418,7 +437,10 @@ fn run_programs() -> Vec<Cell> {
     cells.push(if v["backend"] == "ebpf" {
         ok("run backend", "ebpf".into())
     } else {
-        bad("run backend", format!("backend {}: {}", v["backend"], err.trim()))
+        bad(
+            "run backend",
+            format!("backend {}: {}", v["backend"], err.trim()),
+        )
     });
     cells
 }
@@ -439,7 +461,11 @@ fn swarm_exec() -> Cell {
         "shape swarm exec",
         t,
         // The tracker's exec of `workload incgroup`, its exec of the mode, 60 children.
-        &[("processes_spawned", 61), ("processes_exited", 61), ("execs", 62)],
+        &[
+            ("processes_spawned", 61),
+            ("processes_exited", 61),
+            ("execs", 62),
+        ],
         false,
     )
 }
@@ -475,7 +501,11 @@ fn thread_exec() -> Cell {
     shape(
         "shape exec from a thread",
         t,
-        &[("processes_spawned", 1), ("processes_exited", 1), ("execs", 3)],
+        &[
+            ("processes_spawned", 1),
+            ("processes_exited", 1),
+            ("execs", 3),
+        ],
         false,
     )
 }
@@ -497,7 +527,11 @@ fn procfs_within(got: f64, truth: f64) -> bool {
 }
 
 fn procfs_no_ebpf() -> Cell {
-    let t = track("noebpf", &["--no-ebpf"], &["swarm", "20", "20000", "2", "fork"]);
+    let t = track(
+        "noebpf",
+        &["--no-ebpf"],
+        &["swarm", "20", "20000", "2", "fork"],
+    );
     let truth = t.truth_ns as f64 / 1e9;
     let got = f(&t.summary, "cpu_total_secs");
     let figs = format!(
@@ -520,13 +554,23 @@ fn procfs_unprivileged() -> Cell {
     const NOBODY: u32 = 65534;
     let check = "procfs unprivileged";
     let v1 = Path::new("/sys/fs/cgroup/cpuacct/cpuacct.usage").exists();
-    let root = if v1 { "/sys/fs/cgroup/cpuacct" } else { "/sys/fs/cgroup" };
+    let root = if v1 {
+        "/sys/fs/cgroup/cpuacct"
+    } else {
+        "/sys/fs/cgroup"
+    };
     let base = PathBuf::from(format!("{root}/rt-unpriv-{}", std::process::id()));
     let inner = base.join("w");
     let s = Scratch::new("unpriv");
     let made = (|| -> std::io::Result<()> {
         std::fs::create_dir_all(&inner)?;
-        for p in [&s.0, &base, &base.join("cgroup.procs"), &inner, &inner.join("cgroup.procs")] {
+        for p in [
+            &s.0,
+            &base,
+            &base.join("cgroup.procs"),
+            &inner,
+            &inner.join("cgroup.procs"),
+        ] {
             std::os::unix::fs::chown(p, Some(NOBODY), Some(NOBODY))?;
         }
         Ok(())
@@ -575,12 +619,14 @@ fn procfs_unprivileged() -> Cell {
             .ok()
             .and_then(|s| s.trim().parse::<u64>().ok())
     } else {
-        std::fs::read_to_string(inner.join("cpu.stat")).ok().and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("usage_usec "))
-                .and_then(|v| v.trim().parse::<u64>().ok())
-                .map(|us| us * 1000)
-        })
+        std::fs::read_to_string(inner.join("cpu.stat"))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("usage_usec "))
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+                    .map(|us| us * 1000)
+            })
     }
     .unwrap_or(0);
     let window: Vec<u64> = std::fs::read_to_string(&pre)
@@ -682,7 +728,11 @@ fn degraded_names() -> Cell {
 fn get(port: u16, path: &str) -> Option<String> {
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(20))).ok()?;
-    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
     let mut out = String::new();
     s.read_to_string(&mut out).ok()?;
     out.contains(" 200 ")
@@ -697,10 +747,20 @@ fn node() -> Vec<Cell> {
     let port = free_port();
     let err = s.path("node.err");
     let Ok(err_file) = std::fs::File::create(&err) else {
-        return vec![bad("node agent", format!("cannot create {}", err.display()))];
+        return vec![bad(
+            "node agent",
+            format!("cannot create {}", err.display()),
+        )];
     };
     let mut child = match Command::new(tracker())
-        .args(["node", "--listen", &format!("127.0.0.1:{port}"), "-i", "0.5", "-o"])
+        .args([
+            "node",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "-i",
+            "0.5",
+            "-o",
+        ])
         .arg(s.path("node.jsonl"))
         .stdout(Stdio::null())
         .stderr(err_file)
@@ -764,7 +824,10 @@ fn node() -> Vec<Cell> {
         }
         Ok((None, truth)) => bad(
             "node container CPU",
-            format!("no CPU series for the container (cgroup {truth:.4} s); agent: {}", log.trim()),
+            format!(
+                "no CPU series for the container (cgroup {truth:.4} s); agent: {}",
+                log.trim()
+            ),
         ),
         Err(p) => bad("node container CPU", panic_text(&p)),
     });
@@ -808,8 +871,8 @@ fn main() {
             continue;
         }
         let t0 = Instant::now();
-        let cells = std::panic::catch_unwind(check)
-            .unwrap_or_else(|p| vec![bad(name, panic_text(&p))]);
+        let cells =
+            std::panic::catch_unwind(check).unwrap_or_else(|p| vec![bad(name, panic_text(&p))]);
         for c in cells {
             failed += usize::from(!c.ok);
             println!(
