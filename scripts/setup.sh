@@ -34,6 +34,40 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   fi
 fi
 
+# --- the kernel matrix (cargo xtask kernels, which sets TRACKER_SETUP_KERNELS=1): qemu under TCG, busybox and cpio for
+# the guests' initramfs, lz4/zstd/xz to unpack Debian's kernels. bookworm's
+# qemu-system-x86 would replace the newer qemu-utils an image may carry: take it from
+# bookworm-backports (a source added for that; its packages are never preferred
+# unless asked for with -t). ---
+need_kvm=()
+if [ "${TRACKER_SETUP_KERNELS:-}" = 1 ]; then
+command -v qemu-system-x86_64 >/dev/null 2>&1 || need_kvm+=(qemu-system-x86)
+[ -x /bin/busybox ] || need_kvm+=(busybox-static)
+command -v cpio >/dev/null 2>&1 || need_kvm+=(cpio)
+command -v lz4 >/dev/null 2>&1 || need_kvm+=(lz4)
+command -v zstd >/dev/null 2>&1 || need_kvm+=(zstd)
+command -v xz >/dev/null 2>&1 || need_kvm+=(xz-utils)
+fi
+if [ ${#need_kvm[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    export DEBIAN_FRONTEND=noninteractive
+    target=()
+    if grep -qs 'bookworm' /etc/os-release; then
+      if ! grep -rqs 'bookworm-backports' /etc/apt/sources.list /etc/apt/sources.list.d/; then
+        log "adding bookworm-backports for qemu-system-x86"
+        printf 'Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm-backports\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
+          > /etc/apt/sources.list.d/bookworm-backports.sources
+      fi
+      target=(-t bookworm-backports)
+    fi
+    log "installing ${need_kvm[*]}"
+    apt-get update -qq >/dev/null || log "apt-get update failed (continuing)"
+    apt-get install -y -qq --no-install-recommends "${target[@]}" "${need_kvm[@]}" >/dev/null
+  else
+    log "missing ${need_kvm[*]} and cannot apt-get install them (not root?)"
+  fi
+fi
+
 # --- nightly toolchain with rust-src (aya-build runs `rustup run nightly cargo build -Z build-std`) ---
 if ! rustup toolchain list | grep -q '^nightly'; then
   log "installing the nightly toolchain"

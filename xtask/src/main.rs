@@ -1,10 +1,11 @@
-//! Project tasks: `cargo xtask setup | test | wheel [--release] | run -- ARGS | bench [--node] | soak`.
+//! Project tasks: `cargo xtask setup | test | wheel [--release] | run -- ARGS | bench [--node] | soak | kernels`.
 //!
 //! Every task runs `scripts/setup.sh` first (idempotent, fast when all is present), so
 //! each works on a fresh machine.
 
 mod bench;
 mod exact_bench;
+mod kernels;
 mod measure;
 mod node_bench;
 mod peers;
@@ -135,11 +136,12 @@ fn main() -> anyhow::Result<()> {
             let dir = build_release()?;
             bench::run(&dir, &args[1..])
         }
+        Some("kernels") => kernels::run(&args[1..], true),
         Some("soak") => {
             setup()?;
             let dir = build_release()?;
             soak::run(&dir, &args[1..])
         }
-        _ => bail!("usage: cargo xtask setup | test | wheel [--release] | run -- ARGS | bench [--quick] [--peers | --only-peers | --only-cost | --only-exact | --only-real [--runs N] [--peer-runs N] [--workload NAME] [--skip NAME] [--conditions quiet|churn|both] [--from-raw FILE] | --node] | soak [--minutes N]"),
+        _ => bail!("usage: cargo xtask setup | test | wheel [--release] | run -- ARGS | bench [--quick] [--peers | --only-peers | --only-cost | --only-exact | --only-real [--runs N] [--peer-runs N] [--workload NAME] [--skip NAME] [--conditions quiet|churn|both] [--from-raw FILE] | --node] | soak [--minutes N] | kernels [LINE…] [--timeout SECS] [--only CHECK]"),
     }
 }

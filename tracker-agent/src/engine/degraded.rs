@@ -18,6 +18,9 @@ pub const NO_ON_CPU: &str = "no_on_cpu";
 pub const NO_GROUP_DEAD: &str = "no_group_dead";
 /// Running the probe program failed.
 pub const PROBE_FAILED: &str = "probe_failed";
+/// The kernel skipped runs of the programs (its recursion guard: the program was
+/// already running on that CPU, preempted inside it).
+pub const MISSED_RUNS: &str = "missed_runs";
 /// Members that had exited were still on a CPU when the final sample was due.
 pub const SETTLE_TIMEOUT: &str = "settle_timeout";
 
@@ -41,6 +44,7 @@ pub const ALL: [&str; 13] = [
     RING_FULL,
     RING_UNREAD,
     PROBE_FAILED,
+    MISSED_RUNS,
     SETTLE_TIMEOUT,
     NO_TASK_IO,
     NO_ON_CPU,

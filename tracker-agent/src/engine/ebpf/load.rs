@@ -66,6 +66,40 @@ pub(super) fn offset_degradations(o: &tracker_common::Offsets) -> Degradations {
     d
 }
 
+/// Runs of the program behind `fd` that the kernel skipped because the program was
+/// already running on that CPU (`bpf_prog_info.recursion_misses`, 5.12 and later;
+/// 0 where the kernel does not count them). Where tracepoints can be preempted
+/// (7.x), a task preempted inside a program makes the next task on that CPU skip
+/// it: a fork, exec or exit not seen.
+pub(crate) fn recursion_misses(fd: std::os::fd::BorrowedFd<'_>) -> u64 {
+    use std::os::fd::AsRawFd as _;
+    const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
+    /// `recursion_misses` in `struct bpf_prog_info`.
+    const AT: usize = 208;
+    let mut info = [0u8; AT + 8];
+    // union bpf_attr's `info`: bpf_fd, info_len, info (a pointer).
+    let mut attr = [0u8; 16];
+    attr[0..4].copy_from_slice(&(fd.as_raw_fd() as u32).to_ne_bytes());
+    attr[4..8].copy_from_slice(&(info.len() as u32).to_ne_bytes());
+    attr[8..16].copy_from_slice(&(info.as_mut_ptr() as u64).to_ne_bytes());
+    // SAFETY: `attr` holds a valid descriptor, the length of `info` and its address;
+    // the kernel writes at most that many bytes there and reads 16 bytes of `attr`.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_OBJ_GET_INFO_BY_FD,
+            attr.as_mut_ptr(),
+            16u32,
+        )
+    };
+    if r != 0 {
+        return 0;
+    }
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&info[AT..AT + 8]);
+    u64::from_ne_bytes(b)
+}
+
 /// A PID namespace's inode that is the host's (`PROC_PID_INIT_INO`).
 const INIT_PID_NS_INO: u64 = 0xEFFF_FFFC;
 /// The kernel's BTF is a few MiB; a file far past that is not one (and /dev/zero

@@ -728,8 +728,33 @@ impl EbpfEngine {
         // a process whose peak fell between two samples.
         t.max_rss_kib = (k.max_rss_pages * (self.page / 1024)).max(self.live_max_rss_kib);
         self.note_counts(&k);
+        self.note_missed_runs();
         t.degraded = self.degraded.clone();
         Ok(t)
+    }
+
+    /// Runs of the attached programs the kernel skipped, named: a fork, exec or exit
+    /// none of them saw is missing from the counts and from the tree.
+    fn note_missed_runs(&mut self) {
+        use std::os::fd::AsFd as _;
+        let missed: u64 = self
+            .bpf
+            .programs()
+            .filter_map(|(_, p)| p.fd().ok())
+            .map(|fd| load::recursion_misses(fd.as_fd()))
+            .sum();
+        if missed > 0 {
+            self.degraded.set(
+                degraded::MISSED_RUNS,
+                format!(
+                    "the kernel skipped {missed} run(s) of the tracker's programs (one was \
+                     already running on that CPU, preempted inside it): the forks, execs and \
+                     exits they would have seen are missing from processes_spawned, \
+                     processes_exited and execs, and a child never seen is outside the tree \
+                     with its CPU, I/O and memory"
+                ),
+            );
+        }
     }
 
     /// The kernel's counters of what it could not record, as named degradations.
