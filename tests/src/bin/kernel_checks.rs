@@ -240,6 +240,9 @@ struct BtfFacts {
     exit_args: Option<usize>,
 }
 
+/// One BTF type: (kind, name, size or type, members as (name, type)).
+type BtfType = (u32, String, u32, Vec<(String, u32)>);
+
 fn btf_facts(path: &Path) -> Result<BtfFacts, String> {
     let d = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let u32_at = |at: usize| -> Result<u32, String> {
@@ -261,9 +264,7 @@ fn btf_facts(path: &Path) -> Result<BtfFacts, String> {
         let end = s.iter().position(|&b| b == 0).unwrap_or(s.len());
         String::from_utf8_lossy(&s[..end]).into_owned()
     };
-    // (kind, name, size_or_type, members as (name, type))
-    let mut types: Vec<(u32, String, u32, Vec<(String, u32)>)> =
-        vec![(0, String::new(), 0, vec![])];
+    let mut types: Vec<BtfType> = vec![(0, String::new(), 0, vec![])];
     let mut at = toff;
     while at < toff + tlen {
         let (name_off, info, st) = (u32_at(at)?, u32_at(at + 4)?, u32_at(at + 8)?);
@@ -294,9 +295,7 @@ fn btf_facts(path: &Path) -> Result<BtfFacts, String> {
         types.push((kind, name(name_off), st, members));
     }
     let strukt = |n: &str| types.iter().find(|t| t.0 == 4 && t.1 == n);
-    let has = |s: Option<&(u32, String, u32, Vec<(String, u32)>)>, m: &str| {
-        s.is_some_and(|s| s.3.iter().any(|(x, _)| x == m))
-    };
+    let has = |s: Option<&BtfType>, m: &str| s.is_some_and(|s| s.3.iter().any(|(x, _)| x == m));
     let task = strukt("task_struct");
     let io = strukt("task_io_accounting");
     let ioac = has(task, "ioac")

@@ -39,7 +39,7 @@ pub const EBPF_LOAD_FAILED: &str = "ebpf_load_failed";
 
 /// Every name, for the documentation's check.
 #[cfg(test)]
-pub const ALL: [&str; 13] = [
+pub const ALL: [&str; 14] = [
     MAP_FULL,
     RING_FULL,
     RING_UNREAD,
