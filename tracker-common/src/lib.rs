@@ -53,6 +53,9 @@ pub const TASK_FLAG_GROUP_DEAD: u32 = 1;
 pub const TASK_FLAG_EXITED: u32 = 2;
 /// The tree's root, set by user space: its exit record wakes user space at once.
 pub const TASK_FLAG_ROOT: u32 = 4;
+/// Retired (its figures counted, its EXIT record sent) while its entry could not be
+/// removed: whoever meets it next only removes it, reading nothing through it.
+pub const TASK_FLAG_RETIRED: u32 = 8;
 
 /// Keys at or above this are never tids (pids stay below 2^22): an old leader that
 /// a non-leader exec displaced waits here, keyed by its tgid, until it retires.
@@ -117,6 +120,11 @@ pub struct TreeStats {
     pub lost_events: u64,
     /// New tasks that could not be recorded because the task map was full.
     pub untracked_tasks: u64,
+    /// Members whose task the kernel freed while their entry stayed (its removal at
+    /// the free failed): their final figures could not be read, and a read through
+    /// the kept address would have been another task's. They count with their last
+    /// reading.
+    pub lost_exits: u64,
 }
 
 pub const EVENT_FORK: u32 = 1;

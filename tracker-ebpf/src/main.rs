@@ -27,7 +27,7 @@ use tracker_common::{
     EVENT_EXEC, EVENT_EXIT, EVENT_FLAG_GROUP_DEAD, EVENT_FLAG_SHARED_TID, EVENT_FLAG_THREAD,
     EVENT_FORK, EVENT_READING, GRAVEYARD_KEY, MAX_TREES, NO_FIELD, PROBE_BATCH,
     READING_FLAG_EXITED, READING_FLAG_ZOMBIE, TASK_DEAD, TASK_FLAG_EXITED, TASK_FLAG_GROUP_DEAD,
-    TASK_FLAG_ROOT,
+    TASK_FLAG_RETIRED, TASK_FLAG_ROOT,
 };
 
 #[no_mangle]
@@ -375,6 +375,10 @@ pub fn sched_process_free(ctx: RawTracePointContext) -> u32 {
         // SAFETY: the value is copied out at once.
         if let Some(info) = unsafe { TASKS.get(key) }.copied() {
             if info.task == task as u64 {
+                if info.flags & TASK_FLAG_RETIRED != 0 {
+                    let _ = TASKS.remove(key);
+                    return 0;
+                }
                 // SAFETY: as above.
                 let ev = unsafe { final_figures(task, key, &info) };
                 commit(key, info, ev);
@@ -433,6 +437,10 @@ fn probe_one(key: u32) {
     let Some(info) = (unsafe { TASKS.get(key) }).copied() else {
         return;
     };
+    if info.flags & TASK_FLAG_RETIRED != 0 {
+        let _ = TASKS.remove(key);
+        return;
+    }
     // A registered root before its exec: user space reads it from /proc.
     if info.task == 0 {
         return;
@@ -472,6 +480,12 @@ fn probe_one(key: u32) {
             }
             r.rss_pages = rss_pages(task);
         }
+    }
+    // SAFETY: as above.
+    if !unsafe { still_member(task, key, &info) } {
+        entry.discard(BPF_RB_NO_WAKEUP);
+        drop_lost(key, &info);
+        return;
     }
     // SAFETY: the value is read at once.
     match unsafe { TASKS.get(key) } {
@@ -556,6 +570,34 @@ unsafe fn rss_pages(task: *const u8) -> u64 {
     pages
 }
 
+/// Whether the task at a kept address still is the member keyed `key`. The free
+/// removes an entry before the kernel frees its task, but a removal can fail (the
+/// map's bucket busy on that CPU, in a program the free's softirq interrupted), and
+/// the entry then outlives the task: its memory may be another task's by now.
+///
+/// # Safety
+/// `task` is read through the fault-tolerant helper.
+#[inline(always)]
+unsafe fn still_member(task: *const u8, key: u32, info: &TaskInfo) -> bool {
+    let o = off();
+    let tgid: u32 = field(task, o.task_tgid);
+    if tgid != info.tgid {
+        return false;
+    }
+    // A displaced old leader is known by its process alone.
+    key & GRAVEYARD_KEY != 0 || field::<u32>(task, o.task_pid) == key
+}
+
+/// A member whose task is gone without its figures: the entry goes, counted.
+#[inline(always)]
+fn drop_lost(key: u32, info: &TaskInfo) {
+    if TASKS.remove(key).is_ok() {
+        if let Some(s) = stats(info.tree) {
+            s.lost_exits += 1;
+        }
+    }
+}
+
 /// Retires `key` if it is dead and off the CPU; whether it did.
 #[inline(always)]
 fn sweep_one(key: u32) -> bool {
@@ -563,6 +605,10 @@ fn sweep_one(key: u32) -> bool {
     let Some(info) = (unsafe { TASKS.get(key) }).copied() else {
         return false;
     };
+    if info.flags & TASK_FLAG_RETIRED != 0 {
+        let _ = TASKS.remove(key);
+        return true;
+    }
     if info.task == 0 || info.flags & TASK_FLAG_EXITED == 0 {
         return false;
     }
@@ -578,6 +624,11 @@ fn sweep_one(key: u32) -> bool {
             final_figures(task, key, &info),
         )
     };
+    // SAFETY: as above.
+    if !unsafe { still_member(task, key, &info) } {
+        drop_lost(key, &info);
+        return true;
+    }
     if state & TASK_DEAD == 0 || on_cpu != 0 {
         return false;
     }
@@ -627,15 +678,20 @@ unsafe fn final_figures(task: *const u8, key: u32, info: &TaskInfo) -> Event {
 /// gone before the registration) has no figures to give and just goes.
 #[inline(always)]
 fn retire_displaced(tid: u32, old: TaskInfo) {
-    if old.task == 0 {
+    if old.task == 0 || old.flags & TASK_FLAG_RETIRED != 0 {
         let _ = TASKS.remove(tid);
         return;
     }
     let task = old.task as *const u8;
-    // SAFETY: the task is allocated while its entry exists (the free removes it
-    // first); `commit` removes the entry before it adds the figures, so a retirement
-    // racing this one counts them once.
+    // SAFETY: reads through the fault-tolerant helper, kept only if the task still
+    // is the member; `commit` removes the entry before it adds the figures, so a
+    // retirement racing this one counts them once.
     let ev = unsafe { final_figures(task, tid, &old) };
+    // SAFETY: as above.
+    if !unsafe { still_member(task, tid, &old) } {
+        drop_lost(tid, &old);
+        return;
+    }
     commit(tid, old, ev);
 }
 
@@ -647,7 +703,19 @@ fn commit(key: u32, info: TaskInfo, mut ev: Event) {
     // the kernel frees the task, so a removal that succeeds here proves them the
     // member's. From here on nothing is read through the task.
     if TASKS.remove(key).is_err() {
-        return;
+        // Gone: another path retired it. Still there and ours: the removal itself
+        // failed (the map's bucket busy on this CPU, in a program this one
+        // interrupted). It retires now all the same, marked, so that whoever meets
+        // the entry next only removes it.
+        let Some(p) = TASKS.get_ptr_mut(key) else {
+            return;
+        };
+        // SAFETY: a hash map value, written at once.
+        let e = unsafe { &mut *p };
+        if e.task != info.task || e.flags & TASK_FLAG_RETIRED != 0 {
+            return;
+        }
+        e.flags |= TASK_FLAG_RETIRED;
     }
     let Some(s) = stats(info.tree) else {
         return;

@@ -21,6 +21,8 @@ pub const PROBE_FAILED: &str = "probe_failed";
 /// The kernel skipped runs of the programs (its recursion guard: the program was
 /// already running on that CPU, preempted inside it).
 pub const MISSED_RUNS: &str = "missed_runs";
+/// Members whose task was freed before their final figures could be read.
+pub const EXIT_UNREAD: &str = "exit_unread";
 /// Members that had exited were still on a CPU when the final sample was due.
 pub const SETTLE_TIMEOUT: &str = "settle_timeout";
 
@@ -39,8 +41,9 @@ pub const EBPF_LOAD_FAILED: &str = "ebpf_load_failed";
 
 /// Every name, for the documentation's check.
 #[cfg(test)]
-pub const ALL: [&str; 14] = [
+pub const ALL: [&str; 15] = [
     MAP_FULL,
+    EXIT_UNREAD,
     RING_FULL,
     RING_UNREAD,
     PROBE_FAILED,

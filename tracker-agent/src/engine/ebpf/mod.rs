@@ -227,6 +227,7 @@ impl EbpfEngine {
             t.max_rss_pages = t.max_rss_pages.max(s.max_rss_pages);
             t.lost_events += s.lost_events;
             t.untracked_tasks += s.untracked_tasks;
+            t.lost_exits += s.lost_exits;
         }
         Ok(t)
     }
@@ -766,6 +767,15 @@ impl EbpfEngine {
                     "{} task(s) not tracked: the task map (--max-tasks {}) was full when they \
                      were forked, so their CPU, I/O and memory are missing from the totals",
                     k.untracked_tasks, self.max_tasks
+                ),
+            );
+        }
+        if k.lost_exits > 0 {
+            self.degraded.set(
+                degraded::EXIT_UNREAD,
+                format!(
+                    "{} member(s) whose task the kernel freed before their final figures                      could be read (the removal of their entry at the free failed): they                      count with their last reading, short of their last instants",
+                    k.lost_exits
                 ),
             );
         }
