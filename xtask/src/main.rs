@@ -1,13 +1,15 @@
-//! Project tasks: `cargo xtask setup | test | wheel [--release] | install [--prefix DIR] | run -- ARGS | bench [--node] | soak`.
+//! Project tasks: `cargo xtask setup | test | wheel [--release] | install [--prefix DIR] | old-glibc | arm64 | run -- ARGS | bench [--node] | soak`.
 //!
 //! Every task runs `scripts/setup.sh` first (idempotent, fast when all is present), so
 //! each works on a fresh machine.
 
+mod arm64;
 mod bench;
 mod dist;
 mod exact_bench;
 mod measure;
 mod node_bench;
+mod old_glibc;
 mod peers;
 mod soak;
 mod truth;
@@ -140,6 +142,14 @@ fn main() -> anyhow::Result<()> {
             eprintln!("xtask: wheel in {}", out.display());
             Ok(())
         }
+        Some("arm64") => {
+            setup()?;
+            arm64::run()
+        }
+        Some("old-glibc") => {
+            setup()?;
+            old_glibc::run()
+        }
         Some("install") => {
             let prefix = flag_value(&args, "--prefix")?.unwrap_or_else(|| "/usr/local".into());
             // `--binary` installs a given build (the install test's); otherwise the
@@ -175,6 +185,6 @@ fn main() -> anyhow::Result<()> {
             let dir = build_release()?;
             soak::run(&dir, &args[1..])
         }
-        _ => bail!("usage: cargo xtask setup | test | wheel [--release] | install [--prefix DIR] [--binary FILE] | run -- ARGS | bench [--quick] [--peers | --only-peers | --only-cost | --only-exact | --node] | soak [--minutes N]"),
+        _ => bail!("usage: cargo xtask setup | test | wheel [--release] | install [--prefix DIR] [--binary FILE] | old-glibc | arm64 | run -- ARGS | bench [--quick] [--peers | --only-peers | --only-cost | --only-exact | --node] | soak [--minutes N]"),
     }
 }
