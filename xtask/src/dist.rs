@@ -4,7 +4,7 @@
 //!
 //! The release builds link against glibc 2.17 through zig (maturin `--zig`,
 //! manylinux2014), so the wheels install on Amazon Linux 2, RHEL 8, Ubuntu 20.04 and
-//! Debian 11. They use their own target directory (target/dist-build): sharing
+//! Debian 11. They use their own target directory (target/wheel-build): sharing
 //! target/release with `cargo build --release`, whose linker and flags differ, made
 //! each build throw away the other's tracker-agent.
 
@@ -40,7 +40,7 @@ pub fn build() -> anyhow::Result<PathBuf> {
     }
     std::fs::create_dir_all(&dist).with_context(|| format!("creating {}", dist.display()))?;
     let venv = root().join("target/py-release");
-    let target_dir = root().join("target/dist-build");
+    let target_dir = root().join("target/wheel-build");
     // maturin finds zig as `python3 -m ziglang` of the first python3 on PATH.
     let path = format!(
         "{}:{}",
@@ -143,7 +143,7 @@ pub fn glibc_max(bin: &Path) -> anyhow::Result<(u32, u32)> {
 /// secure_path, installable with `apt install ./resource-tracker_….deb`.
 fn build_deb(bin: &Path, deb_arch: &str, dist: &Path) -> anyhow::Result<PathBuf> {
     let version = env!("CARGO_PKG_VERSION");
-    let tree = root().join(format!("target/dist-build/deb-{deb_arch}"));
+    let tree = root().join(format!("target/wheel-build/deb-{deb_arch}"));
     if tree.exists() {
         std::fs::remove_dir_all(&tree).with_context(|| format!("removing {}", tree.display()))?;
     }

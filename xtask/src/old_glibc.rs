@@ -172,24 +172,31 @@ pub fn run() -> anyhow::Result<()> {
     eprintln!("xtask: {SUITE}, root: {as_root}");
 
     // A binary built against this machine's glibc is what the wheel would carry
-    // without zig: on the old root the dynamic loader refuses it in one line.
-    let host_build = root().join("target/release/resource-tracker");
-    if host_build.exists() {
-        std::fs::copy(&host_build, rootfs.join("tmp/host-build"))?;
-        let o = chroot(&rootfs, None, &["/tmp/host-build", "--version"])?;
-        let err = String::from_utf8_lossy(&o.stderr);
-        if o.status.success() || !err.contains("GLIBC_") {
-            bail!(
-                "the host build on {SUITE}: expected the loader's GLIBC refusal, got {}: {err}",
-                o.status
-            );
-        }
-        eprintln!(
-            "xtask: {SUITE}, host build: {} ({})",
-            err.lines().next().unwrap_or_default(),
+    // without zig: on the old root the dynamic loader refuses it, naming the
+    // missing version.
+    let host_build = ["release", "debug"]
+        .iter()
+        .map(|p| root().join("target").join(p).join("resource-tracker"))
+        .find(|p| p.exists())
+        .context(
+            "no host build of resource-tracker in target/release or target/debug (cargo build)",
+        )?;
+    std::fs::copy(&host_build, rootfs.join("tmp/host-build"))?;
+    let o = chroot(&rootfs, None, &["/tmp/host-build", "--version"])?;
+    let err = String::from_utf8_lossy(&o.stderr);
+    if o.status.success() || !err.contains("GLIBC_") {
+        bail!(
+            "{} on {SUITE}: expected the loader's GLIBC refusal, got {}: {err}",
+            host_build.display(),
             o.status
         );
     }
+    eprintln!(
+        "xtask: {SUITE}, {}: {} ({})",
+        host_build.display(),
+        err.lines().next().unwrap_or_default(),
+        o.status
+    );
     drop(mounts);
     eprintln!(
         "xtask: old-glibc passed in {:.0} s",
