@@ -162,8 +162,12 @@ fn initramfs(pkgs: &Path, bin: &Path) -> anyhow::Result<PathBuf> {
             )?;
         }
     }
-    std::fs::write(tree.join("init"), INIT)?;
-    copy(&tree.join("init"), "init", 0o755)?;
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let init = tree.join("init");
+        std::fs::write(&init, INIT)?;
+        std::fs::set_permissions(&init, std::fs::Permissions::from_mode(0o755))?;
+    }
     let out = dir().join("initramfs.cpio.gz");
     sh(Command::new("sh")
         .arg("-c")
