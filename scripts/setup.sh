@@ -180,4 +180,29 @@ else
   log "installing $want_rs into $rs_root (2-3 min)"
   cargo install --locked resource-tracker --version 0.1.18 --root "$rs_root" --quiet
 fi
+# --- release builds (`cargo xtask wheel --release`, `bash scripts/setup.sh --release`):
+# the aarch64 standard library, and maturin with zig (PyPI's ziglang) in
+# target/py-release, which links both architectures against glibc 2.17. Not for
+# the tests, so only on request. ---
+if [ "${1:-}" = "--release" ]; then
+  if ! rustup target list --installed | grep -qx aarch64-unknown-linux-gnu; then
+    log "adding the aarch64-unknown-linux-gnu target"
+    rustup target add aarch64-unknown-linux-gnu
+  fi
+  rel_venv="$repo/target/py-release"
+  rel_pkgs=("maturin==1.16.0" "ziglang==0.17.0")
+  want_rel="${rel_pkgs[*]}"
+  if [ -x "$rel_venv/bin/maturin" ] && [ -f "$rel_venv/.installed" ] \
+    && [ "$(cat "$rel_venv/.installed")" = "$want_rel" ]; then
+    :
+  else
+    log "creating $rel_venv with $want_rel"
+    rm -rf "$rel_venv"
+    python3 -m venv "$rel_venv"
+    "$rel_venv/bin/pip" install -q --disable-pip-version-check "${rel_pkgs[@]}"
+    "$rel_venv/bin/python" -m ziglang version >/dev/null
+    echo "$want_rel" > "$rel_venv/.installed"
+  fi
+  command -v dpkg-deb >/dev/null 2>&1 || { log "dpkg-deb missing (Debian's dpkg)"; exit 1; }
+fi
 log "ok"

@@ -750,3 +750,39 @@ fn recommend_server_is_the_binarys_keeper_answer() {
     let err = bad["error"].as_str().unwrap_or_else(|| panic!("{bad}"));
     assert!(err.contains("answered 500"), "{err}");
 }
+
+/// The wheel's long description (python/README.md) is what a package index shows:
+/// a link relative to the repository would lead nowhere there.
+#[test]
+fn wheel_description_renders_without_repository_links() {
+    let Some(whl) = wheel() else { return };
+    if !py_build_ready() {
+        return;
+    }
+    let script = "import sys, zipfile\n\
+        z = zipfile.ZipFile(sys.argv[1])\n\
+        m = [n for n in z.namelist() if n.endswith('.dist-info/METADATA')]\n\
+        sys.stdout.write(z.read(m[0]).decode())\n";
+    let o = Command::new(py_build().join("bin/python"))
+        .args(["-c", script])
+        .arg(&whl)
+        .output()
+        .expect("python");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let meta = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        meta.contains("Description-Content-Type: text/markdown"),
+        "{meta}"
+    );
+    let body = meta.split_once("\n\n").map(|(_, b)| b).unwrap_or_default();
+    assert!(body.contains("# resource-tracker-ebpf"), "{meta}");
+    assert!(body.contains("manylinux_2_17"), "no platforms in: {body}");
+    for (i, _) in body.match_indices("](") {
+        let target = &body[i + 2..];
+        assert!(
+            target.starts_with("https://") || target.starts_with("http://"),
+            "a relative link in the wheel's description: {}",
+            &body[i..(i + 60).min(body.len())]
+        );
+    }
+}

@@ -1,13 +1,16 @@
-//! Project tasks: `cargo xtask setup | test | wheel [--release] | run -- ARGS | bench [--node] | soak | kernels`.
+//! Project tasks: `cargo xtask setup | test | wheel [--release] | install [--prefix DIR] | old-glibc | arm64 | run -- ARGS | bench [--node] | soak | kernels`.
 //!
 //! Every task runs `scripts/setup.sh` first (idempotent, fast when all is present), so
 //! each works on a fresh machine.
 
+mod arm64;
 mod bench;
+mod dist;
 mod exact_bench;
 mod kernels;
 mod measure;
 mod node_bench;
+mod old_glibc;
 mod peers;
 mod real_bench;
 mod soak;
@@ -60,10 +63,11 @@ pub fn build_release() -> anyhow::Result<PathBuf> {
     Ok(root().join("target/release"))
 }
 
-/// The Python wheel (python/, maturin bin bindings) into target/wheels, built by
-/// the maturin of target/py-build (scripts/setup.sh). `dev` reuses the test build's
-/// artefacts (the binary is stripped in the wheel); `release` is for installing.
-pub fn build_wheel(release: bool) -> anyhow::Result<PathBuf> {
+/// The Python wheel (python/, maturin bin bindings) into target/wheels for the
+/// tests, built by the maturin of target/py-build (scripts/setup.sh) with the dev
+/// profile: it reuses the test build's artefacts (the binary is stripped in the
+/// wheel). What users install is dist::build's.
+pub fn build_wheel() -> anyhow::Result<PathBuf> {
     let out = root().join("target/wheels");
     // One wheel at a time: the tests install the only one there.
     if out.exists() {
@@ -72,12 +76,22 @@ pub fn build_wheel(release: bool) -> anyhow::Result<PathBuf> {
     let maturin = root().join("target/py-build/bin/maturin");
     let mut cmd = Command::new(&maturin);
     cmd.current_dir(root().join("python"))
-        .args(["build", "--quiet", "--profile"])
-        .arg(if release { "release" } else { "dev" })
+        .args(["build", "--quiet", "--profile", "dev"])
         .arg("-o")
         .arg(&out);
     sh(&mut cmd)?;
     Ok(out)
+}
+
+/// The value after `name` in `args`, if `name` is there.
+fn flag_value(args: &[String], name: &str) -> anyhow::Result<Option<String>> {
+    match args.iter().position(|a| a == name) {
+        None => Ok(None),
+        Some(i) => match args.get(i + 1) {
+            Some(v) if !v.starts_with("--") => Ok(Some(v.clone())),
+            _ => bail!("{name} needs a value"),
+        },
+    }
 }
 
 fn main() -> anyhow::Result<()> {
@@ -101,7 +115,7 @@ fn main() -> anyhow::Result<()> {
             // The end-to-end tests run the binaries of the same profile.
             sh(cargo().args(["build", "--workspace", "--exclude", "tracker-ebpf"]))?;
             // Built once here for every Python test (tests/tests/python_package.rs).
-            build_wheel(false)?;
+            build_wheel()?;
             sh(cargo().args([
                 "test",
                 "--workspace",
@@ -111,10 +125,46 @@ fn main() -> anyhow::Result<()> {
                 "--test-threads=1",
             ]))
         }
+        Some("wheel") if args.iter().any(|a| a == "--release") => {
+            sh(Command::new("bash")
+                .arg(root().join("scripts/setup.sh"))
+                .arg("--release"))?;
+            let t0 = std::time::Instant::now();
+            let out = dist::build()?;
+            eprintln!(
+                "xtask: wheels, binaries and Debian packages in {} ({:.0} s)",
+                out.display(),
+                t0.elapsed().as_secs_f64()
+            );
+            Ok(())
+        }
         Some("wheel") => {
             setup()?;
-            let out = build_wheel(args.iter().any(|a| a == "--release"))?;
+            let out = build_wheel()?;
             eprintln!("xtask: wheel in {}", out.display());
+            Ok(())
+        }
+        Some("arm64") => {
+            setup()?;
+            arm64::run()
+        }
+        Some("old-glibc") => {
+            setup()?;
+            old_glibc::run()
+        }
+        Some("install") => {
+            let prefix = flag_value(&args, "--prefix")?.unwrap_or_else(|| "/usr/local".into());
+            // `--binary` installs a given build (the install test's); otherwise the
+            // release build `cargo xtask run` uses.
+            let bin = match flag_value(&args, "--binary")? {
+                Some(b) => PathBuf::from(b),
+                None => {
+                    setup()?;
+                    build_release()?.join("resource-tracker")
+                }
+            };
+            let dest = dist::install(&bin, Path::new(&prefix))?;
+            eprintln!("xtask: installed {}", dest.display());
             Ok(())
         }
         Some("run") => {
@@ -142,6 +192,6 @@ fn main() -> anyhow::Result<()> {
             let dir = build_release()?;
             soak::run(&dir, &args[1..])
         }
-        _ => bail!("usage: cargo xtask setup | test | wheel [--release] | run -- ARGS | bench [--quick] [--peers | --only-peers | --only-cost | --only-exact | --only-real [--runs N] [--peer-runs N] [--workload NAME] [--skip NAME] [--conditions quiet|churn|both] [--from-raw FILE] | --node] | soak [--minutes N] | kernels [LINE…] [--timeout SECS] [--only CHECK]"),
+        _ => bail!("usage: cargo xtask setup | test | wheel [--release] | install [--prefix DIR] [--binary FILE] | old-glibc | arm64 | run -- ARGS | bench [--quick] [--peers | --only-peers | --only-cost | --only-exact | --only-real [--runs N] [--peer-runs N] [--workload NAME] [--skip NAME] [--conditions quiet|churn|both] [--from-raw FILE] | --node] | soak [--minutes N] | kernels [LINE…] [--timeout SECS] [--only CHECK]"),
     }
 }
