@@ -526,9 +526,12 @@ fn no_foreign_exits(events: &[Value], what: &str) {
         "{what}: a process outside the tree is among its events: {names:?}"
     );
     // Each exit record is the member's own: a command it had (at its fork or an
-    // exec) and a parent in the tree or the tracker (the root's parent, and the
-    // subreaper of orphans). A record read through a task the kernel had freed and
-    // given to a host process names that process's command and parent.
+    // exec) and a parent in the tree, the tracker (the root's parent), or the
+    // reaper of orphans: the nearest subreaper above the tracker, else init, so an
+    // ancestor of this test process (never the test itself, which is no subreaper
+    // and the parent of the churn's shells). A record read through a task the
+    // kernel had freed and given to a host process names that process's command
+    // and parent.
     let mut comms: std::collections::HashMap<u64, Vec<&str>> = Default::default();
     for e in events
         .iter()
@@ -544,6 +547,7 @@ fn no_foreign_exits(events: &[Value], what: &str) {
     if let Some(root) = events.iter().find(|e| e["kind"] == "exec") {
         parents.insert(root["ppid"].as_u64().expect("ppid"));
     }
+    parents.extend(reapers_above_us());
     for e in events.iter().filter(|e| e["kind"] == "exit") {
         let pid = e["pid"].as_u64().expect("pid");
         let comm = e["comm"].as_str().unwrap_or("");
@@ -558,6 +562,26 @@ fn no_foreign_exits(events: &[Value], what: &str) {
             "{what}: the exit record of {pid} names parent {ppid}, outside the tree: {e}"
         );
     }
+}
+
+/// The strict ancestors of this test process, init included: the only processes
+/// an orphan of the tree can be reparented to (the tracker is a subreaper only on
+/// procfs, whose runs write no events).
+fn reapers_above_us() -> Vec<u64> {
+    let parent_of = |pid: u64| -> Option<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("PPid:"))
+            .and_then(|v| v.trim().parse().ok())
+    };
+    let mut out = vec![1];
+    let mut pid = u64::from(std::process::id());
+    while let Some(p) = parent_of(pid).filter(|&p| p > 1) {
+        out.push(p);
+        pid = p;
+    }
+    out
 }
 
 /// Runs one shape on one backend; the events file is checked on eBPF.
