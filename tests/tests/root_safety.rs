@@ -5,7 +5,7 @@
 //! the intended files may change.
 
 use std::{
-    os::unix::fs::{MetadataExt, PermissionsExt},
+    os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt},
     path::{Path, PathBuf},
     process::{Command, Output, Stdio},
 };
@@ -419,10 +419,11 @@ fn bounded(c: &mut Command, secs: u64) -> Output {
 }
 
 /// FIFOs another user planted in a shared directory (as /tmp) where root writes
-/// or reads: nothing blocks, nothing is read or written through them. Outputs are
-/// refused at start (exit 1, one line naming the file), with or without someone
-/// holding the other end; a FIFO as the kernel's BTF costs eBPF only, and the
-/// command's exit code is the tracker's.
+/// or reads: nothing blocks, nothing is read or written through them, and they
+/// cannot keep root's command from running. An output goes to a private file
+/// instead (one line names both), with or without someone holding the other end,
+/// and the command's exit code is the tracker's; a FIFO as the kernel's BTF costs
+/// eBPF only.
 #[test]
 fn planted_fifos_never_block_root() {
     if skip_unless_root() {
@@ -436,11 +437,12 @@ fn planted_fifos_never_block_root() {
     ));
     let f = |n: &str| shared.join(format!("{n}.fifo"));
     let started = s.path("started");
-    for (flag, n) in [
-        ("-o", "o"),
-        ("--summary", "s"),
-        ("--events", "e"),
-        ("--report", "r"),
+    let kept_root = dir(&s, "kept", 0o700, 0);
+    for (flag, n, kept_name) in [
+        ("-o", "o", "samples.jsonl"),
+        ("--summary", "s", "summary.json"),
+        ("--events", "e", "events.jsonl"),
+        ("--report", "r", "report.html"),
     ] {
         for reader in [false, true] {
             // Someone holding the read end open makes a write open succeed.
@@ -452,12 +454,14 @@ fn planted_fifos_never_block_root() {
                     .expect("reader")
             });
             std::thread::sleep(std::time::Duration::from_millis(200));
+            let _ = std::fs::remove_file(&started);
             let o = bounded(
                 tracker_cmd(&s.0)
+                    .env("TMPDIR", &kept_root)
                     .args(["run", "-q", flag])
                     .arg(f(n))
-                    .args(["--", "touch"])
-                    .arg(&started),
+                    .args(["--", "sh", "-c"])
+                    .arg(format!("touch {}; exit 3", started.display())),
                 20,
             );
             if let Some(mut h) = held {
@@ -465,13 +469,29 @@ fn planted_fifos_never_block_root() {
                 let _ = h.wait();
             }
             let err = one_line(&o);
-            assert_eq!(o.status.code(), Some(1), "{flag} (reader {reader}): {err}");
+            assert_eq!(o.status.code(), Some(3), "{flag} (reader {reader}): {err}");
             assert!(
                 err.contains(&*f(n).to_string_lossy()) && err.contains("FIFO"),
                 "{flag}: {err}"
             );
             assert_eq!(err.lines().count(), 1, "{err}");
-            assert!(!started.exists(), "{flag}: the command started");
+            assert!(
+                started.exists(),
+                "{flag} (reader {reader}): the command did not run"
+            );
+            // The line names the private file, which holds the output.
+            let kept = err
+                .split_whitespace()
+                .find(|w| w.ends_with(kept_name))
+                .map(PathBuf::from)
+                .unwrap_or_else(|| panic!("{flag}: no kept file named: {err}"));
+            assert!(kept.starts_with(&kept_root), "{flag}: {err}");
+            let body = std::fs::read_to_string(&kept).expect("the kept file");
+            if flag != "-o" {
+                assert!(!body.is_empty(), "{flag}: {} is empty", kept.display());
+            }
+            let fifo = std::fs::symlink_metadata(f(n)).expect("the FIFO");
+            assert!(fifo.file_type().is_fifo(), "{flag}: the FIFO was replaced");
         }
     }
     // Inputs: refused in one line, never read.

@@ -101,6 +101,23 @@ pub fn not_regular(path: &Path) -> Option<&'static str> {
     (!ft.is_file() && !names_a_device(path)).then(|| kind_of(ft))
 }
 
+/// Whether what stands at `path` was put there by someone other than the user
+/// an output is written for (`owner`, else this process): a FIFO, a socket or a
+/// device the path does not name as one, or anything (a link included) of
+/// another user. A directory or the user's own file is the user's mistake.
+pub fn someone_elses(path: &Path, owner: Option<&Owner>) -> bool {
+    let Ok(m) = std::fs::symlink_metadata(path) else {
+        return false;
+    };
+    let ft = m.file_type();
+    if ft.is_dir() {
+        return false;
+    }
+    let me = owner.map_or_else(euid, |o| o.uid);
+    let odd = !ft.is_file() && !ft.is_symlink() && !names_a_device(path);
+    odd || m.uid() != me
+}
+
 /// Whether this process may write `path` (a read-only mount says so even to root).
 pub fn writable(path: &Path) -> io::Result<()> {
     let c = cstr(path)?;

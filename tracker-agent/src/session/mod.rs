@@ -43,6 +43,31 @@ enum Start {
     Host,
 }
 
+/// `--report`'s path, checked at start as `-o`'s is: something of someone
+/// else's there sends the page to a private file (see `sink::create_or_keep`);
+/// the user's own mistake is refused.
+fn report_destination(
+    p: &std::path::Path,
+    owner: Option<&crate::fsafe::Owner>,
+) -> anyhow::Result<Option<(std::fs::File, PathBuf)>> {
+    match report::check_destination("--report", p) {
+        Ok(()) => Ok(None),
+        Err(e) if crate::fsafe::someone_elses(p, owner) => {
+            match sink::fallback_file("report.html", owner) {
+                Ok((f, kept)) => {
+                    say(format_args!(
+                        "{e:#}; the report goes to {} instead, and the command runs",
+                        kept.display()
+                    ));
+                    Ok(Some((f, kept)))
+                }
+                Err(k) => Err(anyhow::anyhow!("{e:#}; nor a private file instead: {k}")),
+            }
+        }
+        Err(e) => Err(e),
+    }
+}
+
 /// Runs the whole session; returns the exit code the tracker should exit with.
 pub fn run(st: Settings) -> anyhow::Result<i32> {
     if let Some(c) = &st.config_file {
@@ -88,11 +113,12 @@ pub fn run(st: Settings) -> anyhow::Result<i32> {
     let events_file = st
         .events
         .as_deref()
-        .map(|p| sink::create(p, "events", owner))
+        .map(|p| sink::create_or_keep(p, "events", "events.jsonl", owner).map(|(f, _)| f))
         .transpose()?;
-    if let Some(p) = &st.report {
-        report::check_destination("--report", p)?;
-    }
+    let report_kept = match &st.report {
+        Some(p) => report_destination(p, owner)?,
+        None => None,
+    };
 
     signals::block_signals();
     // Before the tracker becomes a subreaper (see Guardian::start).
@@ -163,13 +189,10 @@ pub fn run(st: Settings) -> anyhow::Result<i32> {
             (None, Target::Attach { pid, .. }) => format!("pid {pid}"),
             (None, Target::Host) => "host".into(),
         };
-        sinks.push(Box::new(ReportSink::new(
-            p.clone(),
-            owner.cloned(),
-            &name,
-            timeline.clone(),
-            st.quiet,
-        )));
+        sinks.push(Box::new(
+            ReportSink::new(p.clone(), owner.cloned(), &name, timeline.clone(), st.quiet)
+                .kept_in(report_kept),
+        ));
     }
     sinks.push(Box::new(summary_out));
     let mut sinks = Sinks::new(sinks);

@@ -40,38 +40,37 @@ impl Lines {
         owner: Option<&Owner>,
     ) -> anyhow::Result<Lines> {
         let mut instead_of_stderr = None;
+        let name = match format {
+            Format::Json => "samples.jsonl",
+            Format::Csv => "samples.csv",
+        };
         let target = match path {
-            Some(p) => Target::File(
-                BufWriter::new(super::create(p, "output", owner)?),
-                p.display().to_string(),
-            ),
+            Some(p) => {
+                let (f, kept) = super::create_or_keep(p, "output", name, owner)?;
+                let shown = kept.as_deref().unwrap_or(p).display().to_string();
+                Target::File(BufWriter::new(f), shown)
+            }
             None if quiet => Target::Null,
             // Started with `2>&-`: the runtime put /dev/null there. The samples
             // go where a failing sink's go, and that is said where it can be
             // read: the system log now, the summary at the end.
-            None if crate::warn::stderr_was_closed() => {
-                let name = match format {
-                    Format::Json => "samples.jsonl",
-                    Format::Csv => "samples.csv",
-                };
-                match super::fallback_file(name, owner) {
-                    Ok((f, p)) => {
-                        crate::warn::to_syslog(&format!(
-                            "stderr was closed at start; the samples go to {}",
-                            p.display()
-                        ));
-                        let shown = p.display().to_string();
-                        instead_of_stderr = Some(p);
-                        Target::File(BufWriter::new(f), shown)
-                    }
-                    Err(e) => {
-                        crate::warn::to_syslog(&format!(
-                            "stderr was closed at start, and no file could take the samples: {e}"
-                        ));
-                        Target::Null
-                    }
+            None if crate::warn::stderr_was_closed() => match super::fallback_file(name, owner) {
+                Ok((f, p)) => {
+                    crate::warn::to_syslog(&format!(
+                        "stderr was closed at start; the samples go to {}",
+                        p.display()
+                    ));
+                    let shown = p.display().to_string();
+                    instead_of_stderr = Some(p);
+                    Target::File(BufWriter::new(f), shown)
                 }
-            }
+                Err(e) => {
+                    crate::warn::to_syslog(&format!(
+                        "stderr was closed at start, and no file could take the samples: {e}"
+                    ));
+                    Target::Null
+                }
+            },
             None => Target::Stderr,
         };
         Ok(Lines {

@@ -124,6 +124,37 @@ pub enum Format {
     Csv,
 }
 
+/// Creates (truncates) a file the user asked for, as `create` does; but when
+/// what stands at the path is someone else's (a FIFO planted in /tmp, another
+/// user's file where root writes), the output goes to a private file of its own
+/// instead, said in one line, and the command still runs: another user cannot
+/// keep it from running by planting a name. Also returns where it went instead.
+pub fn create_or_keep(
+    path: &Path,
+    what: &str,
+    kept_name: &str,
+    owner: Option<&Owner>,
+) -> anyhow::Result<(File, Option<PathBuf>)> {
+    match fsafe::create_output(path, owner) {
+        Ok(f) => Ok((f, None)),
+        Err(e) if fsafe::someone_elses(path, owner) => {
+            let (f, kept) = fallback_file(kept_name, owner).with_context(|| {
+                format!(
+                    "cannot write {what} file {}: {e}; nor a private file instead",
+                    path.display()
+                )
+            })?;
+            say(format_args!(
+                "cannot write {what} file {}: {e}; it goes to {} instead, and the command runs",
+                path.display(),
+                kept.display()
+            ));
+            Ok((f, Some(kept)))
+        }
+        Err(e) => Err(e).with_context(|| format!("cannot write {what} file {}", path.display())),
+    }
+}
+
 /// Creates (truncates) a file the user asked for, naming it in the error; under
 /// sudo as `owner`, whose file it becomes.
 pub fn create(path: &Path, what: &str, owner: Option<&Owner>) -> anyhow::Result<File> {

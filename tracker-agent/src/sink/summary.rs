@@ -29,7 +29,10 @@ impl SummaryOut {
         owner: Option<&Owner>,
     ) -> anyhow::Result<SummaryOut> {
         let file = path
-            .map(|p| super::create(p, "summary", owner).map(|f| (f, p.display().to_string())))
+            .map(|p| {
+                super::create_or_keep(p, "summary", "summary.json", owner)
+                    .map(|(f, kept)| (f, kept.as_deref().unwrap_or(p).display().to_string()))
+            })
             .transpose()?;
         Ok(SummaryOut {
             terminal,

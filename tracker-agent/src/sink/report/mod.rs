@@ -172,6 +172,14 @@ impl ReportSink {
     }
 }
 
+impl ReportSink {
+    /// The page goes to `kept` (a private file) rather than the path asked for.
+    pub fn kept_in(mut self, kept: Option<(std::fs::File, PathBuf)>) -> ReportSink {
+        self.kept = kept;
+        self
+    }
+}
+
 impl Sink for ReportSink {
     fn write(&mut self, s: &Sample) -> anyhow::Result<()> {
         if let Some(r) = &mut self.run {
