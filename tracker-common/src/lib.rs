@@ -44,6 +44,17 @@ pub struct TaskInfo {
     /// `bpf_ktime_get_ns()` at `sched_process_exit`, 0 before: the EXIT record
     /// carries it, so a process's end is its exit, not the later sweep.
     pub exit_ns: u64,
+    /// The thread's figures and command at `sched_process_exit`, and for a
+    /// process's last thread its exit code and parent. The final figures come
+    /// later, read through `task` once it is dead and off the CPU, by the sweep or
+    /// the free program; but the kernel now and then frees a task without running
+    /// the free program (and counts no missed run), and its memory is another
+    /// task's before the sweep comes. Such a member retires with these, short by
+    /// its exit path only.
+    pub at_exit: Figures,
+    pub comm: [u8; 16],
+    pub exit_code: u32,
+    pub ppid: u32,
 }
 
 /// Set at `sched_process_exit` when this thread was the last of its process.
@@ -120,10 +131,11 @@ pub struct TreeStats {
     pub lost_events: u64,
     /// New tasks that could not be recorded because the task map was full.
     pub untracked_tasks: u64,
-    /// Members whose task the kernel freed while their entry stayed (its removal at
-    /// the free failed): their final figures could not be read, and a read through
-    /// the kept address would have been another task's. They count with their last
-    /// reading.
+    /// Members whose task the kernel freed before their final figures were read
+    /// (without running the free program, which would have read them): a read
+    /// through the kept address would have been another task's. They retire with
+    /// their figures at exit (`EVENT_FLAG_AT_EXIT`), or, when their exit was not
+    /// seen either, count with their last reading.
     pub lost_exits: u64,
 }
 
@@ -136,6 +148,9 @@ pub const EVENT_FLAG_GROUP_DEAD: u32 = 1;
 /// EXIT record of an old leader that a non-leader exec displaced: its tid is now
 /// another member's, whose reading stays.
 pub const EVENT_FLAG_SHARED_TID: u32 = 2;
+/// EXIT record whose figures are the thread's at `sched_process_exit`, its task
+/// freed before the final ones could be read (see `TaskInfo::at_exit`).
+pub const EVENT_FLAG_AT_EXIT: u32 = 8;
 /// FORK record of a thread (not shown as a process event; it makes the thread a
 /// member user space reads).
 pub const EVENT_FLAG_THREAD: u32 = 4;

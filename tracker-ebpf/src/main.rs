@@ -24,8 +24,8 @@ use aya_ebpf::{
 };
 use tracker_common::{
     Event, Figures, LiveReading, Offsets, TaskInfo, TreeStats, DEFAULT_MAX_TASKS, EVENTS_BYTES,
-    EVENT_EXEC, EVENT_EXIT, EVENT_FLAG_GROUP_DEAD, EVENT_FLAG_SHARED_TID, EVENT_FLAG_THREAD,
-    EVENT_FORK, EVENT_READING, GRAVEYARD_KEY, MAX_TREES, NO_FIELD, PROBE_BATCH,
+    EVENT_EXEC, EVENT_EXIT, EVENT_FLAG_AT_EXIT, EVENT_FLAG_GROUP_DEAD, EVENT_FLAG_SHARED_TID,
+    EVENT_FLAG_THREAD, EVENT_FORK, EVENT_READING, GRAVEYARD_KEY, MAX_TREES, NO_FIELD, PROBE_BATCH,
     READING_FLAG_EXITED, READING_FLAG_ZOMBIE, TASK_DEAD, TASK_FLAG_EXITED, TASK_FLAG_GROUP_DEAD,
     TASK_FLAG_RETIRED, TASK_FLAG_ROOT,
 };
@@ -236,9 +236,8 @@ pub fn sched_process_fork(ctx: RawTracePointContext) -> u32 {
         tgid,
         tree,
         flags,
-        start_ticks: 0,
         task: child as u64,
-        exit_ns: 0,
+        ..TaskInfo::default()
     };
     let Some(s) = stats(tree) else { return 0 };
     if TASKS.insert(tid, info, 0).is_err() {
@@ -344,12 +343,20 @@ pub fn sched_process_exit(ctx: RawTracePointContext) -> u32 {
     // From here on the sweep reads this task's final figures through its address.
     info.task = task as u64;
     let o = off();
-    // SAFETY: `task` is the tracepoint's task argument (current).
+    // What the member retires with should its task be freed unread (see
+    // `TaskInfo::at_exit`). SAFETY: `task` is the tracepoint's task argument (current).
+    unsafe {
+        info.at_exit = thread_figures(task);
+        info.comm = field(task, o.task_comm);
+    }
+    // SAFETY: as above.
     let (group_dead, signal) = unsafe { exit_group_dead(&ctx, task) };
     if !group_dead {
         return 0;
     }
     info.flags |= TASK_FLAG_GROUP_DEAD;
+    // SAFETY: as above; the leader lives while a thread of its process does.
+    (info.exit_code, info.ppid) = unsafe { process_end(task) };
     // SAFETY: as above.
     let maxrss: u64 = unsafe { field(signal, o.signal_maxrss) };
     if let Some(s) = stats(info.tree) {
@@ -484,7 +491,7 @@ fn probe_one(key: u32) {
     // SAFETY: as above.
     if !unsafe { still_member(task, key, &info) } {
         entry.discard(BPF_RB_NO_WAKEUP);
-        drop_lost(key, &info);
+        retire_unread(key, &info);
         return;
     }
     // SAFETY: the value is read at once.
@@ -588,11 +595,33 @@ unsafe fn still_member(task: *const u8, key: u32, info: &TaskInfo) -> bool {
     key & GRAVEYARD_KEY != 0 || field::<u32>(task, o.task_pid) == key
 }
 
-/// A member whose task is gone without its figures: the entry goes, counted.
+/// A member whose task was freed before its final figures were read (its memory
+/// may be another task's): it retires with its figures at exit, or, when its exit
+/// was not seen either, its entry just goes; counted either way. Only when the
+/// entry still is the one read and its task fails the check again: the probe runs
+/// preemptible (`BPF_PROG_TEST_RUN`), and between its lookup and its reads the
+/// entry may have retired and its preallocated element gone to another key (a
+/// copy taken then is another member's), or the tid to a new member of the tree.
 #[inline(always)]
-fn drop_lost(key: u32, info: &TaskInfo) {
-    if TASKS.remove(key).is_ok() {
-        if let Some(s) = stats(info.tree) {
+fn retire_unread(key: u32, info: &TaskInfo) {
+    // SAFETY: the value is copied out at once.
+    let Some(now) = (unsafe { TASKS.get(key) }).copied() else {
+        return;
+    };
+    if now.task != info.task || now.tgid != info.tgid || now.task == 0 {
+        return;
+    }
+    // SAFETY: reads through the fault-tolerant helper.
+    if unsafe { still_member(now.task as *const u8, key, &now) } {
+        return;
+    }
+    let retired = if now.flags & TASK_FLAG_EXITED != 0 {
+        commit(key, now, at_exit_record(key, &now))
+    } else {
+        TASKS.remove(key).is_ok()
+    };
+    if retired {
+        if let Some(s) = stats(now.tree) {
             s.lost_exits += 1;
         }
     }
@@ -626,7 +655,7 @@ fn sweep_one(key: u32) -> bool {
     };
     // SAFETY: as above.
     if !unsafe { still_member(task, key, &info) } {
-        drop_lost(key, &info);
+        retire_unread(key, &info);
         return true;
     }
     if state & TASK_DEAD == 0 || on_cpu != 0 {
@@ -664,12 +693,38 @@ unsafe fn final_figures(task: *const u8, key: u32, info: &TaskInfo) -> Event {
         ..Event::default()
     };
     if info.flags & TASK_FLAG_GROUP_DEAD != 0 {
-        let leader: *const u8 = field::<u64>(task, o.task_group_leader) as *const u8;
-        ev.exit_code = field(leader, o.task_exit_code);
-        let parent: *const u8 = field::<u64>(leader, o.task_real_parent) as *const u8;
-        ev.ppid = field(parent, o.task_tgid);
+        (ev.exit_code, ev.ppid) = process_end(task);
     }
     ev
+}
+
+/// A process's exit code and parent (its leader's), read through its last thread.
+///
+/// # Safety
+/// `task` must be a task_struct, or a freed one whose reads are then discarded.
+#[inline(always)]
+unsafe fn process_end(task: *const u8) -> (u32, u32) {
+    let o = off();
+    let leader: *const u8 = field::<u64>(task, o.task_group_leader) as *const u8;
+    let parent: *const u8 = field::<u64>(leader, o.task_real_parent) as *const u8;
+    (field(leader, o.task_exit_code), field(parent, o.task_tgid))
+}
+
+/// A dead member's EXIT record from what its exit left in the entry, for a task
+/// freed before its final figures were read: nothing is read through it.
+#[inline(always)]
+fn at_exit_record(key: u32, info: &TaskInfo) -> Event {
+    let graveyard = key & GRAVEYARD_KEY != 0;
+    Event {
+        kind: EVENT_EXIT,
+        tid: if graveyard { info.tgid } else { key },
+        fig: info.at_exit,
+        flags: EVENT_FLAG_AT_EXIT | if graveyard { EVENT_FLAG_SHARED_TID } else { 0 },
+        comm: info.comm,
+        exit_code: info.exit_code,
+        ppid: info.ppid,
+        ..Event::default()
+    }
 }
 
 /// A dead member whose tid a new member of the tree takes: retires at once. Its
@@ -689,16 +744,17 @@ fn retire_displaced(tid: u32, old: TaskInfo) {
     let ev = unsafe { final_figures(task, tid, &old) };
     // SAFETY: as above.
     if !unsafe { still_member(task, tid, &old) } {
-        drop_lost(tid, &old);
+        retire_unread(tid, &old);
         return;
     }
     commit(tid, old, ev);
 }
 
 /// Takes the entry (whoever removes it first retires the task, so a task retires
-/// once), adds the figures to the tree's totals and sends the EXIT record.
+/// once), adds the figures to the tree's totals and sends the EXIT record; whether
+/// it did.
 #[inline(always)]
-fn commit(key: u32, info: TaskInfo, mut ev: Event) {
+fn commit(key: u32, info: TaskInfo, mut ev: Event) -> bool {
     // The figures were read while the entry was there; the free removes it before
     // the kernel frees the task, so a removal that succeeds here proves them the
     // member's. From here on nothing is read through the task.
@@ -708,17 +764,17 @@ fn commit(key: u32, info: TaskInfo, mut ev: Event) {
         // interrupted). It retires now all the same, marked, so that whoever meets
         // the entry next only removes it.
         let Some(p) = TASKS.get_ptr_mut(key) else {
-            return;
+            return false;
         };
         // SAFETY: a hash map value, written at once.
         let e = unsafe { &mut *p };
         if e.task != info.task || e.flags & TASK_FLAG_RETIRED != 0 {
-            return;
+            return false;
         }
         e.flags |= TASK_FLAG_RETIRED;
     }
     let Some(s) = stats(info.tree) else {
-        return;
+        return false;
     };
     s.fig.add(&ev.fig);
     s.threads_exited += 1;
@@ -734,6 +790,7 @@ fn commit(key: u32, info: TaskInfo, mut ev: Event) {
         ev,
         group_dead && info.flags & TASK_FLAG_ROOT != 0,
     );
+    true
 }
 
 #[cfg(not(test))]

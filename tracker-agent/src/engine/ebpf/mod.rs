@@ -176,8 +176,7 @@ impl EbpfEngine {
             tree: self.tree,
             flags: TASK_FLAG_ROOT,
             start_ticks: start_ticks(pid, pid, &mut self.buf),
-            task: 0,
-            exit_ns: 0,
+            ..TaskInfo::default()
         };
         self.tasks.insert(pid, info, 0)?;
         self.enrol(pid, pid);
@@ -198,8 +197,7 @@ impl EbpfEngine {
                         tree: self.tree,
                         flags: if tgid == pid { TASK_FLAG_ROOT } else { 0 },
                         start_ticks: start_ticks(tgid, tid, &mut self.buf),
-                        task: 0,
-                        exit_ns: 0,
+                        ..TaskInfo::default()
                     };
                     // NOEXIST (1): the kernel may have inserted it already.
                     let _ = self.tasks.insert(tid, info, 1);
@@ -774,7 +772,11 @@ impl EbpfEngine {
             self.degraded.set(
                 degraded::EXIT_UNREAD,
                 format!(
-                    "{} member(s) whose task the kernel freed before their final figures                      could be read (the removal of their entry at the free failed): they                      count with their last reading, short of their last instants",
+                    "{} member(s) whose task the kernel freed before their final figures \
+                     could be read (it skipped the tracker's free program, counting no missed \
+                     run): each counts with its figures at its exit, short by its exit path \
+                     (freeing its memory, closing its files), or with its last reading where \
+                     its exit was not seen either",
                     k.lost_exits
                 ),
             );
