@@ -235,15 +235,23 @@ fn under_sudo_outputs_are_the_invoking_users() {
         );
     }
     // --as-root: the command and the files are root's, and the user's link is
-    // still not followed (their directory is not root's).
-    for (out, code) in [("root.jsonl", 0), ("out.jsonl", 1)] {
+    // still not followed (their directory is not root's): being theirs, it cannot
+    // keep the command from running either, and the samples go to a kept file.
+    for (out, kept) in [("root.jsonl", false), ("out.jsonl", true)] {
         let mut c = tracker_cmd(&home);
         sudo(&mut c);
         let o = c
+            .env("TMPDIR", &s.0)
             .args(["run", "-q", "--as-root", "-o", out, "--", "true"])
             .output()
             .expect("run");
-        assert_eq!(o.status.code(), Some(code), "{out}: {}", one_line(&o));
+        let err = one_line(&o);
+        assert_eq!(o.status.code(), Some(0), "{out}: {err}");
+        assert_eq!(
+            err.contains("instead, and the command runs"),
+            kept,
+            "{out}: {err}"
+        );
         assert_intact(&v);
     }
     let m = std::fs::metadata(home.join("root.jsonl")).expect("root.jsonl");
@@ -251,7 +259,8 @@ fn under_sudo_outputs_are_the_invoking_users() {
 }
 
 /// As root without sudo, in a directory someone else owns: a planted link is not
-/// followed and a file planted there is not taken over.
+/// followed and a file planted there is not taken over; the output goes to a kept
+/// file instead, named in one line, and the command runs.
 #[test]
 fn as_root_a_users_directory_is_not_trusted() {
     if skip_unless_root() {
@@ -267,14 +276,19 @@ fn as_root_a_users_directory_is_not_trusted() {
     ));
     for name in ["link.json", "planted.json"] {
         let o = tracker_cmd(&s.0)
+            .env("TMPDIR", &s.0)
             .args(["run", "-q", "--summary"])
             .arg(theirs.join(name))
             .args(["--", "true"])
             .output()
             .expect("run");
         let err = one_line(&o);
-        assert_eq!(o.status.code(), Some(1), "{name}: {err}");
-        assert!(err.contains(name), "{name}: {err}");
+        assert_eq!(o.status.code(), Some(0), "{name}: {err}");
+        assert!(
+            err.contains(name) && err.contains("instead, and the command runs"),
+            "{name}: {err}"
+        );
+        assert_eq!(err.lines().count(), 1, "{err}");
     }
     assert_intact(&v);
     assert_eq!(
