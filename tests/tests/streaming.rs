@@ -758,7 +758,13 @@ fn no_token_in_a_namespace_without_routes_runs_clean() {
     };
     let (st, err, wall) = run(None);
     assert!(st.success(), "{err}");
-    assert!(err.trim().is_empty(), "no error without a token: {err}");
+    // `ip netns exec` mounts a sysfs of its own, without the cgroup file systems:
+    // the memory source's one line says so, and is the only line.
+    let others: Vec<&str> = err
+        .lines()
+        .filter(|l| !l.contains("(memory_source pss)"))
+        .collect();
+    assert!(others.is_empty(), "no error without a token: {err}");
     // Nothing waited on the network: well under one request timeout.
     assert!(wall < Duration::from_millis(900), "took {wall:?}");
     // Control: with a token the same run does try, fails, and says so.
