@@ -491,7 +491,7 @@ fn probe_one(key: u32) {
     // SAFETY: as above.
     if !unsafe { still_member(task, key, &info) } {
         entry.discard(BPF_RB_NO_WAKEUP);
-        retire_unread(key, &info);
+        drop_unexited(key, &info);
         return;
     }
     // SAFETY: the value is read at once.
@@ -595,32 +595,38 @@ unsafe fn still_member(task: *const u8, key: u32, info: &TaskInfo) -> bool {
     key & GRAVEYARD_KEY != 0 || field::<u32>(task, o.task_pid) == key
 }
 
-/// A member whose task was freed before its final figures were read (its memory
-/// may be another task's): it retires with its figures at exit, or, when its exit
-/// was not seen either, its entry just goes; counted either way. Only when the
-/// entry still is the one read and its task fails the check again: the probe runs
-/// preemptible (`BPF_PROG_TEST_RUN`), and between its lookup and its reads the
-/// entry may have retired and its preallocated element gone to another key (a
+/// The entry at `key` when it still is the one read (`info`) and its task fails
+/// the identity check again: a member whose task was freed before its final
+/// figures were read, its memory maybe another task's. Checked twice because the
+/// probe runs preemptible (`BPF_PROG_TEST_RUN`): between its lookup and its reads
+/// the entry may have retired and its preallocated element gone to another key (a
 /// copy taken then is another member's), or the tid to a new member of the tree.
 #[inline(always)]
-fn retire_unread(key: u32, info: &TaskInfo) {
+fn unread_entry(key: u32, info: &TaskInfo) -> Option<TaskInfo> {
     // SAFETY: the value is copied out at once.
-    let Some(now) = (unsafe { TASKS.get(key) }).copied() else {
-        return;
-    };
+    let now = (unsafe { TASKS.get(key) }).copied()?;
     if now.task != info.task || now.tgid != info.tgid || now.task == 0 {
-        return;
+        return None;
     }
     // SAFETY: reads through the fault-tolerant helper.
     if unsafe { still_member(now.task as *const u8, key, &now) } {
+        return None;
+    }
+    Some(now)
+}
+
+/// A member freed unread whose exit no program saw (the kernel skipped it too):
+/// its entry goes, counted; it keeps its last reading. One whose exit was seen
+/// retires through the sweep, with its figures at exit.
+#[inline(always)]
+fn drop_unexited(key: u32, info: &TaskInfo) {
+    let Some(now) = unread_entry(key, info) else {
+        return;
+    };
+    if now.flags & TASK_FLAG_EXITED != 0 {
         return;
     }
-    let retired = if now.flags & TASK_FLAG_EXITED != 0 {
-        commit(key, now, at_exit_record(key, &now))
-    } else {
-        TASKS.remove(key).is_ok()
-    };
-    if retired {
+    if TASKS.remove(key).is_ok() {
         if let Some(s) = stats(now.tree) {
             s.lost_exits += 1;
         }
@@ -653,20 +659,31 @@ fn sweep_one(key: u32) -> bool {
             final_figures(task, key, &info),
         )
     };
+    // One commit for both ends (the final figures, or those at exit of a task
+    // freed unread): each path the verifier walks here is walked once per key of
+    // the probe's batch, and 5.10's verifier gives up at a million instructions.
     // SAFETY: as above.
-    if !unsafe { still_member(task, key, &info) } {
-        retire_unread(key, &info);
-        return true;
+    let (info, ev, unread) = if unsafe { still_member(task, key, &info) } {
+        if state & TASK_DEAD == 0 || on_cpu != 0 {
+            return false;
+        }
+        // SAFETY: the value is copied out at once.
+        match unsafe { TASKS.get(key) } {
+            Some(now) if now.task == info.task => {}
+            _ => return false,
+        }
+        (info, ev, false)
+    } else {
+        match unread_entry(key, &info) {
+            Some(now) => (now, at_exit_record(key, &now), true),
+            None => return true,
+        }
+    };
+    if commit(key, info, ev) && unread {
+        if let Some(s) = stats(info.tree) {
+            s.lost_exits += 1;
+        }
     }
-    if state & TASK_DEAD == 0 || on_cpu != 0 {
-        return false;
-    }
-    // SAFETY: the value is copied out at once.
-    match unsafe { TASKS.get(key) } {
-        Some(now) if now.task == info.task => {}
-        _ => return false,
-    }
-    commit(key, info, ev);
     true
 }
 
@@ -743,11 +760,24 @@ fn retire_displaced(tid: u32, old: TaskInfo) {
     // retirement racing this one counts them once.
     let ev = unsafe { final_figures(task, tid, &old) };
     // SAFETY: as above.
-    if !unsafe { still_member(task, tid, &old) } {
-        retire_unread(tid, &old);
+    if unsafe { still_member(task, tid, &old) } {
+        commit(tid, old, ev);
         return;
     }
-    commit(tid, old, ev);
+    // Freed unread: with its figures at exit, or just gone where no exit was seen.
+    let Some(now) = unread_entry(tid, &old) else {
+        return;
+    };
+    let retired = if now.flags & TASK_FLAG_EXITED != 0 {
+        commit(tid, now, at_exit_record(tid, &now))
+    } else {
+        TASKS.remove(tid).is_ok()
+    };
+    if retired {
+        if let Some(s) = stats(now.tree) {
+            s.lost_exits += 1;
+        }
+    }
 }
 
 /// Takes the entry (whoever removes it first retires the task, so a task retires
