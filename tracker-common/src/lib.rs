@@ -75,7 +75,7 @@ pub const GRAVEYARD_KEY: u32 = 1 << 31;
 /// Keys the probe program takes per run, two per `u64` argument (the kernel passes at
 /// most 12 arguments to a raw tracepoint's test run). The verifier's time grows with
 /// it, at every start; the syscalls per sample shrink.
-pub const PROBE_BATCH: usize = 24;
+pub const PROBE_BATCH: usize = 16;
 
 /// A thread's figures that only grow, as the kernel keeps them; in a tree's totals,
 /// the sum over its retired threads.

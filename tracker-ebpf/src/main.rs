@@ -125,6 +125,30 @@ fn stats(tree: u32) -> Option<&'static mut TreeStats> {
     Some(unsafe { &mut *p })
 }
 
+/// The fields of an entry the programs act on, copied out of the map value: the
+/// whole value is 112 bytes, and each copy is instructions the verifier walks once
+/// per key of the probe's batch (5.10's gives up at a million).
+#[derive(Clone, Copy)]
+struct Held {
+    tgid: u32,
+    tree: u32,
+    flags: u32,
+    task: u64,
+    exit_ns: u64,
+}
+
+#[inline(always)]
+fn held(key: u32) -> Option<Held> {
+    // SAFETY: the fields are copied out at once.
+    unsafe { TASKS.get(key) }.map(|v| Held {
+        tgid: v.tgid,
+        tree: v.tree,
+        flags: v.flags,
+        task: v.task,
+        exit_ns: v.exit_ns,
+    })
+}
+
 /// The running task's address.
 #[inline(always)]
 fn current_task() -> *const u8 {
@@ -222,8 +246,7 @@ pub fn sched_process_fork(ctx: RawTracePointContext) -> u32 {
     // The child's tid may still key a dead member's entry (freed at its reap, the
     // entry waiting for its sweep or free): that member retires now, with figures
     // final since its exit, before the tid becomes the child's.
-    // SAFETY: the value is copied out at once.
-    if let Some(old) = unsafe { TASKS.get(tid) }.copied() {
+    if let Some(old) = held(tid) {
         retire_displaced(tid, old);
     }
     // A thread of the root is part of the root: any of them may be its last.
@@ -379,8 +402,7 @@ pub fn sched_process_free(ctx: RawTracePointContext) -> u32 {
     // SAFETY: `task` is the tracepoint's task argument, valid for its whole run.
     let (tid, tgid): (u32, u32) = unsafe { (field(task, o.task_pid), field(task, o.task_tgid)) };
     for key in [tid, GRAVEYARD_KEY | tgid] {
-        // SAFETY: the value is copied out at once.
-        if let Some(info) = unsafe { TASKS.get(key) }.copied() {
+        if let Some(info) = held(key) {
             if info.task == task as u64 {
                 if info.flags & TASK_FLAG_RETIRED != 0 {
                     let _ = TASKS.remove(key);
@@ -418,10 +440,6 @@ pub fn probe(ctx: RawTracePointContext) -> u32 {
         ctx.arg(5),
         ctx.arg(6),
         ctx.arg(7),
-        ctx.arg(8),
-        ctx.arg(9),
-        ctx.arg(10),
-        ctx.arg(11),
     ];
     for i in 0..PROBE_BATCH {
         let pair = args[i / 2];
@@ -440,8 +458,7 @@ pub fn probe(ctx: RawTracePointContext) -> u32 {
 
 #[inline(always)]
 fn probe_one(key: u32) {
-    // SAFETY: the value is copied out at once.
-    let Some(info) = (unsafe { TASKS.get(key) }).copied() else {
+    let Some(info) = held(key) else {
         return;
     };
     if info.flags & TASK_FLAG_RETIRED != 0 {
@@ -585,7 +602,7 @@ unsafe fn rss_pages(task: *const u8) -> u64 {
 /// # Safety
 /// `task` is read through the fault-tolerant helper.
 #[inline(always)]
-unsafe fn still_member(task: *const u8, key: u32, info: &TaskInfo) -> bool {
+unsafe fn still_member(task: *const u8, key: u32, info: &Held) -> bool {
     let o = off();
     let tgid: u32 = field(task, o.task_tgid);
     if tgid != info.tgid {
@@ -602,9 +619,8 @@ unsafe fn still_member(task: *const u8, key: u32, info: &TaskInfo) -> bool {
 /// the entry may have retired and its preallocated element gone to another key (a
 /// copy taken then is another member's), or the tid to a new member of the tree.
 #[inline(always)]
-fn unread_entry(key: u32, info: &TaskInfo) -> Option<TaskInfo> {
-    // SAFETY: the value is copied out at once.
-    let now = (unsafe { TASKS.get(key) }).copied()?;
+fn unread_entry(key: u32, info: &Held) -> Option<Held> {
+    let now = held(key)?;
     if now.task != info.task || now.tgid != info.tgid || now.task == 0 {
         return None;
     }
@@ -619,7 +635,7 @@ fn unread_entry(key: u32, info: &TaskInfo) -> Option<TaskInfo> {
 /// its entry goes, counted; it keeps its last reading. One whose exit was seen
 /// retires through the sweep, with its figures at exit.
 #[inline(always)]
-fn drop_unexited(key: u32, info: &TaskInfo) {
+fn drop_unexited(key: u32, info: &Held) {
     let Some(now) = unread_entry(key, info) else {
         return;
     };
@@ -636,8 +652,7 @@ fn drop_unexited(key: u32, info: &TaskInfo) {
 /// Retires `key` if it is dead and off the CPU; whether it did.
 #[inline(always)]
 fn sweep_one(key: u32) -> bool {
-    // SAFETY: the value is copied out at once.
-    let Some(info) = (unsafe { TASKS.get(key) }).copied() else {
+    let Some(info) = held(key) else {
         return false;
     };
     if info.flags & TASK_FLAG_RETIRED != 0 {
@@ -674,8 +689,8 @@ fn sweep_one(key: u32) -> bool {
         }
         (info, ev, false)
     } else {
-        match unread_entry(key, &info) {
-            Some(now) => (now, at_exit_record(key, &now), true),
+        match unread_entry(key, &info).and_then(|now| Some((now, at_exit_record(key)?))) {
+            Some((now, ev)) => (now, ev, true),
             None => return true,
         }
     };
@@ -695,7 +710,7 @@ fn sweep_one(key: u32) -> bool {
 /// # Safety
 /// `task` must be a task_struct, or a freed one whose reads are then discarded.
 #[inline(always)]
-unsafe fn final_figures(task: *const u8, key: u32, info: &TaskInfo) -> Event {
+unsafe fn final_figures(task: *const u8, key: u32, info: &Held) -> Event {
     let o = off();
     let mut ev = Event {
         kind: EVENT_EXIT,
@@ -727,21 +742,23 @@ unsafe fn process_end(task: *const u8) -> (u32, u32) {
     (field(leader, o.task_exit_code), field(parent, o.task_tgid))
 }
 
-/// A dead member's EXIT record from what its exit left in the entry, for a task
+/// A dead member's EXIT record from what its exit left in its entry, for a task
 /// freed before its final figures were read: nothing is read through it.
 #[inline(always)]
-fn at_exit_record(key: u32, info: &TaskInfo) -> Event {
+fn at_exit_record(key: u32) -> Option<Event> {
+    // SAFETY: the fields are copied out at once.
+    let v = unsafe { TASKS.get(key) }?;
     let graveyard = key & GRAVEYARD_KEY != 0;
-    Event {
+    Some(Event {
         kind: EVENT_EXIT,
-        tid: if graveyard { info.tgid } else { key },
-        fig: info.at_exit,
+        tid: if graveyard { v.tgid } else { key },
+        fig: v.at_exit,
         flags: EVENT_FLAG_AT_EXIT | if graveyard { EVENT_FLAG_SHARED_TID } else { 0 },
-        comm: info.comm,
-        exit_code: info.exit_code,
-        ppid: info.ppid,
+        comm: v.comm,
+        exit_code: v.exit_code,
+        ppid: v.ppid,
         ..Event::default()
-    }
+    })
 }
 
 /// A dead member whose tid a new member of the tree takes: retires at once. Its
@@ -749,7 +766,7 @@ fn at_exit_record(key: u32, info: &TaskInfo) -> Event {
 /// entry exists. An entry user space registered that no program ever met (its task
 /// gone before the registration) has no figures to give and just goes.
 #[inline(always)]
-fn retire_displaced(tid: u32, old: TaskInfo) {
+fn retire_displaced(tid: u32, old: Held) {
     if old.task == 0 || old.flags & TASK_FLAG_RETIRED != 0 {
         let _ = TASKS.remove(tid);
         return;
@@ -768,10 +785,9 @@ fn retire_displaced(tid: u32, old: TaskInfo) {
     let Some(now) = unread_entry(tid, &old) else {
         return;
     };
-    let retired = if now.flags & TASK_FLAG_EXITED != 0 {
-        commit(tid, now, at_exit_record(tid, &now))
-    } else {
-        TASKS.remove(tid).is_ok()
+    let retired = match at_exit_record(tid) {
+        Some(ev) if now.flags & TASK_FLAG_EXITED != 0 => commit(tid, now, ev),
+        _ => TASKS.remove(tid).is_ok(),
     };
     if retired {
         if let Some(s) = stats(now.tree) {
@@ -784,7 +800,7 @@ fn retire_displaced(tid: u32, old: TaskInfo) {
 /// once), adds the figures to the tree's totals and sends the EXIT record; whether
 /// it did.
 #[inline(always)]
-fn commit(key: u32, info: TaskInfo, mut ev: Event) -> bool {
+fn commit(key: u32, info: Held, mut ev: Event) -> bool {
     // The figures were read while the entry was there; the free removes it before
     // the kernel frees the task, so a removal that succeeds here proves them the
     // member's. From here on nothing is read through the task.
