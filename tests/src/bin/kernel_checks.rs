@@ -864,6 +864,17 @@ fn main() {
         ("procfs unprivileged", || vec![procfs_unprivileged()]),
         ("degraded vs BTF", || vec![degraded_names()]),
     ];
+    // A name that matches no check is a mistake, not a pass.
+    if let Some(o) = only
+        .iter()
+        .find(|o| !checks.iter().any(|(name, _)| name.contains(o.as_str())))
+    {
+        let names: Vec<&str> = checks.iter().map(|(n, _)| *n).collect();
+        println!("RT-CHECK	--only {o}	FAIL	no check is named so; the checks: {names:?}");
+        println!("RT-DONE	1");
+        let _ = std::io::stdout().flush();
+        return;
+    }
     let mut failed = 0;
     for (name, check) in checks {
         if !only.is_empty() && !only.iter().any(|o| name.contains(o.as_str())) {
