@@ -317,11 +317,16 @@ fn not_root_gets_the_procfs_backend_said_once() {
     for d in [&s.0, &copies] {
         std::fs::set_permissions(d, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
     }
+    // The script from the scratch directory: the checkout may sit where the other
+    // user cannot read (a clone in a `mktemp -d` directory is 0700).
+    let script = s.path("api_run.py");
+    std::fs::copy(tracker_tests::python::fixture("api_run.py"), &script).unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
     let o = output_within(
         Command::new("setpriv")
             .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
             .arg(&py)
-            .arg(tracker_tests::python::fixture("api_run.py"))
+            .arg(&script)
             .args(["0.5", "auto", copies.to_str().unwrap()])
             .current_dir(&s.0)
             .env("HOME", &s.0),

@@ -37,8 +37,8 @@ pub struct TaskInfo {
     /// Address of the `task_struct`: the identity of the member. Every program checks
     /// it before it takes an event as this member's (a tid is freed at the reap, and
     /// another task may get it while this entry waits to retire); the sweep reads a
-    /// dead task's final figures through it (safe while the entry exists, which the
-    /// free removes first). 0 only for an entry user space registered, until a
+    /// dead task's final figures through it, checked to still be the member's (see
+    /// `at_exit`). 0 only for an entry user space registered, until a
     /// program meets the task (at its exec, fork or exit).
     pub task: u64,
     /// `bpf_ktime_get_ns()` at `sched_process_exit`, 0 before: the EXIT record

@@ -392,9 +392,10 @@ pub fn sched_process_exit(ctx: RawTracePointContext) -> u32 {
 }
 
 /// sched_process_free(p): the RCU callback that frees a task, seconds after its exit
-/// with a lazy RCU. A member the sweep has not retired yet retires here. The entry
-/// goes before the kernel frees the task, which is what makes the sweep's reads
-/// through a kept address safe (it checks the entry is still there).
+/// with a lazy RCU. A member the sweep has not retired yet retires here, and its
+/// entry goes before the kernel frees the task. The kernel does not always run
+/// this program (see `TaskInfo::at_exit`): reads through a kept address are
+/// therefore also checked against the member's pid and tgid (`still_member`).
 #[raw_tracepoint(tracepoint = "sched_process_free")]
 pub fn sched_process_free(ctx: RawTracePointContext) -> u32 {
     let task: *const u8 = ctx.arg(0);
@@ -486,9 +487,9 @@ fn probe_one(key: u32) {
     };
     let task = info.task as *const u8;
     let o = off();
-    // SAFETY: reads through the fault-tolerant helper; they are kept only if the entry
-    // is still there afterwards, which means the task was not freed meanwhile (the
-    // free removes the entry first).
+    // SAFETY: reads through the fault-tolerant helper; they are kept only if the task
+    // still is the member afterwards and the entry still there (the free, when it
+    // runs, removes the entry first).
     let mut r = unsafe { live_reading(task, key) };
     r.pid = info.tgid;
     if exited {
@@ -595,9 +596,9 @@ unsafe fn rss_pages(task: *const u8) -> u64 {
 }
 
 /// Whether the task at a kept address still is the member keyed `key`. The free
-/// removes an entry before the kernel frees its task, but a removal can fail (the
-/// map's bucket busy on that CPU, in a program the free's softirq interrupted), and
-/// the entry then outlives the task: its memory may be another task's by now.
+/// removes an entry before the kernel frees its task, but the kernel now and then
+/// frees a task without running the free program, and the entry then outlives the
+/// task: its memory may be another task's by now.
 ///
 /// # Safety
 /// `task` is read through the fault-tolerant helper.
@@ -801,9 +802,9 @@ fn retire_displaced(tid: u32, old: Held) {
 /// it did.
 #[inline(always)]
 fn commit(key: u32, info: Held, mut ev: Event) -> bool {
-    // The figures were read while the entry was there; the free removes it before
-    // the kernel frees the task, so a removal that succeeds here proves them the
-    // member's. From here on nothing is read through the task.
+    // The figures were read while the entry was there and its task checked to be the
+    // member's; a removal that succeeds here makes this the only retirement. From
+    // here on nothing is read through the task.
     if TASKS.remove(key).is_err() {
         // Gone: another path retired it. Still there and ours: the removal itself
         // failed (the map's bucket busy on this CPU, in a program this one
