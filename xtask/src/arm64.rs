@@ -27,27 +27,7 @@ fn dir() -> PathBuf {
 }
 
 fn apt(tool: &str) -> anyhow::Result<Command> {
-    let d = dir().join("apt");
-    for sub in ["lists/partial", "cache/archives/partial"] {
-        std::fs::create_dir_all(d.join(sub))?;
-    }
-    let list = d.join("sources.list");
-    std::fs::write(
-        &list,
-        format!("deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian {SUITE} main\n"),
-    )?;
-    let mut c = Command::new(tool);
-    c.arg("-q")
-        .arg(format!("-oDir::Etc::SourceList={}", list.display()))
-        .arg("-oDir::Etc::SourceParts=/dev/null")
-        .arg(format!("-oDir::State::Lists={}", d.join("lists").display()))
-        .arg(format!("-oDir::Cache={}", d.join("cache").display()))
-        .arg("-oDir::State::status=/dev/null")
-        .arg("-oAPT::Architecture=arm64")
-        .arg("-oAPT::Architectures=arm64")
-        .arg("-oAcquire::Languages=none")
-        .arg("-oAPT::Sandbox::User=root");
-    Ok(c)
+    crate::kernels::private_apt(tool, &dir().join("apt"), SUITE, Some("arm64"))
 }
 
 /// Debian's arm64 packages unpacked into target/arm64/pkgs; the kernel image's path.

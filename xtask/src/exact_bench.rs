@@ -429,29 +429,10 @@ fn end_run(tr: &Path, w: &Path, procfs: bool) -> anyhow::Result<(f64, f64, Strin
 
 /// Replaces (or adds before the peers' section) this section of docs/benchmarks.md.
 pub fn write(path: &Path, md: &str) -> anyhow::Result<()> {
-    let old = std::fs::read_to_string(path).unwrap_or_default();
-    let text = match old.find(EXACT_MARK) {
-        Some(start) => {
-            let rest = &old[start + EXACT_MARK.len()..];
-            let end = rest
-                .find("\n## ")
-                .map_or(old.len(), |i| start + EXACT_MARK.len() + i + 1);
-            format!("{}{}\n{}", &old[..start], md.trim_end(), &old[end..])
-        }
-        None => match old.find(crate::bench::PEERS_MARK) {
-            Some(i) => format!("{}{}\n\n{}", &old[..i], md.trim_end(), &old[i..]),
-            None => format!("{}\n\n{}\n", old.trim_end(), md.trim_end()),
-        },
-    };
-    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+    crate::bench::write_section(path, EXACT_MARK, md)
 }
 
 /// This section of `old`, to keep through a run that does not measure it.
 pub fn section(old: &str) -> Option<&str> {
-    let start = old.find(EXACT_MARK)?;
-    let rest = &old[start + EXACT_MARK.len()..];
-    let end = rest
-        .find("\n## ")
-        .map_or(old.len(), |i| start + EXACT_MARK.len() + i + 1);
-    Some(&old[start..end])
+    crate::bench::doc_section(old, EXACT_MARK)
 }

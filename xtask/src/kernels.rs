@@ -68,7 +68,18 @@ fn dir() -> PathBuf {
 /// apt-get / apt-cache with a private state for `suite`: its own sources.list,
 /// lists and cache under target/kernels/apt/SUITE.
 fn apt(tool: &str, suite: &str) -> anyhow::Result<Command> {
-    let d = dir().join("apt").join(suite);
+    private_apt(tool, &dir().join("apt").join(suite), suite, None)
+}
+
+/// apt-get / apt-cache for Debian's `suite` with all of its state in `d` (its own
+/// sources.list, lists and cache; the host's apt is left as it is); `arch` for
+/// another architecture's packages.
+pub(crate) fn private_apt(
+    tool: &str,
+    d: &Path,
+    suite: &str,
+    arch: Option<&str>,
+) -> anyhow::Result<Command> {
     for sub in ["lists/partial", "cache/archives/partial"] {
         std::fs::create_dir_all(d.join(sub))
             .with_context(|| format!("creating {}", d.join(sub).display()))?;
@@ -89,6 +100,11 @@ fn apt(tool: &str, suite: &str) -> anyhow::Result<Command> {
         .arg("-oAPT::Get::List-Cleanup=0")
         .arg("-oAcquire::Languages=none")
         .arg("-oAPT::Sandbox::User=root");
+    if let Some(a) = arch {
+        c.arg("-oDir::State::status=/dev/null")
+            .arg(format!("-oAPT::Architecture={a}"))
+            .arg(format!("-oAPT::Architectures={a}"));
+    }
     Ok(c)
 }
 

@@ -21,12 +21,7 @@ const MARK: &str = "## Node agent (`resource-tracker node`)";
 
 /// The node section of `doc` as measured last (up to the next `## ` heading).
 pub fn section(doc: &str) -> Option<&str> {
-    let start = doc.find(MARK)?;
-    let rest = &doc[start + MARK.len()..];
-    let end = rest
-        .find("\n## ")
-        .map_or(doc.len(), |i| start + MARK.len() + i + 1);
-    Some(&doc[start..end])
+    crate::bench::doc_section(doc, MARK)
 }
 
 /// The hierarchies a container's cgroup is made in: each v1 controller the agent

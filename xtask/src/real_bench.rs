@@ -824,25 +824,12 @@ pub(crate) fn render(m: &Measured, cmdline: &str) -> String {
 
 /// Replaces (or adds before the peers' section) this section of docs/benchmarks.md.
 pub fn write(path: &Path, md: &str) -> anyhow::Result<()> {
-    let old = std::fs::read_to_string(path).unwrap_or_default();
-    let text = match section(&old) {
-        Some(s) => old.replacen(s, &format!("{}\n", md.trim_end()), 1),
-        None => match old.find(crate::bench::PEERS_MARK) {
-            Some(i) => format!("{}{}\n\n{}", &old[..i], md.trim_end(), &old[i..]),
-            None => format!("{}\n\n{}\n", old.trim_end(), md.trim_end()),
-        },
-    };
-    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+    crate::bench::write_section(path, REAL_MARK, md)
 }
 
 /// This section of `old`, to keep through a run that does not measure it.
 pub fn section(old: &str) -> Option<&str> {
-    let start = old.find(REAL_MARK)?;
-    let rest = &old[start + REAL_MARK.len()..];
-    let end = rest
-        .find("\n## ")
-        .map_or(old.len(), |i| start + REAL_MARK.len() + i + 1);
-    Some(&old[start..end])
+    crate::bench::doc_section(old, REAL_MARK)
 }
 
 /// `v` as a shell word.
