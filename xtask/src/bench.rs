@@ -454,3 +454,29 @@ pub fn run(dir: &Path, args: &[String]) -> anyhow::Result<()> {
     eprintln!("xtask: wrote {}", path.display());
     Ok(())
 }
+
+#[cfg(test)]
+mod section_tests {
+    use super::*;
+
+    #[test]
+    fn a_section_is_replaced_in_place_or_added_before_the_peers() {
+        let doc = "# B\n\n## A\nold a\n\n## X\nold x\n\n## Peers, side by side\np\n";
+        assert_eq!(doc_section(doc, "## X"), Some("## X\nold x\n\n"));
+        assert_eq!(
+            doc_section(doc, "## Peers"),
+            Some("## Peers, side by side\np\n")
+        );
+        assert_eq!(doc_section(doc, "## Z"), None);
+        let path = std::env::temp_dir().join(format!("xtask-section-{}.md", std::process::id()));
+        std::fs::write(&path, doc).unwrap();
+        write_section(&path, "## X", "## X\nnew x\n").unwrap();
+        write_section(&path, "## Y", "## Y\ny\n").unwrap();
+        let got = std::fs::read_to_string(&path).unwrap();
+        let _ = std::fs::remove_file(&path);
+        assert_eq!(
+            got,
+            "# B\n\n## A\nold a\n\n## X\nnew x\n## Y\ny\n\n## Peers, side by side\np\n"
+        );
+    }
+}
