@@ -124,22 +124,29 @@ impl Loop {
         None
     }
 
-    /// Σ PSS of the tree's live processes, read one after the other. A member that
-    /// exits during the pass leaves the pages it shared to the others, which are
-    /// then read with fewer sharers (a forked child's 75 MiB share of 300 MiB
-    /// becomes 100 MiB in each of the three left): the sum counts its share twice.
-    /// So a pass during which a member read is found exiting is taken again (the
-    /// last pass counts: what exited is gone from it). None when no live member's
-    /// file could be read (no smaps_rollup, no right to read them): Σ RSS then.
+    /// Σ PSS of the tree's live processes, read one after the other: each file is
+    /// right at its own moment, the sum of them is not. A member that exits during
+    /// the pass leaves the pages it shared to the others, which are then read with
+    /// fewer sharers (a forked child's 75 MiB share of 300 MiB becomes 100 MiB in
+    /// each of the three left); members that map a shared file while the pass runs
+    /// make the ones read first count it with fewer sharers than the ones read last
+    /// (three exec'd children mapping one 300 MiB memfd summed to 491 MiB). Either
+    /// way a pass only overcounts, by what changed while it ran. So passes are
+    /// taken until two in a row agree and no member read was exiting (at most
+    /// `PSS_PASSES`), and the smallest sum counts. None when no live member's file
+    /// could be read (no smaps_rollup, no right to read them): Σ RSS then.
     fn settled_pss(&mut self) -> Option<u64> {
+        /// Each pass walks every member's page tables: a few ms for a few GiB.
+        const PSS_PASSES: usize = 4;
         let live = self
             .engine
             .as_ref()
             .map(Engine::live_pids)
             .unwrap_or_default();
         let mut buf = String::new();
-        let mut last = None;
-        for _ in 0..3 {
+        let mut best: Option<u64> = None;
+        let mut prev: Option<u64> = None;
+        for _ in 0..PSS_PASSES {
             let mut sum = 0;
             let mut read = Vec::with_capacity(live.len());
             for &pid in &live {
@@ -148,13 +155,17 @@ impl Loop {
                     read.push(pid);
                 }
             }
-            let unreadable = read.is_empty() && live.iter().any(|&p| !memcg::exiting(p));
-            last = (!unreadable).then_some(sum);
-            if !read.iter().any(|&p| memcg::exiting(p)) {
+            if read.is_empty() && live.iter().any(|&p| !memcg::exiting(p)) {
+                return None;
+            }
+            best = Some(best.map_or(sum, |b| b.min(sum)));
+            let settled = prev.is_some_and(|p| p.abs_diff(sum) <= (p / 100).max(1 << 20));
+            if settled && !read.iter().any(|&p| memcg::exiting(p)) {
                 break;
             }
+            prev = Some(sum);
         }
-        last
+        best
     }
 
     /// Reads every source and turns the readings into the interval's sample.
