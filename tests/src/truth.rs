@@ -254,6 +254,53 @@ pub fn cpu_ratio(t: &Tracked) -> f64 {
     }
 }
 
+/// Members the summary names as freed unread (`exit_unread`): the kernel freed
+/// their tasks without running the tracker's free program, and they count with
+/// their figures at exit.
+pub fn unread_members(summary: &Value) -> u64 {
+    summary["degraded"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|d| d["name"] == "exit_unread")
+        .filter_map(|d| {
+            d["detail"]
+                .as_str()?
+                .split_whitespace()
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
+/// The scheduler tick (CONFIG_HZ) of the running kernel, from its config; 10 ms
+/// (HZ=100, the longest) when the config cannot be read.
+fn tick_secs() -> f64 {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let config = std::process::Command::new("sh")
+        .args([
+            "-c",
+            "zcat /proc/config.gz 2>/dev/null || cat /boot/config-\"$1\"",
+            "sh",
+        ])
+        .arg(release.trim())
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    config
+        .lines()
+        .find_map(|l| l.strip_prefix("CONFIG_HZ="))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .map_or(0.01, |hz| 1.0 / hz)
+}
+
+/// Exact within `tolerance` of the cgroup's CPU. Where the summary names members
+/// freed unread (`exit_unread`), the tracker says they count with their figures
+/// at exit: `sum_exec_runtime` there lags by up to one tick, and the exit path
+/// (1 ms is far more than these small workloads' takes) comes on top. That claim
+/// is checked instead: never above the cgroup, short by no more than that per
+/// named member.
 pub fn assert_exact_cpu(t: &Tracked, what: &str, tolerance: f64) {
     let truth = t.truth_ns as f64 / 1e9;
     let got = f(&t.summary, "cpu_user_secs") + f(&t.summary, "cpu_system_secs");
@@ -263,10 +310,45 @@ pub fn assert_exact_cpu(t: &Tracked, what: &str, tolerance: f64) {
         t.truth_hi_ns as f64 / 1e9,
         err * 100.0
     );
+    let unread = unread_members(&t.summary);
+    if unread > 0 && err >= tolerance {
+        let hi = t.truth_hi_ns as f64 / 1e9;
+        let allowed = unread as f64 * (tick_secs() + 0.001) + truth * tolerance;
+        eprintln!(
+            "{what}: {unread} member(s) freed unread: {:.2} ms short, at most {:.2} ms allowed",
+            (truth - got) * 1e3,
+            allowed * 1e3
+        );
+        assert!(
+            got <= hi * (1.0 + tolerance) && truth - got <= allowed,
+            "{what}: tracker {got} s vs cgroup {truth} s with {unread} member(s) freed unread \
+             ({:.2} ms short, {:.2} ms allowed)",
+            (truth - got) * 1e3,
+            allowed * 1e3
+        );
+        return;
+    }
     assert!(
         err < tolerance,
         "{what}: tracker {got} s vs cgroup {truth} s ({:.2} % off, {:.2} % allowed)",
         err * 100.0,
         tolerance * 100.0
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unread_members_are_read_from_the_named_degradation() {
+        let none = serde_json::json!({"degraded": []});
+        assert_eq!(unread_members(&none), 0);
+        let two = serde_json::json!({"degraded": [
+            {"name": "ring_full", "detail": "9 records lost"},
+            {"name": "exit_unread", "detail": "2 member(s) whose task the kernel freed"},
+        ]});
+        assert_eq!(unread_members(&two), 2);
+        assert!(tick_secs() > 0.0 && tick_secs() <= 0.01);
+    }
 }
