@@ -689,7 +689,7 @@ pub(crate) fn render(m: &Measured, cmdline: &str) -> String {
 
     say("### Memory peak: the tool's figure as a % of the cgroup's peak".into());
     say(String::new());
-    say("Truth: `memory.max_usage_in_bytes` of the workload's cgroup (anonymous memory, page cache and kernel memory the tree was charged). Ours: the summary's `peak_memory_mib` as this build reports it (Σ RSS of the members; another branch changes it to a cgroup/PSS figure); py-rt: the most `memory_mib` (PSS) of one sample; rs-rt: the most `cpu.process_rss_mib`. Cell: median (min–max).".into());
+    say("Truth: `memory.max_usage_in_bytes` of the workload's cgroup (anonymous memory, page cache and kernel memory the tree was charged). Ours: the summary's `peak_memory_mib` (the peak of a cgroup the tracker makes for the command where it can, else Σ PSS of the members: `memory_source`); py-rt: the most `memory_mib` (PSS) of one sample; rs-rt: the most `cpu.process_rss_mib`. Cell: median (min–max).".into());
     say(String::new());
     head(&mut say, "| workload | condition | cgroup peak (MiB) |");
     for &(wi, churn) in &rows {
