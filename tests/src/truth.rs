@@ -298,9 +298,9 @@ fn tick_secs() -> f64 {
 /// Exact within `tolerance` of the cgroup's CPU. Where the summary names members
 /// freed unread (`exit_unread`), the tracker says they count with their figures
 /// at exit: `sum_exec_runtime` there lags by up to one tick, and the exit path
-/// (1 ms is far more than these small workloads' takes) comes on top. That claim
-/// is checked instead: never above the cgroup, short by no more than that per
-/// named member.
+/// (1 ms is far more than these small workloads' exit paths take) comes on top.
+/// That claim is checked instead: never above the cgroup, short by no more than
+/// that per named member.
 pub fn assert_exact_cpu(t: &Tracked, what: &str, tolerance: f64) {
     let truth = t.truth_ns as f64 / 1e9;
     let got = f(&t.summary, "cpu_user_secs") + f(&t.summary, "cpu_system_secs");
