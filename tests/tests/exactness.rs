@@ -11,8 +11,8 @@ use std::process::Command;
 use serde_json::Value;
 use tracker_tests::{
     truth::{
-        assert_exact_cpu, cgroup_cpu_at, check_adds_up, cpu_ratio, f, track, track_cmd, track_with,
-        u, unread_members, Opts, Tracked,
+        assert_exact_cpu, assert_exact_secs, cgroup_cpu_at, check_adds_up, cpu_ratio,
+        exit_records_cpu_secs, f, track, track_cmd, track_with, u, unread_members, Opts, Tracked,
     },
     *,
 };
@@ -608,10 +608,72 @@ fn shape_run(tag: &str, backend: Backend, cmd: &[&str], shell: bool) -> Tracked 
     });
     assert_eq!(t.code, 0, "{tag}: {}", t.stderr);
     assert_eq!(t.summary["backend"], backend.name(), "{tag}: {}", t.stderr);
+    // `run` as root puts the command in a cgroup of its own; its CPU is that
+    // cgroup's, which the truth (another hierarchy's accounting) must equal.
+    if cpu_cgroup_expected() {
+        assert_eq!(t.summary["cpu_source"], "cgroup", "{tag}: {}", t.stderr);
+    }
     if matches!(backend, Backend::Ebpf) {
-        no_foreign_exits(&read_jsonl(&events), tag);
+        let events = read_jsonl(&events);
+        no_foreign_exits(&events, tag);
+        // The engine's own figures, member by member, held to the same truth.
+        assert_exact_secs(
+            &t,
+            exit_records_cpu_secs(&events),
+            true,
+            &format!("{tag} (Σ exit records)"),
+            backend.tolerance(),
+        );
     }
     t
+}
+
+/// Whether the command keeps the CPU cgroup `run` makes for it here: root, where
+/// the truth is v1's cpuacct and the tracker's cgroup v2's (both mounted). With
+/// one hierarchy only, the workload's joining the truth cgroup takes it out of
+/// the tracker's, which then hands over to the backend (tested apart).
+fn cpu_cgroup_expected() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    root && std::path::Path::new("/sys/fs/cgroup/cpuacct/cpuacct.usage").exists()
+        && std::path::Path::new("/sys/fs/cgroup/unified/cgroup.procs").exists()
+}
+
+/// A member that moves itself to another v2 cgroup mid-run and burns 0.4 s there:
+/// the tracker's cgroup no longer sees that CPU, the backend's sums then are the
+/// larger and the figure (named in `cpu_source`), still exact against the truth
+/// (v1's cpuacct, which the member never leaves).
+#[test]
+fn a_member_leaving_the_cpu_cgroup_hands_over_to_the_backend() {
+    if !cpu_cgroup_expected() {
+        panic!("this test needs root with v1 cpuacct and a v2 hierarchy (hybrid cgroups)");
+    }
+    let away = std::path::PathBuf::from(format!(
+        "/sys/fs/cgroup/unified/rt-away-{}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir(&away);
+    std::fs::create_dir(&away).expect("a v2 cgroup to move to");
+    let w = workload().to_string_lossy().into_owned();
+    let script = format!(
+        "{w} spin 300000; sh -c 'echo $$ > {}/cgroup.procs && exec {w} spin 400000'; {w} spin 200000",
+        away.display()
+    );
+    for backend in [Backend::Ebpf, Backend::Procfs] {
+        let tag = format!("cpuaway-{}", backend.name());
+        let t = track_cmd(&tag, backend.flags(), &[&script], true, true);
+        assert_eq!(t.code, 0, "{tag}: {}", t.stderr);
+        assert_eq!(
+            t.summary["cpu_source"],
+            backend.name(),
+            "{tag}: {}",
+            t.stderr
+        );
+        let first = t.samples.first().expect("samples");
+        assert_eq!(first["process"]["cpu_source"], "cgroup", "{tag}: {first}");
+        assert_exact_cpu(&t, &tag, backend.tolerance());
+    }
+    let _ = std::fs::remove_dir(&away);
 }
 
 /// The shapes where trees go wrong, as workload commands (shell scripts where the

@@ -433,6 +433,15 @@ fn no_cgroup_is_left_behind() {
     if v1_memory() {
         assert_eq!(made.len(), 1, "the tracker's cgroup: {made:?}");
     }
+    // The CPU one, v2's (`incgroup` execs the tracker: its pid is the child's).
+    let cpu_dir = v2_own_dir().map(|d| d.join(format!("resource-tracker-{}", child.id())));
+    if let Some(d) = &cpu_dir {
+        // Made right after the memory one.
+        while !d.exists() && t0.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(d.exists(), "{} was not made", d.display());
+    }
     // SAFETY: signalling our own child.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let o = child.wait_with_output().expect("tracker");
@@ -443,4 +452,19 @@ fn no_cgroup_is_left_behind() {
         String::from_utf8_lossy(&o.stderr)
     );
     assert!(ours_under(&mdir).is_empty(), "{:?}", ours_under(&mdir));
+    if let Some(d) = &cpu_dir {
+        assert!(!d.exists(), "{} left behind", d.display());
+    }
+}
+
+/// This process's v2 cgroup beside v1's controllers (hybrid), where the tracker
+/// makes the command's CPU cgroup; None elsewhere.
+fn v2_own_dir() -> Option<PathBuf> {
+    let base = Path::new("/sys/fs/cgroup/unified");
+    if !v1_memory() || !base.join("cgroup.procs").exists() {
+        return None;
+    }
+    let text = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let rel = text.lines().find_map(|l| l.strip_prefix("0::"))?;
+    Some(base.join(rel.trim_start_matches('/')))
 }

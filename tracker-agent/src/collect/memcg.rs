@@ -1,6 +1,12 @@
-//! The command's own memory cgroup: the kernel's charge for exactly the tracked
-//! tree (shared pages once, page cache and kernel memory included), as a container
-//! limit would see it.
+//! The command's own cgroups: the kernel's charge for exactly the tracked tree
+//! (memory: shared pages once, page cache and kernel memory included, as a
+//! container limit would see it; CPU: every nanosecond any member ran, however it
+//! ended, as the scheduler charged it).
+//!
+//! CPU uses the v2 hierarchy where one is mounted (also beside v1's controllers):
+//! every v2 cgroup keeps `cpu.stat`, with no controller to enable; else v1's
+//! cpuacct. Where memory and CPU would both be v2, one cgroup serves both: a
+//! process is in one v2 cgroup only.
 //!
 //! It is made as a child of the memory cgroup the tracker runs in, so the command
 //! keeps every limit and the accounting of the cgroup it starts in (a child is
@@ -70,8 +76,26 @@ pub struct Left {
     pub cgroup: String,
 }
 
+/// What a tree cgroup is made to read.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Controller {
+    Memory,
+    Cpu,
+}
+
+impl Controller {
+    /// The v1 controller's name.
+    fn v1(self) -> &'static str {
+        match self {
+            Controller::Memory => "memory",
+            Controller::Cpu => "cpuacct",
+        }
+    }
+}
+
 pub struct TreeCgroup {
     dir: PathBuf,
+    controller: Controller,
     /// The cgroup the command started in: where members go back before removal.
     parent: PathBuf,
     /// The cgroup's path as /proc/PID/cgroup shows it.
@@ -141,6 +165,18 @@ pub fn exiting(pid: u32) -> bool {
     dead || flags & PF_EXITING != 0
 }
 
+/// `usage_usec` of a v2 `cpu.stat`, in ns.
+fn usage_usec_ns(text: &[u8]) -> Option<u64> {
+    let text = std::str::from_utf8(text).ok()?;
+    let us: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("usage_usec "))?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(us * 1000)
+}
+
 fn pids(text: &[u8]) -> impl Iterator<Item = u32> + '_ {
     text.split(|&b| b == b'\n')
         .filter_map(|l| std::str::from_utf8(l).ok()?.trim().parse().ok())
@@ -150,23 +186,35 @@ impl TreeCgroup {
     /// Makes `resource-tracker-PID` (this tracker's pid) under the memory cgroup
     /// the tracker is in.
     pub fn make(roots: &Roots) -> Result<TreeCgroup, Unavailable> {
+        Self::make_for(roots, Controller::Memory)
+    }
+
+    /// Makes a cgroup for `controller` under the one the tracker is in.
+    pub fn make_for(roots: &Roots, controller: Controller) -> Result<TreeCgroup, Unavailable> {
         let read = |p: &str| std::fs::read_to_string(roots.proc.join(p)).unwrap_or_default();
         let (cgroups, mountinfo) = (read("self/cgroup"), read("self/mountinfo"));
         let mounts = mounts(&mountinfo);
-        let v1 = find(&cgroups, &mounts, Some("memory"))
-            .zip(own_path(&cgroups, Some("memory")))
-            .map(|(d, p)| (d, p, false));
+        let v1 = || {
+            find(&cgroups, &mounts, Some(controller.v1()))
+                .zip(own_path(&cgroups, Some(controller.v1())))
+                .map(|(d, p)| (d, p, false))
+        };
         let v2 = || {
             find(&cgroups, &mounts, None)
                 .zip(own_path(&cgroups, None))
                 .map(|(d, p)| (d, p, true))
         };
-        let Some((parent, parent_rel, v2)) = v1.or_else(v2) else {
-            return Err(Unavailable(
-                "no cgroup file system with the memory controller is mounted".into(),
-            ));
+        let found = match controller {
+            Controller::Memory => v1().or_else(v2),
+            Controller::Cpu => v2().or_else(v1),
         };
-        if v2 {
+        let Some((parent, parent_rel, v2)) = found else {
+            return Err(Unavailable(format!(
+                "no cgroup file system with the {} controller is mounted",
+                controller.v1()
+            )));
+        };
+        if v2 && controller == Controller::Memory {
             let sub = std::fs::read_to_string(parent.join("cgroup.subtree_control"))
                 .map_err(|e| io_reason("cannot read the controllers of", &parent, &e))?;
             if !sub.split_whitespace().any(|c| c == "memory") {
@@ -212,16 +260,17 @@ impl TreeCgroup {
                 parent.display()
             )));
         };
-        let (usage, peak) = if v2 {
-            ("memory.current", "memory.peak")
-        } else {
-            ("memory.usage_in_bytes", "memory.max_usage_in_bytes")
+        let (usage, peak) = match (controller, v2) {
+            (Controller::Memory, true) => ("memory.current", "memory.peak"),
+            (Controller::Memory, false) => ("memory.usage_in_bytes", "memory.max_usage_in_bytes"),
+            // No peak for CPU: the usage only grows.
+            (Controller::Cpu, true) => ("cpu.stat", ""),
+            (Controller::Cpu, false) => ("cpuacct.usage", ""),
         };
         let mut cg = TreeCgroup {
+            controller,
             usage: CachedFile::whole(dir.join(usage)),
-            peak: dir
-                .join(peak)
-                .exists()
+            peak: (!peak.is_empty() && dir.join(peak).exists())
                 .then(|| CachedFile::whole(dir.join(peak))),
             rel: format!("{}/{name}", parent_rel.trim_end_matches('/')),
             dir,
@@ -240,6 +289,34 @@ impl TreeCgroup {
 
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    pub fn is_v2(&self) -> bool {
+        self.v2
+    }
+
+    /// CPU charged to the cgroup, ns: v2's `usage_usec` of `cpu.stat` (present in
+    /// every v2 cgroup) or v1's `cpuacct.usage`. None when it cannot be read, or
+    /// when this cgroup is v1's memory one (no CPU there).
+    pub fn cpu_ns(&mut self) -> Option<u64> {
+        match (self.controller, self.v2) {
+            (Controller::Cpu, v2) => {
+                self.usage.read(&mut self.buf).ok()?;
+                if v2 {
+                    usage_usec_ns(&self.buf)
+                } else {
+                    std::str::from_utf8(&self.buf).ok()?.trim().parse().ok()
+                }
+            }
+            (Controller::Memory, true) => {
+                self.buf.clear();
+                std::fs::File::open(self.dir.join("cpu.stat"))
+                    .and_then(|mut h| h.read_to_end(&mut self.buf))
+                    .ok()?;
+                usage_usec_ns(&self.buf)
+            }
+            (Controller::Memory, false) => None,
+        }
     }
 
     /// Moves `pid` (the paused command) into the cgroup.
@@ -290,7 +367,8 @@ impl TreeCgroup {
     fn cgroup_of(&self, pid: u32) -> Option<String> {
         let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
         Some(
-            own_path(&text, (!self.v2).then_some("memory")).unwrap_or_else(|| "(none)".to_string()),
+            own_path(&text, (!self.v2).then_some(self.controller.v1()))
+                .unwrap_or_else(|| "(none)".to_string()),
         )
     }
 
@@ -329,6 +407,24 @@ impl TreeCgroup {
     }
 }
 
+/// The command's CPU as a cgroup counts it: its own (a v1 cpuacct or v2 cgroup),
+/// or the memory one where that is v2 (`own` None). The cgroup starts counting at
+/// the join; what the paused command ran between its fork and the join is kept
+/// apart (`pre_join_ns`).
+pub struct TreeCpu {
+    pub own: Option<TreeCgroup>,
+    pub pre_join_ns: u64,
+}
+
+/// CPU `pid` has run so far, ns (`/proc/PID/schedstat`'s first field, the
+/// scheduler's own sum); 0 when it cannot be read.
+pub fn ran_ns(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/schedstat"))
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
 impl Drop for TreeCgroup {
     fn drop(&mut self) {
         self.remove();
@@ -347,6 +443,11 @@ mod tests {
         assert_eq!(own_path(cg, None).as_deref(), Some("/u/v"));
         assert_eq!(own_path("0::/x\n", Some("memory")), None);
         assert_eq!(pids(b"12\n 7\nx\n\n").collect::<Vec<_>>(), vec![12, 7]);
+        assert_eq!(
+            usage_usec_ns(b"usage_usec 1234567\nuser_usec 1000000\nsystem_usec 234567\n"),
+            Some(1_234_567_000)
+        );
+        assert_eq!(usage_usec_ns(b"user_usec 5\n"), None);
     }
 
     #[test]

@@ -74,4 +74,7 @@ pub struct Reading {
     /// The charge of the cgroup made for the command, while it holds exactly the
     /// tree; None otherwise (memory is then Σ PSS, or Σ RSS).
     pub memcg: Option<MemcgReading>,
+    /// Whether `tree.cpu_ns` is the charge of a cgroup holding exactly the tree
+    /// (else the backend's sums).
+    pub cpu_cgroup: bool,
 }

@@ -247,6 +247,10 @@ pub struct ProcessSample {
     pub stime_secs: f64,
     /// CPU of the whole tree since tracking started (exited members included).
     pub cpu_secs_total: f64,
+    /// What the CPU figures are: `cgroup` (the scheduler's charge of a cgroup
+    /// holding exactly the tree, which `run` makes for the command where it can),
+    /// else the backend's sums over the members (`ebpf` or `procfs`).
+    pub cpu_source: &'static str,
     pub processes_spawned: u64,
     pub processes_exited: u64,
     pub live_processes: u64,

@@ -92,6 +92,7 @@ impl Sampler {
             bpf,
             own,
             memcg,
+            cpu_cgroup,
         } = r;
         let at = stamp.at;
         let elapsed = at.duration_since(self.prev_at).as_secs_f64().max(1e-9);
@@ -143,6 +144,11 @@ impl Sampler {
             utime_secs: d_user as f64 / 1e9,
             stime_secs: d_sys as f64 / 1e9,
             cpu_secs_total: now.cpu_ns.saturating_sub(self.stats.origin.cpu_ns) as f64 / 1e9,
+            cpu_source: if cpu_cgroup {
+                "cgroup"
+            } else {
+                backend.as_str()
+            },
             processes_spawned: now.procs_spawned.saturating_sub(self.prev.procs_spawned),
             processes_exited: now.procs_exited.saturating_sub(self.prev.procs_exited),
             live_processes: now.live_procs,
@@ -259,6 +265,7 @@ mod tests {
                 rss_mib: 8.0,
             },
             memcg: None,
+            cpu_cgroup: false,
         }
     }
 

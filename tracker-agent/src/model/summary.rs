@@ -23,6 +23,8 @@ pub struct RunStats {
     pub peak_memory_mib: f64,
     /// The last sample's memory source.
     pub memory_source: Option<MemorySource>,
+    /// The last sample's CPU source.
+    pub cpu_source: Option<&'static str>,
     pub tracker_cpu_secs: f64,
     pub bpf_run_time_secs: Option<f64>,
     pub last: TreeTotals,
@@ -51,6 +53,7 @@ impl RunStats {
                 .max(p.memory_mib)
                 .max(p.memory_peak_mib.unwrap_or(0.0));
             self.memory_source = MemorySource::named(p.memory_source);
+            self.cpu_source = Some(p.cpu_source);
         }
         if let Some(t) = s.tracker.bpf_run_time_secs {
             *self.bpf_run_time_secs.get_or_insert(0.0) += t;
@@ -87,6 +90,10 @@ pub struct Summary {
     /// What `peak_memory_mib` is: `cgroup`, `pss` or `rss` (as the samples'
     /// `memory_source`); null without a tree.
     pub memory_source: Option<&'static str>,
+    /// What the CPU figures are, as the last sample's `cpu_source`: `cgroup` (the
+    /// scheduler's charge of a cgroup holding exactly the tree) or the backend's
+    /// sums (`ebpf`, `procfs`); null without a tree.
+    pub cpu_source: Option<&'static str>,
     /// The peak of the samples' Σ RSS (shared pages once per process).
     pub peak_rss_sum_mib: f64,
     pub cpu_total_secs: f64,
@@ -199,6 +206,7 @@ impl Summary {
             lost_events: t.lost_events,
             tracker_cpu_secs: stats.tracker_cpu_secs,
             memory_source: stats.memory_source.map(MemorySource::as_str),
+            cpu_source: stats.cpu_source,
             peak_rss_sum_mib: stats.peak_rss_sum_mib,
             cpu_total_secs: cpu_total,
             avg_cores: if wall_secs > 0.0 {

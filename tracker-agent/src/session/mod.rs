@@ -14,7 +14,11 @@ mod track;
 use std::{path::PathBuf, sync::mpsc, time::Instant};
 
 use crate::{
-    collect::{gpu::GpuCollector, memcg::TreeCgroup, Roots, SystemCollector},
+    collect::{
+        gpu::GpuCollector,
+        memcg::{self, Controller, TreeCgroup, TreeCpu},
+        Roots, SystemCollector,
+    },
     discovery,
     engine::{degraded::Degradations, ebpf::EbpfEngine, procfs::ProcfsEngine, Engine},
     model::Discovered,
@@ -203,6 +207,7 @@ pub fn run(st: Settings) -> anyhow::Result<i32> {
         command_root,
         engine,
         memcg,
+        cpucg,
     } = match begin(start, engine, run_as.as_ref())? {
         Ok(b) => b,
         Err(code) => return Ok(code),
@@ -228,6 +233,7 @@ pub fn run(st: Settings) -> anyhow::Result<i32> {
         gpus,
         degraded,
         memcg,
+        cpucg,
     };
     let mut ended = match track::run(tracked, &st, started, &mut sinks) {
         Ok(e) => e,
@@ -235,6 +241,9 @@ pub fn run(st: Settings) -> anyhow::Result<i32> {
     };
     // The tree is gone (a member still alive goes back to the cgroup it started in).
     if let Some(mut cg) = ended.memcg.take() {
+        cg.remove();
+    }
+    if let Some(mut cg) = ended.cpucg.take().and_then(|c| c.own) {
         cg.remove();
     }
     let outcome = Outcome {
@@ -341,6 +350,7 @@ struct Begun {
     command_root: Option<u32>,
     engine: Option<Engine>,
     memcg: Option<TreeCgroup>,
+    cpucg: Option<TreeCpu>,
 }
 
 /// Starts the command or attaches to the tree. `Ok(Err(code))`: the command could
@@ -350,10 +360,10 @@ fn begin(
     engine: Option<Engine>,
     run_as: Option<&launch::RunAs>,
 ) -> anyhow::Result<Result<Begun, i32>> {
-    let (root, command_root, engine, memcg) = match start {
-        Start::Host => (None, None, None, None),
+    let (root, command_root, engine, memcg, cpucg) = match start {
+        Start::Host => (None, None, None, None, None),
         Start::Command(path, argv) => match launch_command(&path, &argv, run_as, engine)? {
-            Ok(l) => (Some(l.pid), Some(l.pid), Some(l.engine), l.memcg),
+            Ok(l) => (Some(l.pid), Some(l.pid), Some(l.engine), l.memcg, l.cpucg),
             Err(code) => return Ok(Err(code)),
         },
         Start::Attach(pid) => {
@@ -364,7 +374,7 @@ fn begin(
                 }
                 _ => Engine::Procfs(Box::new(ProcfsEngine::new(pid, None))),
             };
-            (Some(pid), None, Some(e), None)
+            (Some(pid), None, Some(e), None, None)
         }
     };
     Ok(Ok(Begun {
@@ -372,6 +382,7 @@ fn begin(
         command_root,
         engine,
         memcg,
+        cpucg,
     }))
 }
 
@@ -427,11 +438,38 @@ fn tree_cgroup(pid: u32) -> Option<TreeCgroup> {
     }
 }
 
+/// The command's CPU from a cgroup that holds exactly its tree: the scheduler's
+/// own charge, whatever the programs or /proc could see of each member (a member
+/// whose final figures were never read, threads that come and go). Joined by the
+/// paused command; what it ran before the join is read then and added. None where
+/// no cgroup can be made: the backend's figures, named in `cpu_source`.
+fn cpu_cgroup(pid: u32, memcg: Option<&TreeCgroup>) -> Option<TreeCpu> {
+    let own = match memcg {
+        // A process is in one v2 cgroup: the memory one counts the CPU too.
+        Some(m) if m.is_v2() => None,
+        _ => match TreeCgroup::make_for(&Roots::default(), Controller::Cpu)
+            .and_then(|cg| cg.place(pid).map(|()| cg))
+        {
+            Ok(cg) => Some(cg),
+            Err(e) => {
+                log::info!("no cgroup for the command's CPU ({e}): cpu_source is the backend");
+                return None;
+            }
+        },
+    };
+    // The command is paused (blocked) until released: its figure holds still.
+    Some(TreeCpu {
+        own,
+        pre_join_ns: memcg::ran_ns(pid),
+    })
+}
+
 /// The command, started.
 struct Launched {
     pid: u32,
     engine: Engine,
     memcg: Option<TreeCgroup>,
+    cpucg: Option<TreeCpu>,
 }
 
 /// Starts the command paused, registers it with the engine (procfs when `engine`
@@ -464,11 +502,18 @@ fn launch_command(
         _ => Engine::Procfs(Box::new(ProcfsEngine::new(pid, Some(std::process::id())))),
     };
     let memcg = tree_cgroup(pid);
+    let cpucg = cpu_cgroup(pid, memcg.as_ref());
     if let Err(e) = paused.release() {
         let code = refused(e);
         reap();
+        drop(cpucg);
         drop(memcg);
         return Ok(Err(code));
     }
-    Ok(Ok(Launched { pid, engine, memcg }))
+    Ok(Ok(Launched {
+        pid,
+        engine,
+        memcg,
+        cpucg,
+    }))
 }

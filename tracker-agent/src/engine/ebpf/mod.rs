@@ -774,10 +774,11 @@ impl EbpfEngine {
                 format!(
                     "{} member(s) whose task the kernel freed before their final figures \
                      could be read (it skipped the tracker's free program, counting no missed \
-                     run): each counts with its figures at its exit, short by up to one \
-                     scheduler tick (the kernel brings sum_exec_runtime up to date at ticks and \
-                     switches) and by its exit path (freeing its memory, closing its files), or \
-                     with its last reading where its exit was not seen either",
+                     run): each counts with its figures at its exit in its record and, unless \
+                     cpu_source is cgroup, in the tree's CPU: short by up to one scheduler tick \
+                     (the kernel brings sum_exec_runtime up to date at ticks and switches) and \
+                     by its exit path (freeing its memory, closing its files), or with its last \
+                     reading where its exit was not seen either",
                     k.lost_exits
                 ),
             );
