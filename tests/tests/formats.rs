@@ -51,9 +51,10 @@ const PY_COLUMNS: [&str; 32] = [
 ];
 
 /// CSV columns holding text, not numbers.
-const TEXT_COLUMNS: [&str; 5] = [
+const TEXT_COLUMNS: [&str; 6] = [
     "job_name",
     "process_backend",
+    "process_cpu_source",
     "process_memory_source",
     "process_root_alive",
     "tracker_degraded",

@@ -44,7 +44,7 @@ pub const PYTHON_COLUMNS: [&str; 32] = [
 pub const SIBLING_COLUMNS: [&str; 1] = ["system_steal_time"];
 
 /// Our columns after those (documented in docs/schema.md).
-pub const EXTRA_COLUMNS: [&str; 22] = [
+pub const EXTRA_COLUMNS: [&str; 23] = [
     "interval_secs",
     "job_name",
     "system_memory_total_mib",
@@ -55,6 +55,7 @@ pub const EXTRA_COLUMNS: [&str; 22] = [
     "system_cgroup_cpu_usage",
     "process_backend",
     "process_cpu_secs_total",
+    "process_cpu_source",
     "process_live_processes",
     "process_processes_spawned",
     "process_processes_exited",
@@ -192,6 +193,7 @@ pub fn row(s: &Sample) -> String {
         Some(p) => {
             cells.push(p.backend.to_string());
             cells.push(num(p.cpu_secs_total, 6));
+            cells.push(p.cpu_source.to_string());
             cells.push(p.live_processes.to_string());
             cells.push(p.processes_spawned.to_string());
             cells.push(p.processes_exited.to_string());
@@ -201,7 +203,7 @@ pub fn row(s: &Sample) -> String {
             cells.push(p.rchar_bytes.to_string());
             cells.push(p.wchar_bytes.to_string());
         }
-        None => cells.extend(std::iter::repeat_n(String::new(), 10)),
+        None => cells.extend(std::iter::repeat_n(String::new(), 11)),
     }
     cells.push(num(s.tracker.cpu_secs, 6));
     cells.push(num(s.tracker.rss_mib, 4));
