@@ -455,6 +455,48 @@ fn no_cgroup_is_left_behind() {
     if let Some(d) = &cpu_dir {
         assert!(!d.exists(), "{} left behind", d.display());
     }
+
+    // SIGKILL leaves a tracker no chance to remove its cgroups: the next tracker
+    // made in the same place removes them once the killed one's command is gone.
+    let mut child = tracked(&["sh", "-c", "echo $$ > cmd.pid; exec sleep 30"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("tracker");
+    let killed = child.id();
+    let t0 = Instant::now();
+    while !s.path("cmd.pid").exists() && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let left: Vec<PathBuf> = std::iter::once(mdir.join(format!("resource-tracker-{killed}")))
+        .chain(v2_own_dir().map(|d| d.join(format!("resource-tracker-{killed}"))))
+        .collect();
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(killed as i32, libc::SIGKILL) };
+    let _ = child.wait();
+    let cmd: i32 = std::fs::read_to_string(s.path("cmd.pid"))
+        .expect("command pid")
+        .trim()
+        .parse()
+        .expect("pid");
+    // SAFETY: the killed tracker's command, the test's own grandchild.
+    unsafe { libc::kill(cmd, libc::SIGKILL) };
+    std::thread::sleep(Duration::from_millis(200));
+    if v1_memory() {
+        assert!(
+            left.iter().any(|d| d.exists()),
+            "{left:?}: the killed tracker's cgroups"
+        );
+    }
+    let o = run(&mut tracked(&["true"]));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    for d in &left {
+        assert!(
+            !d.exists(),
+            "{} left behind by a killed tracker",
+            d.display()
+        );
+    }
 }
 
 /// This process's v2 cgroup beside v1's controllers (hybrid), where the tracker

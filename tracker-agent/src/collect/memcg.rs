@@ -136,6 +136,37 @@ fn is_cgroupfs(dir: &Path) -> io::Result<bool> {
     Ok(magic == CGROUP_SUPER_MAGIC || magic == CGROUP2_SUPER_MAGIC)
 }
 
+/// Removes the cgroups that killed trackers left in `parent` (SIGKILL gives a
+/// tracker no chance to remove its own): those named after a pid with no process
+/// in this PID namespace. Only an empty cgroup can be removed, so one that still
+/// holds a dead tracker's command stays until a later sweep.
+fn sweep_stale(parent: &Path) {
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("resource-tracker-"))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        match std::fs::remove_dir(e.path()) {
+            Ok(()) => log::info!(
+                "removed {}, left by a tracker that was killed",
+                e.path().display()
+            ),
+            Err(err) => log::debug!("{} stays: {err}", e.path().display()),
+        }
+    }
+}
+
 /// Writes `pid` into `dir`'s cgroup.procs: the kernel moves that process.
 fn write_procs(dir: &Path, pid: u32) -> io::Result<()> {
     use std::io::Write as _;
@@ -234,6 +265,7 @@ impl TreeCgroup {
             }
             Err(e) => return Err(io_reason("cannot open", &parent, &e)),
         }
+        sweep_stale(&parent);
         let me = std::process::id();
         let mut made = None;
         for n in 0..16 {
