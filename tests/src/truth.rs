@@ -46,6 +46,11 @@ pub struct Opts<'a> {
     pub poll: bool,
     /// Runs beside the tracker, from its start; the tracker is waited for after.
     pub during: Option<&'a dyn Fn()>,
+    /// The tracker runs in a v2 cgroup that may have no children
+    /// (`cgroup.max.descendants` 0), so it cannot make one for the command: its
+    /// CPU is then the backend's own sums, what a user without rights to make
+    /// cgroups gets.
+    pub backend_sums: bool,
 }
 
 impl Default for Opts<'_> {
@@ -59,6 +64,7 @@ impl Default for Opts<'_> {
             interval: "0.2",
             poll: false,
             during: None,
+            backend_sums: false,
         }
     }
 }
@@ -87,13 +93,23 @@ pub fn track_with(opts: &Opts) -> Tracked {
         interval,
         poll,
         during,
+        backend_sums,
     } = *opts;
     let cg = Cgroup::new(tag);
     let scratch = Scratch::new(tag);
     let (sum, out) = (scratch.path("summary.json"), scratch.path("samples.jsonl"));
     let pre = scratch.path("pre-join-ns");
     let w = workload();
-    let mut c = Command::new(tracker());
+    let full = backend_sums.then(|| FullCgroup::new(tag));
+    let mut c = match &full {
+        // `workload incgroup` joins it and execs the tracker.
+        Some(f) => {
+            let mut c = Command::new(&w);
+            c.arg("incgroup").arg(&f.0).arg("--").arg(tracker());
+            c
+        }
+        None => Command::new(tracker()),
+    };
     c.args(["run", "-q", "-i", interval, "--summary"])
         .arg(&sum)
         .arg("--output")
@@ -174,6 +190,7 @@ pub fn track_with(opts: &Opts) -> Tracked {
     let [before, after] = window[..] else {
         panic!("pre-join CPU window: {window:?}")
     };
+    drop(full);
     Tracked {
         summary: read_json(&sum),
         samples: read_jsonl(&out),
@@ -185,6 +202,38 @@ pub fn track_with(opts: &Opts) -> Tracked {
         code: o.status.code().unwrap_or(-1),
         stderr,
         series,
+    }
+}
+
+/// A v2 cgroup that may have no children, removed when dropped (once its
+/// processes are gone).
+struct FullCgroup(std::path::PathBuf);
+
+impl FullCgroup {
+    fn new(tag: &str) -> FullCgroup {
+        let base = if std::path::Path::new("/sys/fs/cgroup/unified/cgroup.procs").exists() {
+            std::path::Path::new("/sys/fs/cgroup/unified")
+        } else {
+            std::path::Path::new("/sys/fs/cgroup")
+        };
+        let dir = base.join(format!("rt-full-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir(&dir);
+        std::fs::create_dir(&dir)
+            .unwrap_or_else(|e| panic!("cannot create cgroup {}: {e}", dir.display()));
+        std::fs::write(dir.join("cgroup.max.descendants"), "0")
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        FullCgroup(dir)
+    }
+}
+
+impl Drop for FullCgroup {
+    fn drop(&mut self) {
+        for _ in 0..500 {
+            if std::fs::remove_dir(&self.0).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 }
 

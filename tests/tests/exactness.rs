@@ -599,18 +599,26 @@ fn shape_run(tag: &str, backend: Backend, cmd: &[&str], shell: bool) -> Tracked 
     if matches!(backend, Backend::Ebpf) {
         extra.extend(["--events", &events_arg]);
     }
+    // procfs is what a user without eBPF privileges gets, usually without rights
+    // to make cgroups too: its own sums are held to the truth, the tracker kept
+    // from making the command a cgroup. On eBPF the summary is the cgroup's and
+    // the engine's own figures are the exit records' (below).
+    let procfs = matches!(backend, Backend::Procfs);
     let t = track_with(&Opts {
         tag,
         extra: &extra,
         cmd,
         shell,
+        backend_sums: procfs,
         ..Opts::default()
     });
     assert_eq!(t.code, 0, "{tag}: {}", t.stderr);
     assert_eq!(t.summary["backend"], backend.name(), "{tag}: {}", t.stderr);
     // `run` as root puts the command in a cgroup of its own; its CPU is that
     // cgroup's, which the truth (another hierarchy's accounting) must equal.
-    if cpu_cgroup_expected() {
+    if procfs {
+        assert_eq!(t.summary["cpu_source"], "procfs", "{tag}: {}", t.stderr);
+    } else if cpu_cgroup_expected() {
         assert_eq!(t.summary["cpu_source"], "cgroup", "{tag}: {}", t.stderr);
     }
     if matches!(backend, Backend::Ebpf) {
