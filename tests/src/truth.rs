@@ -51,6 +51,8 @@ pub struct Opts<'a> {
     /// CPU is then the backend's own sums, what a user without rights to make
     /// cgroups gets.
     pub backend_sums: bool,
+    /// Set in the tracker's environment.
+    pub env: &'a [(&'a str, &'a str)],
 }
 
 impl Default for Opts<'_> {
@@ -65,6 +67,7 @@ impl Default for Opts<'_> {
             poll: false,
             during: None,
             backend_sums: false,
+            env: &[],
         }
     }
 }
@@ -94,6 +97,7 @@ pub fn track_with(opts: &Opts) -> Tracked {
         poll,
         during,
         backend_sums,
+        env,
     } = *opts;
     let cg = Cgroup::new(tag);
     let scratch = Scratch::new(tag);
@@ -128,6 +132,7 @@ pub fn track_with(opts: &Opts) -> Tracked {
         c.arg(&w).args(cmd);
     }
     c.current_dir(&scratch.0);
+    c.envs(env.iter().copied());
     let mut series = Vec::new();
     let o = if poll {
         let child = c

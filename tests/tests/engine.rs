@@ -76,6 +76,98 @@ fn orphaned_grandchildren_stay_in_the_tree() {
     check_adds_up(&t);
 }
 
+/// The raw-tracepoint links the process `pid` holds, by tracepoint, as the kernel
+/// lists them in /proc/PID/fdinfo.
+fn raw_tp_links(pid: u32) -> std::collections::BTreeMap<String, usize> {
+    let mut by_tp = std::collections::BTreeMap::new();
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
+        return by_tp;
+    };
+    for e in dir.flatten() {
+        let info = std::fs::read_to_string(e.path()).unwrap_or_default();
+        if !info.lines().any(|l| l == "link_type:\traw_tracepoint") {
+            continue;
+        }
+        if let Some(tp) = info.lines().find_map(|l| l.strip_prefix("tp_name:\t")) {
+            *by_tp.entry(tp.to_string()).or_insert(0) += 1;
+        }
+    }
+    by_tp
+}
+
+/// Where tracepoints are preemptible (6.19 on) each life-cycle program has a second
+/// copy, and both run for every event. Forced on here (this kernel's tracepoints
+/// are not preemptible), each shape must still count every fork, exec and exit once
+/// and the engine's own CPU sums stay exact: a copy that acted on an event the
+/// other had handled would count it twice.
+#[test]
+fn second_copies_count_every_event_once() {
+    if !ebpf_available() {
+        return;
+    }
+    for (copies, want) in [("1", 2), ("0", 1)] {
+        let mut child = Command::new(tracker())
+            .args(["run", "-q", "--", "sleep", "3"])
+            .env("TRACKER_SECOND_COPIES", copies)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("tracker");
+        let t0 = Instant::now();
+        let mut links = raw_tp_links(child.id());
+        while links.len() < 4 && t0.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(50));
+            links = raw_tp_links(child.id());
+        }
+        let _ = child.wait();
+        for tp in [
+            "sched_process_fork",
+            "sched_process_exec",
+            "sched_process_exit",
+            "sched_process_free",
+        ] {
+            assert_eq!(
+                links.get(tp),
+                Some(&want),
+                "copies {copies}: links {links:?}"
+            );
+        }
+    }
+    let env = [("TRACKER_SECOND_COPIES", "1")];
+    // Execs: the cgroup wrapper's of the workload, then the workload's own.
+    for (tag, cmd, procs, threads, execs) in [
+        ("2orphans", &["orphans", "30", "100"][..], 61, 0, 2),
+        (
+            "2swexec",
+            &["swarm", "200", "1000", "4", "exec"][..],
+            201,
+            0,
+            202,
+        ),
+        ("2texec", &["threadexec", "150000"][..], 1, 1, 3),
+        ("2vfork", &["vfork", "20", "2000"][..], 21, 0, 22),
+    ] {
+        let t = truth::track_with(&truth::Opts {
+            tag,
+            cmd,
+            backend_sums: true,
+            env: &env,
+            ..truth::Opts::default()
+        });
+        assert_eq!(t.summary["cpu_source"], "ebpf", "{tag}: {}", t.summary);
+        assert_exact_cpu(&t, tag);
+        for (k, want) in [
+            ("processes_spawned", procs),
+            ("processes_exited", procs),
+            ("threads_spawned", threads),
+            ("execs", execs),
+        ] {
+            assert_eq!(u(&t.summary, k), want, "{tag}: {k} in {}", t.summary);
+        }
+        check_adds_up(&t);
+    }
+}
+
 /// The procfs fallback on the same workloads: the totals stay close (the tracker is the
 /// subreaper and collects orphans' rusage), but short-lived processes go uncounted.
 #[test]

@@ -44,6 +44,10 @@ pub struct TaskInfo {
     /// `bpf_ktime_get_ns()` at `sched_process_exit`, 0 before: the EXIT record
     /// carries it, so a process's end is its exit, not the later sweep.
     pub exit_ns: u64,
+    /// `task->mm` after the member's last exec seen, 0 before one: an exec whose
+    /// entry already holds the task's mm was handled (see the programs' `again_*`
+    /// copies).
+    pub exec_mm: u64,
     /// The thread's figures and command at `sched_process_exit`, and for a
     /// process's last thread its exit code and parent. The final figures come
     /// later, read through `task` once it is dead and off the CPU, by the sweep or

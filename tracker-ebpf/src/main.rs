@@ -126,7 +126,7 @@ fn stats(tree: u32) -> Option<&'static mut TreeStats> {
 }
 
 /// The fields of an entry the programs act on, copied out of the map value: the
-/// whole value is 112 bytes, and each copy is instructions the verifier walks once
+/// whole value is 120 bytes, and each copy is instructions the verifier walks once
 /// per key of the probe's batch (5.10's gives up at a million).
 #[derive(Clone, Copy)]
 struct Held {
@@ -223,6 +223,24 @@ fn send(tree: u32, ev: Event, wake: bool) {
 /// happens to its parent later (orphans stay in the tree).
 #[raw_tracepoint(tracepoint = "sched_process_fork")]
 pub fn sched_process_fork(ctx: RawTracePointContext) -> u32 {
+    on_fork(&ctx)
+}
+
+/// A second copy of each life-cycle program, attached after the first where the
+/// kernel runs tracepoints preemptible (6.19 on): a task preempted inside a
+/// program makes the kernel skip that program for every other task on the CPU
+/// until it resumes (`recursion_misses`), and the copy, a program of its own, is
+/// then run instead. Both run for every event; each does what the event asks only
+/// if the state shows no copy did it yet, so an event is seen once whether one
+/// copy, the other or both ran. The two copies run one after the other in the
+/// task that raised the event, never at once for the same event.
+#[raw_tracepoint(tracepoint = "sched_process_fork")]
+pub fn again_fork(ctx: RawTracePointContext) -> u32 {
+    on_fork(&ctx)
+}
+
+#[inline(always)]
+fn on_fork(ctx: &RawTracePointContext) -> u32 {
     let cur = bpf_get_current_pid_tgid() as u32;
     let Some(p) = TASKS.get_ptr_mut(cur) else {
         return 0;
@@ -245,8 +263,14 @@ pub fn sched_process_fork(ctx: RawTracePointContext) -> u32 {
     let (tid, tgid): (u32, u32) = unsafe { (field(child, o.task_pid), field(child, o.task_tgid)) };
     // The child's tid may still key a dead member's entry (freed at its reap, the
     // entry waiting for its sweep or free): that member retires now, with figures
-    // final since its exit, before the tid becomes the child's.
+    // final since its exit, before the tid becomes the child's. An entry already
+    // this child's and not exited means the other copy saw this fork (a dead
+    // member's entry is marked exited, and would need this child's tid and
+    // address both).
     if let Some(old) = held(tid) {
+        if old.task == child as u64 && old.flags & TASK_FLAG_EXITED == 0 {
+            return 0;
+        }
         retire_displaced(tid, old);
     }
     // A thread of the root is part of the root: any of them may be its last.
@@ -292,6 +316,17 @@ pub fn sched_process_fork(ctx: RawTracePointContext) -> u32 {
 /// sched_process_exec(p, old_pid, bprm).
 #[raw_tracepoint(tracepoint = "sched_process_exec")]
 pub fn sched_process_exec(ctx: RawTracePointContext) -> u32 {
+    on_exec(&ctx)
+}
+
+/// See `again_fork`.
+#[raw_tracepoint(tracepoint = "sched_process_exec")]
+pub fn again_exec(ctx: RawTracePointContext) -> u32 {
+    on_exec(&ctx)
+}
+
+#[inline(always)]
+fn on_exec(ctx: &RawTracePointContext) -> u32 {
     let cur = bpf_get_current_pid_tgid() as u32;
     let old: u32 = ctx.arg::<u64>(1) as u32;
     // A non-leader thread that execs takes over the leader's pid: move its entry.
@@ -305,6 +340,15 @@ pub fn sched_process_exec(ctx: RawTracePointContext) -> u32 {
     if !unsafe { is_member(&info, task) } {
         return 0;
     }
+    // Every exec gives the task a new mm, allocated while the old one still lives:
+    // an entry that already holds this mm was updated by the other copy for this
+    // exec. (A non-leader's entry was moved away from `old`: nothing is found.)
+    // SAFETY: `task` is the tracepoint's task argument.
+    let mm: u64 = unsafe { field(task, off().task_mm) };
+    if mm != 0 && info.exec_mm == mm {
+        return 0;
+    }
+    info.exec_mm = mm;
     // A root registered from user space learns its identity here.
     info.task = task as u64;
     if key != cur {
@@ -347,6 +391,17 @@ pub fn sched_process_exec(ctx: RawTracePointContext) -> u32 {
 /// `signal` is certainly valid.
 #[raw_tracepoint(tracepoint = "sched_process_exit")]
 pub fn sched_process_exit(ctx: RawTracePointContext) -> u32 {
+    on_exit(&ctx)
+}
+
+/// See `again_fork`.
+#[raw_tracepoint(tracepoint = "sched_process_exit")]
+pub fn again_exit(ctx: RawTracePointContext) -> u32 {
+    on_exit(&ctx)
+}
+
+#[inline(always)]
+fn on_exit(ctx: &RawTracePointContext) -> u32 {
     let cur = bpf_get_current_pid_tgid() as u32;
     let Some(p) = TASKS.get_ptr_mut(cur) else {
         return 0;
@@ -358,6 +413,10 @@ pub fn sched_process_exit(ctx: RawTracePointContext) -> u32 {
     // Another task with a dead member's tid (which waits to retire) is not the member.
     // SAFETY: `task` is the tracepoint's task argument.
     if !unsafe { is_member(info, task) } {
+        return 0;
+    }
+    // A task exits once: marked, the other copy saw this exit.
+    if info.flags & TASK_FLAG_EXITED != 0 {
         return 0;
     }
     info.flags |= TASK_FLAG_EXITED;
@@ -373,7 +432,7 @@ pub fn sched_process_exit(ctx: RawTracePointContext) -> u32 {
         info.comm = field(task, o.task_comm);
     }
     // SAFETY: as above.
-    let (group_dead, signal) = unsafe { exit_group_dead(&ctx, task) };
+    let (group_dead, signal) = unsafe { exit_group_dead(ctx, task) };
     if !group_dead {
         return 0;
     }
@@ -398,6 +457,17 @@ pub fn sched_process_exit(ctx: RawTracePointContext) -> u32 {
 /// therefore also checked against the member's pid and tgid (`still_member`).
 #[raw_tracepoint(tracepoint = "sched_process_free")]
 pub fn sched_process_free(ctx: RawTracePointContext) -> u32 {
+    on_free(&ctx)
+}
+
+/// See `again_fork`: a member the first copy retired has no entry left.
+#[raw_tracepoint(tracepoint = "sched_process_free")]
+pub fn again_free(ctx: RawTracePointContext) -> u32 {
+    on_free(&ctx)
+}
+
+#[inline(always)]
+fn on_free(ctx: &RawTracePointContext) -> u32 {
     let task: *const u8 = ctx.arg(0);
     let o = off();
     // SAFETY: `task` is the tracepoint's task argument, valid for its whole run.

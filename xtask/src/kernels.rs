@@ -590,10 +590,15 @@ pub fn render(outcomes: &[Outcome], wall_secs: f64) -> String {
          (tests/src/bin/kernel_checks.rs). The guest's /init mounts cgroup v2 and an ext4\n\
          ram disk (brd); every shape runs in a child cgroup that holds exactly the workload,\n\
          and the tracker's figures are compared with that cgroup's `cpu.stat` and `io.stat`.\n\
+         The tracker runs in a cgroup that may have no children, so it cannot make one for\n\
+         the command: the CPU checked is the backend's own sums (`cpu_source` ebpf or\n\
+         procfs), what that kernel's programs or /proc give, not a cgroup's charge.\n\
          Bounds are the host's: CPU within 0.5 %, bytes within 1 %, counts exact; the procfs\n\
          fallback within the host's procfs bound (+2 % + 20 ms, −10 %). Programs are seen\n\
          loaded and attached by listing the kernel's BPF programs and links (bpf(2)\n\
-         `BPF_PROG_GET_NEXT_ID`, `BPF_LINK_GET_NEXT_ID`), not by the tracker's word.\n"
+         `BPF_PROG_GET_NEXT_ID`, `BPF_LINK_GET_NEXT_ID`), not by the tracker's word. The\n\
+         `again_*` rows are the second copies of the life-cycle programs (docs/engine.md):\n\
+         `ok` is loaded and attached from 6.19 on, and not loaded before.\n"
     );
     let _ = writeln!(s, "## Matrix\n");
     let mut head = "| check |".to_string();

@@ -116,14 +116,18 @@ fn main() -> anyhow::Result<()> {
             sh(cargo().args(["build", "--workspace", "--exclude", "tracker-ebpf"]))?;
             // Built once here for every Python test (tests/tests/python_package.rs).
             build_wheel()?;
-            sh(cargo().args([
+            let tests = sh(cargo().args([
                 "test",
                 "--workspace",
                 "--exclude",
                 "tracker-ebpf",
                 "--",
                 "--test-threads=1",
-            ]))
+            ]));
+            // The kernel matrix (docs/kernels.md) after the suite, whatever its
+            // outcome: both results are wanted from one CI run.
+            let matrix = kernels::run(&[], false);
+            tests.and(matrix)
         }
         Some("wheel") if args.iter().any(|a| a == "--release") => {
             sh(Command::new("bash")

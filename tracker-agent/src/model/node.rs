@@ -94,7 +94,8 @@ pub struct NodeSnapshot {
     pub agent_rss_bytes: u64,
     /// Whether the node's BPF programs count the process life cycle.
     pub ebpf: bool,
-    /// Counts the programs could not keep (a full map or ring), since the start.
+    /// Counts the programs could not keep (a full map or ring, or a run the kernel
+    /// skipped), since the start.
     pub lost_events: u64,
     /// The programs' run time so far, when the kernel's BPF statistics are on.
     pub bpf_run_secs: Option<f64>,

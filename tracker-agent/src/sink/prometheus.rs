@@ -320,7 +320,7 @@ impl Collector for Exported {
         let agent: [(&str, &str, bool, f64); 7] = [
             (
                 "resource_tracker_lost_events",
-                "Counts the BPF programs could not keep (a full map or ring).",
+                "Counts the BPF programs could not keep (a full map or ring, or a run the kernel skipped).",
                 true,
                 snap.lost_events as f64,
             ),

@@ -733,22 +733,30 @@ impl EbpfEngine {
     }
 
     /// Runs of the attached programs the kernel skipped, named: a fork, exec or exit
-    /// none of them saw is missing from the counts and from the tree.
+    /// none of them saw is missing from the counts and from the tree. With second
+    /// copies attached, an event is lost only where both copies were skipped for
+    /// it: at most the smaller of the two counts (both count the host's events,
+    /// not only the tree's).
     fn note_missed_runs(&mut self) {
         use std::os::fd::AsFd as _;
-        let missed: u64 = self
-            .bpf
-            .programs()
-            .filter_map(|(_, p)| p.fd().ok())
-            .map(|fd| load::recursion_misses(fd.as_fd()))
+        let misses = |name: &str| {
+            let fd = self.bpf.program(name).and_then(|p| p.fd().ok())?;
+            Some(load::recursion_misses(fd.as_fd()))
+        };
+        let missed: u64 = load::TRACEPOINTS
+            .iter()
+            .map(|&(first, again, _)| {
+                let m = misses(first).unwrap_or(0);
+                misses(again).map_or(m, |a| m.min(a))
+            })
             .sum();
         if missed > 0 {
             self.degraded.set(
                 degraded::MISSED_RUNS,
                 format!(
-                    "the kernel skipped {missed} run(s) of the tracker's programs (one was \
-                     already running on that CPU, preempted inside it): the forks, execs and \
-                     exits they would have seen are missing from processes_spawned, \
+                    "the kernel skipped up to {missed} run(s) of the tracker's programs (one \
+                     was already running on that CPU, preempted inside it): the forks, execs \
+                     and exits they would have seen are missing from processes_spawned, \
                      processes_exited and execs, and a child never seen is outside the tree \
                      with its CPU, I/O and memory"
                 ),

@@ -27,7 +27,7 @@ const PROGRAMS: [(&str, &str); 4] = [
 const UNMATCHED_SCANS: u32 = 3;
 
 pub struct NodeLife {
-    _bpf: Ebpf,
+    bpf: Ebpf,
     counts: PerCpuHashMap<MapData, u64, NodeCounts>,
     commands: PerCpuHashMap<MapData, CommandKey, CommandCpu>,
     lost: PerCpuArray<MapData, u64>,
@@ -116,7 +116,7 @@ impl NodeLife {
         // SAFETY: malloc_trim has no preconditions; the BTF's freed heap goes back.
         unsafe { libc::malloc_trim(0) };
         Ok(NodeLife {
-            _bpf: bpf,
+            bpf,
             counts,
             commands,
             lost,
@@ -164,9 +164,20 @@ impl NodeLife {
         by
     }
 
-    /// Counts the programs could not keep (a full map or ring) since the start.
+    /// Counts the programs could not keep (a full map or ring) since the start, and
+    /// their runs the kernel skipped (`recursion_misses`: where tracepoints are
+    /// preemptible, 6.19 on, a task preempted inside a program makes the next task
+    /// on that CPU skip it). A skipped run is one fork, exec, exit or free of some
+    /// task of the host not counted.
     pub fn lost(&self) -> u64 {
-        self.lost.get(&0, 0).map(|v| v.iter().sum()).unwrap_or(0)
+        use std::os::fd::AsFd as _;
+        let full: u64 = self.lost.get(&0, 0).map(|v| v.iter().sum()).unwrap_or(0);
+        let skipped: u64 = PROGRAMS
+            .iter()
+            .filter_map(|(name, _)| self.bpf.program(name)?.fd().ok())
+            .map(|fd| super::load::recursion_misses(fd.as_fd()))
+            .sum();
+        full + skipped
     }
 
     /// The programs' own run time so far; None unless the kernel's BPF statistics
@@ -179,7 +190,7 @@ impl NodeLife {
         }
         let names: Vec<&str> = PROGRAMS.iter().map(|p| p.0).chain(["node_oom"]).collect();
         Some(
-            self._bpf
+            self.bpf
                 .programs()
                 .filter(|(n, _)| names.contains(n))
                 .filter_map(|(_, p)| p.info().ok())
