@@ -685,8 +685,8 @@ pub fn render(outcomes: &[Outcome], wall_secs: f64) -> String {
          `cpuacct.usage` and blkio, as in the test suite's harness).\n\n\
          ## Time\n\n\
          The whole matrix took {wall_secs:.0} s on this run (kernels cached; the first fetch\n\
-         adds about 100 MB of packages); `cargo xtask test` runs it, so this is what it adds\n\
-         to CI."
+         adds about 100 MB of packages). `cargo xtask test` runs it after the test suite, and\n\
+         first builds the release tracker and the checks the guests run (not counted here)."
     );
     s
 }

@@ -654,19 +654,39 @@ fn procfs_unprivileged() -> Cell {
     if let Err(e) = made {
         return bad(check, format!("cannot delegate {}: {e}", base.display()));
     }
+    // The user must reach the binaries: a checkout may sit under a directory only
+    // root can enter (a CI clone under `mktemp -d`), so copies in a directory of
+    // the scratch are run.
+    let bins = s.path("bin");
+    let copied = (|| -> std::io::Result<(PathBuf, PathBuf)> {
+        std::fs::create_dir(&bins)?;
+        let (t, w) = (bins.join("resource-tracker"), bins.join("workload"));
+        std::fs::copy(tracker(), &t)?;
+        std::fs::copy(workload(), &w)?;
+        Ok((t, w))
+    })();
+    let (tracker_bin, workload_bin) = match copied {
+        Ok(b) => b,
+        Err(e) => {
+            return bad(
+                check,
+                format!("cannot copy the binaries to {}: {e}", bins.display()),
+            )
+        }
+    };
     let procs = CString::new(format!("{}/cgroup.procs", base.display())).unwrap_or_default();
     let (sum, pre) = (s.path("summary.json"), s.path("pre"));
-    let mut c = Command::new(tracker());
+    let mut c = Command::new(&tracker_bin);
     c.args(["run", "-q", "--summary"])
         .arg(&sum)
         .arg("--")
-        .arg(workload())
+        .arg(&workload_bin)
         .arg("incgroup")
         .arg(&inner)
         .arg("--pre")
         .arg(&pre)
         .arg("--")
-        .arg(workload())
+        .arg(&workload_bin)
         .args(["burner", "1", "400"])
         .current_dir(&s.0)
         .stdout(Stdio::null())
