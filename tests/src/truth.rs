@@ -135,31 +135,7 @@ pub fn track_with(opts: &Opts) -> Tracked {
     c.envs(env.iter().copied());
     let mut series = Vec::new();
     let o = if poll {
-        let child = c
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot run {c:?}: {e}"));
-        let pid = child.id() as i32;
-        loop {
-            series.push((unix_now(), cg.usage_ns()));
-            // SAFETY: a non-reaping look at our own child.
-            let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-            let r = unsafe {
-                libc::waitid(
-                    libc::P_PID,
-                    pid as libc::id_t,
-                    &mut info,
-                    libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
-                )
-            };
-            // SAFETY: si_pid is set by waitid when a child changed state.
-            if r != 0 || unsafe { info.si_pid() } == pid {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(2));
-        }
-        child.wait_with_output().expect("tracker output")
+        poll_while_running(&mut c, &cg, &mut series)
     } else if let Some(during) = during {
         let child = c
             .stdout(std::process::Stdio::piped())
@@ -208,6 +184,40 @@ pub fn track_with(opts: &Opts) -> Tracked {
         stderr,
         series,
     }
+}
+
+/// Runs the tracker `c`, recording the cgroup's CPU in `series` every ~2 ms until
+/// it exits.
+fn poll_while_running(
+    c: &mut Command,
+    cg: &Cgroup,
+    series: &mut Vec<(f64, u64)>,
+) -> std::process::Output {
+    let child = c
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {c:?}: {e}"));
+    let pid = child.id() as i32;
+    loop {
+        series.push((unix_now(), cg.usage_ns()));
+        // SAFETY: a non-reaping look at our own child.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        let r = unsafe {
+            libc::waitid(
+                libc::P_PID,
+                pid as libc::id_t,
+                &mut info,
+                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+            )
+        };
+        // SAFETY: si_pid is set by waitid when a child changed state.
+        if r != 0 || unsafe { info.si_pid() } == pid {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    child.wait_with_output().expect("tracker output")
 }
 
 /// A v2 cgroup that may have no children, removed when dropped (once its

@@ -30,5 +30,5 @@ pub fn rss_mib() -> f64 {
         .nth(1)
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
-    (pages * crate::engine::procread::page_size()) as f64 / 1048576.0
+    (pages * crate::sys::page_size()) as f64 / 1048576.0
 }

@@ -12,49 +12,10 @@ use std::{
 use anyhow::{bail, Context as _};
 use serde_json::Value;
 
-use crate::measure::{count_procs, read, stat, unrelated_sleepers};
-
-/// The first line of the peers section (see peers.rs).
-pub const PEERS_MARK: &str = "## Peers, side by side";
-
-/// The section of `doc` that starts at `mark`, up to the next `## ` heading.
-pub fn doc_section<'a>(doc: &'a str, mark: &str) -> Option<&'a str> {
-    let start = doc.find(mark)?;
-    let rest = &doc[start + mark.len()..];
-    let end = rest
-        .find("\n## ")
-        .map_or(doc.len(), |i| start + mark.len() + i + 1);
-    Some(&doc[start..end])
-}
-
-/// Replaces the section at `mark` of the file at `path` with `md`, or adds it
-/// before the peers' section (which `bench --only-peers` rewrites).
-pub fn write_section(path: &Path, mark: &str, md: &str) -> anyhow::Result<()> {
-    let old = std::fs::read_to_string(path).unwrap_or_default();
-    let text = match doc_section(&old, mark) {
-        Some(s) => old.replacen(s, &format!("{}\n", md.trim_end()), 1),
-        None => match old.find(PEERS_MARK) {
-            Some(i) => format!("{}{}\n\n{}", &old[..i], md.trim_end(), &old[i..]),
-            None => format!("{}\n\n{}\n", old.trim_end(), md.trim_end()),
-        },
-    };
-    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
-}
-
-/// Runs a command and returns the workload's `elapsed_secs` from its stdout.
-pub fn workload_secs(cmd: &mut Command) -> anyhow::Result<f64> {
-    let o = cmd
-        .stderr(Stdio::null())
-        .output()
-        .with_context(|| format!("{cmd:?}"))?;
-    if !o.status.success() {
-        bail!("{cmd:?} failed: {}", o.status);
-    }
-    let out = String::from_utf8_lossy(&o.stdout);
-    let v: Value =
-        serde_json::from_str(out.trim()).with_context(|| format!("{cmd:?} printed {out:?}"))?;
-    v["elapsed_secs"].as_f64().context("elapsed_secs")
-}
+use crate::{
+    benchdoc::PEERS_MARK,
+    measure::{count_procs, read, stat, unrelated_sleepers, workload_secs},
+};
 
 fn wall_of(cmd: &mut Command) -> anyhow::Result<f64> {
     let t = Instant::now();
@@ -173,6 +134,210 @@ fn cost_section(tr: &Path, w: &Path, quick: bool) -> anyhow::Result<Vec<String>>
     Ok(md)
 }
 
+/// `--only-cost`: every other section kept as it is; the cost per sample replaced.
+fn only_cost(dir: &Path, path: &Path) -> anyhow::Result<()> {
+    // Keep every other section as it is; replace the cost per sample.
+    let old =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let (head, rest) = old
+        .split_once(COST_MARK)
+        .context("no cost section in docs/benchmarks.md")?;
+    let tail = rest.find("\n## ").map_or("", |i| &rest[i + 1..]);
+    let md = cost_section(&dir.join("resource-tracker"), &dir.join("workload"), false)?;
+    std::fs::write(path, format!("{head}{}\n{tail}", md.join("\n")))
+        .with_context(|| format!("writing {}", path.display()))?;
+    eprintln!("xtask: wrote {}", path.display());
+    Ok(())
+}
+
+/// `--only-real`: every other section kept as it is; the real workloads' replaced
+/// (or added), measured now or rendered again from an earlier run's raw file.
+fn only_real(dir: &Path, args: &[String], quick: bool, path: &Path) -> anyhow::Result<()> {
+    // Keep every other section as it is; replace (or add) the real workloads'.
+    let val = |k: &str| {
+        args.iter()
+            .position(|a| a == k)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
+    let runs = match val("--runs") {
+        Some(n) => n.parse().context("--runs N")?,
+        None if quick => 1,
+        None => 5,
+    };
+    let only = val("--workload");
+    let skip = val("--skip");
+    let cond = val("--conditions").unwrap_or_else(|| "both".into());
+    let peer_runs = match val("--peer-runs") {
+        Some(n) => n.parse().context("--peer-runs N")?,
+        None => runs,
+    };
+    let plan = crate::real_bench::Plan {
+        runs,
+        peer_runs,
+        only: only.as_deref(),
+        skip: skip.as_deref(),
+        quiet: cond != "churn",
+        churn: cond != "quiet",
+    };
+    let raw = crate::root().join("target/realbench/raw.jsonl");
+    let m = match val("--from-raw") {
+        // Render again what an earlier run appended, without measuring.
+        Some(f) => crate::real_bench::load(Path::new(&f))?,
+        None => crate::real_bench::measure(dir, &plan, &raw)?,
+    };
+    let mut cmdline = "cargo xtask bench --only-real".to_string();
+    for (k, v) in [
+        ("--runs", val("--runs")),
+        ("--peer-runs", val("--peer-runs")),
+        ("--workload", only.clone()),
+        ("--skip", skip.clone()),
+        ("--conditions", val("--conditions")),
+        ("--from-raw", val("--from-raw")),
+    ] {
+        if let Some(v) = v {
+            cmdline.push_str(&format!(" {k} {}", crate::real_bench::quote(&v)));
+        }
+    }
+    let md = crate::real_bench::render(&m, &cmdline);
+    println!("{md}");
+    crate::real_bench::write(path, &md)?;
+    eprintln!(
+        "xtask: wrote {} (raw runs: {})",
+        path.display(),
+        raw.display()
+    );
+    Ok(())
+}
+
+/// Overhead on the tracked workload's own elapsed time: each storm untracked, on
+/// eBPF and on procfs, interleaved.
+fn overhead_section(
+    tr: &Path,
+    w: &Path,
+    storms: &[(&str, Vec<&str>)],
+    reps: usize,
+) -> anyhow::Result<Vec<String>> {
+    let mut out: Vec<String> = vec![
+        "## Overhead on the tracked workload (goal: fork/exec ≤ 1.02, context switches ≤ 1.03)"
+            .into(),
+        String::new(),
+        "| workload | command | untracked (s) | tracked, ebpf (s) | ratio median (min–max) | tracked, procfs (s) | ratio |".into(),
+        "|---|---|---|---|---|---|---|".into(),
+    ];
+    for (name, wargs) in storms {
+        let (mut a, mut b, mut c, mut rb, mut rc) = (vec![], vec![], vec![], vec![], vec![]);
+        for _ in 0..reps {
+            let x = workload_secs(Command::new(w).args(wargs))?;
+            let y = workload_secs(
+                Command::new(tr)
+                    .args(["run", "-q", "--"])
+                    .arg(w)
+                    .args(wargs),
+            )?;
+            let z = workload_secs(
+                Command::new(tr)
+                    .args(["run", "-q", "--no-ebpf", "--"])
+                    .arg(w)
+                    .args(wargs),
+            )?;
+            rb.push(y / x);
+            rc.push(z / x);
+            a.push(x);
+            b.push(y);
+            c.push(z);
+        }
+        let (ma, _, _) = stat(a);
+        let (mb, _, _) = stat(b);
+        let (mc, _, _) = stat(c);
+        let (r, lo, hi) = stat(rb);
+        let (r2, lo2, hi2) = stat(rc);
+        out.push(format!(
+            "| {name} | `workload {}` | {ma:.3} | {mb:.3} | **{r:.3}** ({lo:.3}–{hi:.3}) | {mc:.3} | {r2:.3} ({lo2:.3}–{hi2:.3}) |",
+            wargs.join(" ")
+        ));
+    }
+    out.push(String::new());
+    Ok(out)
+}
+
+/// Wall time and peak memory of `run -q -- true`, eBPF and procfs, beside `true`.
+fn startup_section(tr: &Path, reps: usize) -> anyhow::Result<Vec<String>> {
+    let mut out: Vec<String> = vec![
+        "## Start-up: `resource-tracker run -q -- true` (goals: wall ≤ 50 ms, peak RSS ≤ 20 MiB)"
+            .into(),
+        String::new(),
+    ];
+    let cmds: [Vec<&str>; 2] = [
+        vec!["run", "-q", "--", "true"],
+        vec!["run", "-q", "--no-ebpf", "--", "true"],
+    ];
+    let (mut a, mut walls, mut rss) = (vec![], [vec![], vec![]], [vec![], vec![]]);
+    for _ in 0..(reps * 2) {
+        a.push(wall_of(&mut Command::new("true"))? * 1e3);
+        for (i, args) in cmds.iter().enumerate() {
+            let (w, r) = wall_and_peak(Command::new(tr).args(args))?;
+            walls[i].push(w * 1e3);
+            rss[i].push(r);
+        }
+    }
+    let (ma, la, ha) = stat(a);
+    out.push("| command | wall ms, median (min–max) | peak RSS MiB, median (min–max) |".into());
+    out.push("|---|---|---|".into());
+    out.push(format!("| `true` | {ma:.1} ({la:.1}–{ha:.1}) | |"));
+    for (i, label) in [
+        "`resource-tracker run -q -- true` (ebpf)",
+        "`resource-tracker run -q --no-ebpf -- true`",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let (mw, lw, hw) = stat(walls[i].clone());
+        let (mr, lr, hr) = stat(rss[i].clone());
+        out.push(format!(
+            "| {label} | **{mw:.1}** ({lw:.1}–{hw:.1}) | **{mr:.1}** ({lr:.1}–{hr:.1}) |"
+        ));
+    }
+    out.push(String::new());
+    Ok(out)
+}
+
+/// The BPF programs' own run time per event (a pass with `--bpf-stats`).
+fn bpf_section(tr: &Path, w: &Path, storms: &[(&str, Vec<&str>)]) -> anyhow::Result<Vec<String>> {
+    let mut out: Vec<String> = vec![
+        "## BPF programs' own cost (separate pass, `--bpf-stats`)".into(),
+        String::new(),
+        "| workload | program | runs | ns per run |".into(),
+        "|---|---|---|---|".into(),
+    ];
+    for (name, wargs) in storms {
+        let sum = std::env::temp_dir().join("rt-bench-summary.json");
+        let mut cmd = Command::new(tr);
+        cmd.args(["run", "-q", "--bpf-stats", "--summary"])
+            .arg(&sum)
+            .arg("--")
+            .arg(w)
+            .args(wargs);
+        wall_of(&mut cmd)?;
+        let s: Value = serde_json::from_str(&std::fs::read_to_string(&sum)?)?;
+        for p in s["bpf_programs"].as_array().cloned().unwrap_or_default() {
+            let runs = p["run_count"].as_u64().unwrap_or(0);
+            let ns = p["run_time_ns"].as_u64().unwrap_or(0);
+            let per = if runs > 0 {
+                ns as f64 / runs as f64
+            } else {
+                0.0
+            };
+            out.push(format!(
+                "| {name} | {} | {runs} | {per:.0} |",
+                p["name"].as_str().unwrap_or("?")
+            ));
+        }
+    }
+    out.push(String::new());
+    Ok(out)
+}
+
 pub fn run(dir: &Path, args: &[String]) -> anyhow::Result<()> {
     let quick = args.iter().any(|a| a == "--quick");
     let only_peers = args.iter().any(|a| a == "--only-peers");
@@ -181,75 +346,10 @@ pub fn run(dir: &Path, args: &[String]) -> anyhow::Result<()> {
     }
     let path = crate::root().join("docs/benchmarks.md");
     if args.iter().any(|a| a == "--only-cost") {
-        // Keep every other section as it is; replace the cost per sample.
-        let old = std::fs::read_to_string(&path)
-            .with_context(|| format!("reading {}", path.display()))?;
-        let (head, rest) = old
-            .split_once(COST_MARK)
-            .context("no cost section in docs/benchmarks.md")?;
-        let tail = rest.find("\n## ").map_or("", |i| &rest[i + 1..]);
-        let md = cost_section(&dir.join("resource-tracker"), &dir.join("workload"), false)?;
-        std::fs::write(&path, format!("{head}{}\n{tail}", md.join("\n")))
-            .with_context(|| format!("writing {}", path.display()))?;
-        eprintln!("xtask: wrote {}", path.display());
-        return Ok(());
+        return only_cost(dir, &path);
     }
     if args.iter().any(|a| a == "--only-real") {
-        // Keep every other section as it is; replace (or add) the real workloads'.
-        let val = |k: &str| {
-            args.iter()
-                .position(|a| a == k)
-                .and_then(|i| args.get(i + 1))
-                .cloned()
-        };
-        let runs = match val("--runs") {
-            Some(n) => n.parse().context("--runs N")?,
-            None if quick => 1,
-            None => 5,
-        };
-        let only = val("--workload");
-        let skip = val("--skip");
-        let cond = val("--conditions").unwrap_or_else(|| "both".into());
-        let peer_runs = match val("--peer-runs") {
-            Some(n) => n.parse().context("--peer-runs N")?,
-            None => runs,
-        };
-        let plan = crate::real_bench::Plan {
-            runs,
-            peer_runs,
-            only: only.as_deref(),
-            skip: skip.as_deref(),
-            quiet: cond != "churn",
-            churn: cond != "quiet",
-        };
-        let raw = crate::root().join("target/realbench/raw.jsonl");
-        let m = match val("--from-raw") {
-            // Render again what an earlier run appended, without measuring.
-            Some(f) => crate::real_bench::load(Path::new(&f))?,
-            None => crate::real_bench::measure(dir, &plan, &raw)?,
-        };
-        let mut cmdline = "cargo xtask bench --only-real".to_string();
-        for (k, v) in [
-            ("--runs", val("--runs")),
-            ("--peer-runs", val("--peer-runs")),
-            ("--workload", only.clone()),
-            ("--skip", skip.clone()),
-            ("--conditions", val("--conditions")),
-            ("--from-raw", val("--from-raw")),
-        ] {
-            if let Some(v) = v {
-                cmdline.push_str(&format!(" {k} {}", crate::real_bench::quote(&v)));
-            }
-        }
-        let md = crate::real_bench::render(&m, &cmdline);
-        println!("{md}");
-        crate::real_bench::write(&path, &md)?;
-        eprintln!(
-            "xtask: wrote {} (raw runs: {})",
-            path.display(),
-            raw.display()
-        );
-        return Ok(());
+        return only_real(dir, args, quick, &path);
     }
     if args.iter().any(|a| a == "--only-exact") {
         // Keep every other section as it is; replace (or add) the exactness one.
@@ -303,14 +403,6 @@ pub fn run(dir: &Path, args: &[String]) -> anyhow::Result<()> {
     say(format!("- Repetitions: {reps}"));
     say(String::new());
 
-    // 1. Overhead on the tracked workload's own wall time.
-    say(
-        "## Overhead on the tracked workload (goal: fork/exec ≤ 1.02, context switches ≤ 1.03)"
-            .into(),
-    );
-    say(String::new());
-    say("| workload | command | untracked (s) | tracked, ebpf (s) | ratio median (min–max) | tracked, procfs (s) | ratio |".into());
-    say("|---|---|---|---|---|---|---|".into());
     let storms: [(&str, Vec<&str>); 3] = [
         ("fork/exec storm", vec!["forkstorm", "3000"]),
         (
@@ -319,39 +411,10 @@ pub fn run(dir: &Path, args: &[String]) -> anyhow::Result<()> {
         ),
         ("CPU-bound control", vec!["burner", "1", "700"]),
     ];
-    for (name, wargs) in &storms {
-        let (mut a, mut b, mut c, mut rb, mut rc) = (vec![], vec![], vec![], vec![], vec![]);
-        for _ in 0..reps {
-            let x = workload_secs(Command::new(&w).args(wargs))?;
-            let y = workload_secs(
-                Command::new(&tr)
-                    .args(["run", "-q", "--"])
-                    .arg(&w)
-                    .args(wargs),
-            )?;
-            let z = workload_secs(
-                Command::new(&tr)
-                    .args(["run", "-q", "--no-ebpf", "--"])
-                    .arg(&w)
-                    .args(wargs),
-            )?;
-            rb.push(y / x);
-            rc.push(z / x);
-            a.push(x);
-            b.push(y);
-            c.push(z);
-        }
-        let (ma, _, _) = stat(a);
-        let (mb, _, _) = stat(b);
-        let (mc, _, _) = stat(c);
-        let (r, lo, hi) = stat(rb);
-        let (r2, lo2, hi2) = stat(rc);
-        say(format!(
-            "| {name} | `workload {}` | {ma:.3} | {mb:.3} | **{r:.3}** ({lo:.3}–{hi:.3}) | {mc:.3} | {r2:.3} ({lo2:.3}–{hi2:.3}) |",
-            wargs.join(" ")
-        ));
+    // 1. Overhead on the tracked workload's own wall time.
+    for line in overhead_section(&tr, &w, &storms, reps)? {
+        say(line);
     }
-    say(String::new());
 
     // 2. Cost per sample with a 50-process tree and unrelated processes on the host.
     for line in cost_section(&tr, &w, quick)? {
@@ -359,73 +422,14 @@ pub fn run(dir: &Path, args: &[String]) -> anyhow::Result<()> {
     }
 
     // 3. Wall time and peak memory of `run -- true`.
-    say(
-        "## Start-up: `resource-tracker run -q -- true` (goals: wall ≤ 50 ms, peak RSS ≤ 20 MiB)"
-            .into(),
-    );
-    say(String::new());
-    let cmds: [Vec<&str>; 2] = [
-        vec!["run", "-q", "--", "true"],
-        vec!["run", "-q", "--no-ebpf", "--", "true"],
-    ];
-    let (mut a, mut walls, mut rss) = (vec![], [vec![], vec![]], [vec![], vec![]]);
-    for _ in 0..(reps * 2) {
-        a.push(wall_of(&mut Command::new("true"))? * 1e3);
-        for (i, args) in cmds.iter().enumerate() {
-            let (w, r) = wall_and_peak(Command::new(&tr).args(args))?;
-            walls[i].push(w * 1e3);
-            rss[i].push(r);
-        }
+    for line in startup_section(&tr, reps)? {
+        say(line);
     }
-    let (ma, la, ha) = stat(a);
-    say("| command | wall ms, median (min–max) | peak RSS MiB, median (min–max) |".into());
-    say("|---|---|---|".into());
-    say(format!("| `true` | {ma:.1} ({la:.1}–{ha:.1}) | |"));
-    for (i, label) in [
-        "`resource-tracker run -q -- true` (ebpf)",
-        "`resource-tracker run -q --no-ebpf -- true`",
-    ]
-    .iter()
-    .enumerate()
-    {
-        let (mw, lw, hw) = stat(walls[i].clone());
-        let (mr, lr, hr) = stat(rss[i].clone());
-        say(format!(
-            "| {label} | **{mw:.1}** ({lw:.1}–{hw:.1}) | **{mr:.1}** ({lr:.1}–{hr:.1}) |"
-        ));
-    }
-    say(String::new());
 
     // 4. The BPF programs' own cost, in a separate pass with statistics enabled.
-    say("## BPF programs' own cost (separate pass, `--bpf-stats`)".into());
-    say(String::new());
-    say("| workload | program | runs | ns per run |".into());
-    say("|---|---|---|---|".into());
-    for (name, wargs) in &storms[..2] {
-        let sum = std::env::temp_dir().join("rt-bench-summary.json");
-        let mut cmd = Command::new(&tr);
-        cmd.args(["run", "-q", "--bpf-stats", "--summary"])
-            .arg(&sum)
-            .arg("--")
-            .arg(&w)
-            .args(wargs);
-        wall_of(&mut cmd)?;
-        let s: Value = serde_json::from_str(&std::fs::read_to_string(&sum)?)?;
-        for p in s["bpf_programs"].as_array().cloned().unwrap_or_default() {
-            let runs = p["run_count"].as_u64().unwrap_or(0);
-            let ns = p["run_time_ns"].as_u64().unwrap_or(0);
-            let per = if runs > 0 {
-                ns as f64 / runs as f64
-            } else {
-                0.0
-            };
-            say(format!(
-                "| {name} | {} | {runs} | {per:.0} |",
-                p["name"].as_str().unwrap_or("?")
-            ));
-        }
+    for line in bpf_section(&tr, &w, &storms[..2])? {
+        say(line);
     }
-    say(String::new());
     say("Commands: the table rows name the `workload` mode (tests/src/workload.rs); tracked runs are `resource-tracker run -q [--no-ebpf] -- workload …`, and the ratio compares the workload's own elapsed time, so the tracker's start-up is not in it.".into());
 
     let mut text = String::new();
@@ -457,7 +461,7 @@ pub fn run(dir: &Path, args: &[String]) -> anyhow::Result<()> {
 
 #[cfg(test)]
 mod section_tests {
-    use super::*;
+    use crate::benchdoc::{doc_section, write_section};
 
     #[test]
     fn a_section_is_replaced_in_place_or_added_before_the_peers() {
@@ -477,6 +481,55 @@ mod section_tests {
         assert_eq!(
             got,
             "# B\n\n## A\nold a\n\n## X\nnew x\n## Y\ny\n\n## Peers, side by side\np\n"
+        );
+    }
+}
+
+#[cfg(test)]
+mod readme_tests {
+    /// Figures with a unit (`53 ms`, `12.2 MiB`, `1.001×`, `0.5 %`) in `text`.
+    fn figures(text: &str) -> Vec<String> {
+        const UNITS: [&str; 8] = ["ms", "µs", "ns", "MiB", "KiB", "%", "×", "s "];
+        let b = text.as_bytes();
+        let mut found = Vec::new();
+        for (i, c) in text.char_indices() {
+            if !c.is_ascii_digit() || (i > 0 && (b[i - 1].is_ascii_digit() || b[i - 1] == b'.')) {
+                continue;
+            }
+            let num_end = text[i..]
+                .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+                .map_or(text.len(), |n| i + n);
+            let rest = text[num_end..].trim_start_matches(' ');
+            if let Some(u) = UNITS.iter().find(|u| rest.starts_with(*u)) {
+                found.push(format!("{}{}", &text[i..num_end], u.trim_end()));
+            }
+        }
+        found
+    }
+
+    /// docs/benchmarks.md is the one place the measured figures live: the README's
+    /// Benchmarks and How-it-measures sections point to it and copy none, so the two
+    /// cannot disagree.
+    #[test]
+    fn the_readme_copies_no_benchmark_figure() {
+        let readme = std::fs::read_to_string(crate::root().join("README.md")).unwrap();
+        for (from, to) in [
+            ("## How it measures", "### Exactness"),
+            ("## Benchmarks", "`cargo xtask soak"),
+        ] {
+            let start = readme
+                .find(from)
+                .unwrap_or_else(|| panic!("{from} missing"));
+            let end = start
+                + readme[start..]
+                    .find(to)
+                    .unwrap_or_else(|| panic!("{to} missing"));
+            let found = figures(&readme[start..end]);
+            assert!(found.is_empty(), "{from}: figures {found:?}");
+        }
+        assert_eq!(
+            figures("took 53 ms, 1.001× and 12.2 MiB; 0.5 % of 2 s in 3 runs"),
+            ["53ms", "1.001×", "12.2MiB", "0.5%", "2s"]
         );
     }
 }

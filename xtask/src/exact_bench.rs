@@ -17,7 +17,7 @@ use serde_json::Value;
 
 use crate::{
     measure::{read, stat},
-    peers::{acc_interval, install, run_rusage, say_tool_header, tmp, Peers, Tool, TOOLS},
+    peers::{acc_interval, run_rusage, say_tool_header, tmp, Peers, Tool},
     truth::{pre_join_secs, Truth},
 };
 
@@ -134,50 +134,35 @@ fn pct_cell(v: Vec<f64>, none: &str) -> String {
     }
 }
 
-pub fn run(dir: &Path, quick: bool) -> anyhow::Result<String> {
-    let t_all = Instant::now();
-    let tr = dir.join("resource-tracker");
-    let w = dir.join("workload");
-    let p = install(&tr)?;
-    let tools: Vec<Tool> = TOOLS.iter().copied().filter(|t| t.available(&p)).collect();
-    let runs = if quick { 1 } else { 3 };
-    let scratch = std::env::temp_dir().join(format!("rt-exact-{}", std::process::id()));
-    std::fs::create_dir_all(&scratch)?;
-    let mut md = String::new();
-    let mut say = |line: String| {
-        println!("{line}");
-        md.push_str(&line);
-        md.push('\n');
-    };
-    say(format!("{EXACT_MARK} (`cargo xtask bench --only-exact`)"));
-    say(String::new());
-    say(format!(
-        "Measured on {} vCPU ({}), kernel {}, tracker {} ({}), with the peers of the section below (same commands, intervals 1 s, psrecord 0.5 s; the accuracy form, see there). Each run executes `workload incgroup DIRS --pre F -- CMD` under the tool: the root joins a fresh cgroup in every hierarchy that keeps a truth (v1 `cpuacct`, `blkio` with a 1 TiB/s throttle rule so that it counts, `memory`; else v2 `cpu.stat`, `io.stat`, `memory.peak`) before it execs the workload. A cell is the tool's figure as a % of the cgroup's: median (min–max) of {runs} run(s), the tools interleaved run by run. The machine has 2 vCPU and is shared with other work; these are ratios to the kernel's own counters of the same run, so load moves them little.",
-        read("nproc"),
-        read("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'"),
-        read("uname -r"),
-        env!("CARGO_PKG_VERSION"),
-        read("git -C . rev-parse --short HEAD 2>/dev/null"),
-    ));
-    say(String::new());
+/// What the sections of this bench share.
+struct Ctx<'a> {
+    p: &'a Peers,
+    tools: &'a [Tool],
+    w: &'a Path,
+    scratch: &'a Path,
+    runs: usize,
+}
 
+/// Storage bytes written, and write-call bytes where a tool reports them; the
+/// seconds it took.
+fn io_section(cx: &Ctx, say: &mut dyn FnMut(String)) -> f64 {
     // (a) Storage bytes written, and write-call bytes where a tool reports them.
     say("### Storage bytes written against the cgroup's (blkio / io.stat)".into());
     say(String::new());
     say("`write_bytes` as reported (ours: the summary; py-rt: Σ `disk_write_bytes` of `process_metrics`, i.e. the tree's `/proc/PID/io` per interval; rs-rt: Σ `cpu.process_disk_write_bytes`) as a % of the bytes the cgroup wrote to disk. psrecord and pidstat (`-T CHILD`: CPU and page faults only) do not report I/O. The `wchar` row is the bytes through write calls (ours alone reports them) as a % of what dd wrote through `write(2)`, 50 MiB, plus the shells' few bytes. Ours (procfs) reads `/proc/PID/io` of live members only, and the tracker reaps the root with `wait4`, which carries no I/O: when the writers and the root are gone before the first sample (here within 1 s) it reports 0 (with the same command followed by `sleep 1.5` it reported 52,428,800 bytes written and 52,428,800 `wchar`); the peers' accuracy form keeps a gating shell alive 1.5 intervals after the command, which ours does not get.".into());
     say(String::new());
-    say_tool_header(&mut say, "| workload | cgroup wrote (MiB) |", &tools);
+    say_tool_header(say, "| workload | cgroup wrote (MiB) |", cx.tools);
     let io_shapes = [
         script("50 MiB O_DIRECT at the bottom of 4 nested shells", NESTED),
         script("10 parallel writers × 5 MiB O_DIRECT", PARALLEL),
     ];
     let t_io = Instant::now();
     for s in &io_shapes {
-        let mut cells: Vec<Vec<f64>> = vec![vec![]; tools.len()];
-        let mut wchar: Vec<Vec<f64>> = vec![vec![]; tools.len()];
-        let mut reported = vec![false; tools.len()];
+        let mut cells: Vec<Vec<f64>> = vec![vec![]; cx.tools.len()];
+        let mut wchar: Vec<Vec<f64>> = vec![vec![]; cx.tools.len()];
+        let mut reported = vec![false; cx.tools.len()];
         let mut truths = vec![];
-        each_run(&p, &tools, &w, s, &scratch, runs, |i, t, o| {
+        each_run(cx.p, cx.tools, cx.w, s, cx.scratch, cx.runs, |i, t, o| {
             let Some(truth) = o.written.filter(|&b| b > 0) else {
                 eprintln!("xtask: the cgroup counted no writes ({})", s.name);
                 return;
@@ -195,7 +180,7 @@ pub fn run(dir: &Path, quick: bool) -> anyhow::Result<String> {
         let (m, lo, hi) = stat(truths);
         let mut row = format!("| {} | {m:.1} ({lo:.1}–{hi:.1}) |", s.name);
         let mut wrow = "| … `wchar`, % of 50 MiB | |".to_string();
-        for i in 0..tools.len() {
+        for i in 0..cx.tools.len() {
             let none = if reported[i] {
                 "failed"
             } else {
@@ -211,9 +196,12 @@ pub fn run(dir: &Path, quick: bool) -> anyhow::Result<String> {
         say(row);
         say(wrow);
     }
-    let io_secs = t_io.elapsed().as_secs_f64();
     say(String::new());
+    t_io.elapsed().as_secs_f64()
+}
 
+/// Peak memory; the seconds it took.
+fn mem_section(cx: &Ctx, say: &mut dyn FnMut(String)) -> f64 {
     // (b) Peak memory.
     say(
         "### Peak memory against the cgroup's peak (memory.max_usage_in_bytes / memory.peak)"
@@ -222,7 +210,7 @@ pub fn run(dir: &Path, quick: bool) -> anyhow::Result<String> {
     say(String::new());
     say("`workload memory MIB N 2500`: N processes each write MIB of anonymous memory at once and hold it 2.5 s, so that a tool sampling every second sees the peak at least once (a shorter hold measures sampling luck; ours also takes an exited process's peak from the kernel). Ours: the summary's `peak_memory_mib` (RSS); py-rt: the most `memory_mib` (PSS) of one sample; rs-rt: the most `cpu.process_rss_mib` (whole MiB); psrecord: the most \"Real (MB)\" (RSS, children included). pidstat `-T CHILD` reports no memory. The cgroup's peak also holds page tables and the tree's other kernel memory, so a tool that sees every page reads a little under 100 %.".into());
     say(String::new());
-    say_tool_header(&mut say, "| workload | cgroup peak (MiB) |", &tools);
+    say_tool_header(say, "| workload | cgroup peak (MiB) |", cx.tools);
     let mem_shapes = [
         shape("one process, 256 MiB", "memory 256 1 2500", Some(1)),
         shape(
@@ -233,9 +221,9 @@ pub fn run(dir: &Path, quick: bool) -> anyhow::Result<String> {
     ];
     let t_mem = Instant::now();
     for s in &mem_shapes {
-        let mut cells: Vec<Vec<f64>> = vec![vec![]; tools.len()];
+        let mut cells: Vec<Vec<f64>> = vec![vec![]; cx.tools.len()];
         let mut truths = vec![];
-        each_run(&p, &tools, &w, s, &scratch, runs, |i, t, o| {
+        each_run(cx.p, cx.tools, cx.w, s, cx.scratch, cx.runs, |i, t, o| {
             let Some(truth) = o.peak.filter(|&b| b > 0) else {
                 return;
             };
@@ -247,7 +235,7 @@ pub fn run(dir: &Path, quick: bool) -> anyhow::Result<String> {
         });
         let (m, lo, hi) = stat(truths);
         let mut row = format!("| {} | {m:.1} ({lo:.1}–{hi:.1}) |", s.name);
-        for (i, &t) in tools.iter().enumerate() {
+        for (i, &t) in cx.tools.iter().enumerate() {
             let none = if t == Tool::Pidstat {
                 "not reported"
             } else {
@@ -257,9 +245,12 @@ pub fn run(dir: &Path, quick: bool) -> anyhow::Result<String> {
         }
         say(row);
     }
-    let mem_secs = t_mem.elapsed().as_secs_f64();
     say(String::new());
+    t_mem.elapsed().as_secs_f64()
+}
 
+/// CPU on the engine's hard shapes; the seconds it took.
+fn cpu_section(cx: &Ctx, say: &mut dyn FnMut(String)) -> f64 {
     // (d) CPU on the engine's hard shapes.
     say(
         "### CPU on the hard shapes against the cgroup's (rows of the peers' accuracy table)"
@@ -268,7 +259,7 @@ pub fn run(dir: &Path, quick: bool) -> anyhow::Result<String> {
     say(String::new());
     say("The tree's CPU as a % of the cgroup's usage plus the root's CPU before it joined, as in the peers' accuracy table below; processes reported / in the tree in brackets (ours: all spawned, median; py-rt and rs-rt: the most alive in one sample), the count alone where the shell decides it. A truth of 0.01 s (the nested shells: O_DIRECT writes cost little CPU) is one tick of the peers' tick-based counters, so their cells there are noise.".into());
     say(String::new());
-    say_tool_header(&mut say, "| workload | truth CPU (s) |", &tools);
+    say_tool_header(say, "| workload | truth CPU (s) |", cx.tools);
     let cpu_shapes = [
         script(
             "nested shells doing I/O (50 MiB O_DIRECT under 4 shells)",
@@ -312,11 +303,17 @@ pub fn run(dir: &Path, quick: bool) -> anyhow::Result<String> {
     ];
     let t_cpu = Instant::now();
     for s in &cpu_shapes {
-        let mut cells: Vec<Vec<f64>> = vec![vec![]; tools.len()];
-        let mut procs: Vec<Vec<f64>> = vec![vec![]; tools.len()];
+        let mut cells: Vec<Vec<f64>> = vec![vec![]; cx.tools.len()];
+        let mut procs: Vec<Vec<f64>> = vec![vec![]; cx.tools.len()];
         let mut truths = vec![];
-        each_run(&p, &tools, &w, s, &scratch, runs, |i, t, o| {
-            match t.parse(&o.out, acc_interval(t)) {
+        each_run(
+            cx.p,
+            cx.tools,
+            cx.w,
+            s,
+            cx.scratch,
+            cx.runs,
+            |i, t, o| match t.parse(&o.out, acc_interval(t)) {
                 Ok((cpu, n)) => {
                     truths.push(o.cpu);
                     cells[i].push(100.0 * cpu / o.cpu);
@@ -325,11 +322,11 @@ pub fn run(dir: &Path, quick: bool) -> anyhow::Result<String> {
                     }
                 }
                 Err(e) => eprintln!("xtask: {} on {}: {e:#}", t.name(), s.name),
-            }
-        });
+            },
+        );
         let (m, lo, hi) = stat(truths);
         let mut row = format!("| {} | {m:.2} ({lo:.2}–{hi:.2}) |", s.name);
-        for i in 0..tools.len() {
+        for i in 0..cx.tools.len() {
             let pc = if procs[i].is_empty() {
                 String::new()
             } else {
@@ -347,9 +344,12 @@ pub fn run(dir: &Path, quick: bool) -> anyhow::Result<String> {
         }
         say(row);
     }
-    let cpu_secs = t_cpu.elapsed().as_secs_f64();
     say(String::new());
+    t_cpu.elapsed().as_secs_f64()
+}
 
+/// The end of a run; the seconds it took.
+fn end_section(tr: &Path, w: &Path, quick: bool, say: &mut dyn FnMut(String)) -> f64 {
     // (c) The end of a run.
     let end_runs = if quick { 2 } else { 5 };
     say("### The end of a run: 1,500 zombies waiting for a lazy reaper (goals: tracker CPU in the final interval ≤ 5 ms, final sample ≤ 50 ms after the root's exit)".into());
@@ -362,7 +362,7 @@ pub fn run(dir: &Path, quick: bool) -> anyhow::Result<String> {
     let mut res: [(Vec<f64>, Vec<f64>, String); 2] = Default::default();
     for _ in 0..end_runs {
         for (i, procfs) in [false, true].into_iter().enumerate() {
-            match end_run(&tr, &w, procfs) {
+            match end_run(tr, w, procfs) {
                 Ok((d, c, n)) => {
                     res[i].0.push(d);
                     res[i].1.push(c);
@@ -380,8 +380,45 @@ pub fn run(dir: &Path, quick: bool) -> anyhow::Result<String> {
             res[i].2
         ));
     }
-    let end_secs = t_end.elapsed().as_secs_f64();
     say(String::new());
+    t_end.elapsed().as_secs_f64()
+}
+
+pub fn run(dir: &Path, quick: bool) -> anyhow::Result<String> {
+    let t_all = Instant::now();
+    let (tr, w, p, tools) = crate::peers::setup(dir)?;
+    let runs = if quick { 1 } else { 3 };
+    let scratch = std::env::temp_dir().join(format!("rt-exact-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch)?;
+    let mut md = String::new();
+    let mut say = |line: String| {
+        println!("{line}");
+        md.push_str(&line);
+        md.push('\n');
+    };
+    say(format!("{EXACT_MARK} (`cargo xtask bench --only-exact`)"));
+    say(String::new());
+    say(format!(
+        "Measured on {} vCPU ({}), kernel {}, tracker {} ({}), with the peers of the section below (same commands, intervals 1 s, psrecord 0.5 s; the accuracy form, see there). Each run executes `workload incgroup DIRS --pre F -- CMD` under the tool: the root joins a fresh cgroup in every hierarchy that keeps a truth (v1 `cpuacct`, `blkio` with a 1 TiB/s throttle rule so that it counts, `memory`; else v2 `cpu.stat`, `io.stat`, `memory.peak`) before it execs the workload. A cell is the tool's figure as a % of the cgroup's: median (min–max) of {runs} run(s), the tools interleaved run by run. The machine has 2 vCPU and is shared with other work; these are ratios to the kernel's own counters of the same run, so load moves them little.",
+        read("nproc"),
+        read("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'"),
+        read("uname -r"),
+        env!("CARGO_PKG_VERSION"),
+        read("git -C . rev-parse --short HEAD 2>/dev/null"),
+    ));
+    say(String::new());
+
+    let cx = Ctx {
+        p: &p,
+        tools: &tools,
+        w: &w,
+        scratch: &scratch,
+        runs,
+    };
+    let io_secs = io_section(&cx, &mut say);
+    let mem_secs = mem_section(&cx, &mut say);
+    let cpu_secs = cpu_section(&cx, &mut say);
+    let end_secs = end_section(&tr, &w, quick, &mut say);
     say(format!(
         "This section took {:.0} s (I/O {io_secs:.0} s, memory {mem_secs:.0} s, CPU shapes {cpu_secs:.0} s, end of run {end_secs:.0} s).",
         t_all.elapsed().as_secs_f64()
@@ -429,10 +466,10 @@ fn end_run(tr: &Path, w: &Path, procfs: bool) -> anyhow::Result<(f64, f64, Strin
 
 /// Replaces (or adds before the peers' section) this section of docs/benchmarks.md.
 pub fn write(path: &Path, md: &str) -> anyhow::Result<()> {
-    crate::bench::write_section(path, EXACT_MARK, md)
+    crate::benchdoc::write_section(path, EXACT_MARK, md)
 }
 
 /// This section of `old`, to keep through a run that does not measure it.
 pub fn section(old: &str) -> Option<&str> {
-    crate::bench::doc_section(old, EXACT_MARK)
+    crate::benchdoc::doc_section(old, EXACT_MARK)
 }

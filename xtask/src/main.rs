@@ -5,9 +5,12 @@
 
 mod arm64;
 mod bench;
+mod benchdoc;
 mod dist;
 mod exact_bench;
 mod kernels;
+#[cfg(test)]
+mod layout;
 mod measure;
 mod node_bench;
 mod old_glibc;

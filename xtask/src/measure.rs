@@ -9,7 +9,8 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::Context as _;
+use anyhow::{bail, Context as _};
+use serde_json::Value;
 
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
@@ -83,4 +84,19 @@ pub fn count_procs() -> usize {
                 .count()
         })
         .unwrap_or(0)
+}
+
+/// Runs a command and returns the workload's `elapsed_secs` from its stdout.
+pub fn workload_secs(cmd: &mut Command) -> anyhow::Result<f64> {
+    let o = cmd
+        .stderr(Stdio::null())
+        .output()
+        .with_context(|| format!("{cmd:?}"))?;
+    if !o.status.success() {
+        bail!("{cmd:?} failed: {}", o.status);
+    }
+    let out = String::from_utf8_lossy(&o.stdout);
+    let v: Value =
+        serde_json::from_str(out.trim()).with_context(|| format!("{cmd:?} printed {out:?}"))?;
+    v["elapsed_secs"].as_f64().context("elapsed_secs")
 }

@@ -21,7 +21,7 @@ const MARK: &str = "## Node agent (`resource-tracker node`)";
 
 /// The node section of `doc` as measured last (up to the next `## ` heading).
 pub fn section(doc: &str) -> Option<&str> {
-    crate::bench::doc_section(doc, MARK)
+    crate::benchdoc::doc_section(doc, MARK)
 }
 
 /// The hierarchies a container's cgroup is made in: each v1 controller the agent
@@ -162,6 +162,32 @@ fn cost(cmd: &mut Command, secs: u64, port: Option<u16>) -> anyhow::Result<(f64,
     Ok(((c1 - c0) as f64 / tck / el * 100.0, rss, bytes))
 }
 
+/// A fork/exec storm's own elapsed time, s, without and with the agent running
+/// (its programs on every process of the host), interleaved `reps` times.
+fn storm(tr: &Path, w: &Path, reps: usize) -> anyhow::Result<(Vec<f64>, Vec<f64>)> {
+    let (mut off, mut on) = (Vec::new(), Vec::new());
+    for _ in 0..reps {
+        off.push(crate::measure::workload_secs(
+            Command::new(w).args(["forkstorm", "3000"]),
+        )?);
+        let agent = Bg(std::os::unix::process::CommandExt::process_group(
+            Command::new(tr)
+                .args(["node", "-i", "1"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null()),
+            0,
+        )
+        .spawn()
+        .context("the agent")?);
+        std::thread::sleep(Duration::from_millis(1500));
+        on.push(crate::measure::workload_secs(
+            Command::new(w).args(["forkstorm", "3000"]),
+        )?);
+        drop(agent);
+    }
+    Ok((off, on))
+}
+
 pub fn run(dir: &Path, quick: bool) -> anyhow::Result<()> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
@@ -241,26 +267,7 @@ pub fn run(dir: &Path, quick: bool) -> anyhow::Result<()> {
     // The programs run on every fork, exec and exit of the host: a fork/exec storm's
     // own elapsed time with the agent running against without, interleaved.
     let storm_reps = if quick { 3 } else { 7 };
-    let (mut off, mut on) = (Vec::new(), Vec::new());
-    for _ in 0..storm_reps {
-        off.push(crate::bench::workload_secs(
-            Command::new(&w).args(["forkstorm", "3000"]),
-        )?);
-        let agent = Bg(std::os::unix::process::CommandExt::process_group(
-            Command::new(&tr)
-                .args(["node", "-i", "1"])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null()),
-            0,
-        )
-        .spawn()
-        .context("the agent")?);
-        std::thread::sleep(Duration::from_millis(1500));
-        on.push(crate::bench::workload_secs(
-            Command::new(&w).args(["forkstorm", "3000"]),
-        )?);
-        drop(agent);
-    }
+    let (off, on) = storm(&tr, &w, storm_reps)?;
     let ratios: Vec<f64> = on.iter().zip(&off).map(|(a, b)| a / b).collect();
     let (r, rlo, rhi) = stat(ratios);
     let (a, _, _) = stat(off);
@@ -270,23 +277,7 @@ pub fn run(dir: &Path, quick: bool) -> anyhow::Result<()> {
         "\nOn every process of the host: `workload forkstorm 3000` (3,000 fork + exec + exit) took {a:.3} s alone and {b:.3} s with the agent's BPF programs attached: ratio **{r:.3}** ({rlo:.3}–{rhi:.3}), median of {storm_reps}, interleaved."
     );
     let path = crate::root().join("docs/benchmarks.md");
-    let old = std::fs::read_to_string(&path).unwrap_or_default();
-    let without = match section(&old) {
-        Some(s) => old.replacen(s, "", 1),
-        None => old,
-    };
-    // Before the peers' section, which `bench --only-peers` rewrites.
-    let new = match without.split_once(crate::bench::PEERS_MARK) {
-        Some((before, after)) => format!(
-            "{}\n\n{}\n\n{}{}",
-            before.trim_end(),
-            md.trim_end(),
-            crate::bench::PEERS_MARK,
-            after
-        ),
-        None => format!("{}\n\n{}\n", without.trim_end(), md.trim_end()),
-    };
-    std::fs::write(&path, new).with_context(|| format!("writing {}", path.display()))?;
+    crate::benchdoc::write_section(&path, MARK, &md)?;
     eprintln!("xtask: wrote the node section of {}", path.display());
     Ok(())
 }

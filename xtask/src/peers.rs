@@ -716,7 +716,7 @@ pub(crate) fn acc_interval(t: Tool) -> f64 {
 }
 
 /// A table header: the leading columns, then one per tool.
-pub(crate) fn say_tool_header(say: &mut impl FnMut(String), lead: &str, tools: &[Tool]) {
+pub(crate) fn say_tool_header(say: &mut (impl FnMut(String) + ?Sized), lead: &str, tools: &[Tool]) {
     let mut head = lead.to_string();
     let mut sep = "|---".repeat(lead.matches('|').count() - 1) + "|";
     for t in tools {
@@ -727,12 +727,245 @@ pub(crate) fn say_tool_header(say: &mut impl FnMut(String), lead: &str, tools: &
     say(sep);
 }
 
-pub fn run(dir: &Path, quick: bool) -> anyhow::Result<String> {
-    let t_all = Instant::now();
+/// What the sections of the peers' comparison share.
+struct Ctx<'a> {
+    p: &'a Peers,
+    tools: &'a [Tool],
+    w: &'a Path,
+    quick: bool,
+}
+
+/// Accuracy: each tool's CPU of the tree against the kernel's truth; the seconds
+/// it took.
+fn accuracy_section(cx: &Ctx, say: &mut dyn FnMut(String)) -> anyhow::Result<f64> {
+    say("### Accuracy: the tree's CPU per tool against the kernel's truth".into());
+    say(String::new());
+    say("Each run executes `workload incgroup DIR --pre F -- workload MODE …` under the tool: the root joins a fresh cgroup (v1 `cpuacct.usage`, else v2 `cpu.stat`) before it execs the workload, and the truth is the cgroup's usage when the tool returns plus the root's CPU before it joined (`--pre`, the middle of the readings just before and after the join). The cell is the tool's CPU as a % of that truth, with the processes it reports / the processes in the tree in parentheses where it reports them (ours: all spawned; py-rt and rs-rt: the most alive in one sample). Intervals: 1 s, psrecord 0.5 s. One run per cell; repeated runs differ by about ±2 points for the tools that see every process.".into());
+    say(String::new());
+    say_tool_header(say, "| workload | truth CPU (s) |", cx.tools);
+    let t_acc = Instant::now();
+    for wl in acc_workloads(cx.quick) {
+        let mut row = format!("| {} |", wl.name);
+        let mut cells = String::new();
+        let mut truths = vec![];
+        for &t in cx.tools {
+            let cg = crate::truth::Truth::cpu_only("peers-acc")?;
+            let pre = tmp("pre");
+            let out = tmp("out");
+            let _ = std::fs::remove_file(&out);
+            let mut cmd: Vec<OsString> = vec![
+                cx.w.to_path_buf().into(),
+                "incgroup".into(),
+                cg.join_arg().into(),
+                "--pre".into(),
+                pre.clone().into(),
+                "--".into(),
+            ];
+            if wl.outlives {
+                let ws = cx.w.display().to_string();
+                cmd.extend([
+                    "sh".into(),
+                    "-c".into(),
+                    format!("{ws} burner 1 4000 >/dev/null & exec {ws} burner 1 2000").into(),
+                ]);
+            } else {
+                cmd.push(cx.w.to_path_buf().into());
+                cmd.extend(wl.args.iter().map(OsString::from));
+            }
+            let mut c = t.command(cx.p, acc_interval(t), &out, &cmd, true);
+            let r = run_rusage(&mut c);
+            // `--pre` gives the root's CPU just before and just after it joined:
+            // the join itself is the truth's only uncertainty; take its middle.
+            let truth = cg.cpu_secs() + crate::truth::pre_join_secs(&pre);
+            drop(cg);
+            let cell = match r.and_then(|_| t.parse(&out, acc_interval(t))) {
+                Ok((cpu, procs)) => {
+                    truths.push(truth);
+                    let pc = procs
+                        .map(|n| format!(" ({n}/{})", wl.procs))
+                        .unwrap_or_default();
+                    format!(" {:.1}%{pc} |", 100.0 * cpu / truth)
+                }
+                Err(e) => {
+                    eprintln!("xtask: {} on {}: {e:#}", t.name(), wl.name);
+                    " failed |".into()
+                }
+            };
+            cells.push_str(&cell);
+        }
+        let (m, lo, hi) = stat(truths);
+        let _ = write!(row, " {m:.2} ({lo:.2}–{hi:.2}) |{cells}");
+        say(row);
+    }
+    say(String::new());
+    say("Workloads (`workload …`; a child spins for wall time, so N × SPIN_US is not its CPU when more run than there are CPUs): `swarm N SPIN_US 2 fork|exec` (N children, 2 at a time), `tree 3 6 20000`, `burner 4 1500` (threads), `orphans 100 1500` (each middle process exits at once, so the grandchildren are reparented to init and never waited for by the tree), `swarm 6 1000000 2 fork`, and `sh -c 'workload burner 1 4000 & exec workload burner 1 2000'` (the truth is read when the tool returns; the leftover is then killed).".into());
+    say(String::new());
+    Ok(t_acc.elapsed().as_secs_f64())
+}
+
+/// Overhead on the tracked workload's own elapsed time; the seconds it took.
+fn overhead_section(cx: &Ctx, say: &mut dyn FnMut(String)) -> anyhow::Result<f64> {
+    let reps = if cx.quick { 3 } else { 5 };
+    say(format!(
+        "### Overhead on the tracked workload ({reps} interleaved repetitions, interval 1 s)"
+    ));
+    say(String::new());
+    say("Ratio of the workload's own `elapsed_secs` under the tool to the untracked run of the same round (none, tool 1, tool 2, …, repeated), so a tool's start-up is not in it; median (min–max).".into());
+    say(String::new());
+    say_tool_header(say, "| workload | none (s) |", cx.tools);
+    let t_ovh = Instant::now();
+    let storms: [(&str, &[&str]); 3] = [
+        ("fork/exec storm", &["forkstorm", "3000"]),
+        ("context switches", &["pingpong", "200000"]),
+        ("CPU-bound", &["burner", "1", "700"]),
+    ];
+    for (name, wargs) in storms {
+        let mut base = vec![];
+        let mut ratios: Vec<Vec<f64>> = vec![vec![]; cx.tools.len()];
+        let cmd: Vec<OsString> = std::iter::once(cx.w.to_path_buf().into_os_string())
+            .chain(wargs.iter().map(OsString::from))
+            .collect();
+        for _ in 0..reps {
+            // One untracked run per round (none, tool 1, tool 2, …).
+            let x = elapsed_of(&run_rusage(Command::new(cx.w).args(wargs))?.3)?;
+            base.push(x);
+            for (i, &t) in cx.tools.iter().enumerate() {
+                let out = tmp("out");
+                match run_rusage(&mut t.command(cx.p, 1.0, &out, &cmd, false))
+                    .and_then(|r| elapsed_of(&r.3))
+                {
+                    Ok(y) => ratios[i].push(y / x),
+                    Err(e) => eprintln!("xtask: {} on {name}: {e:#}", t.name()),
+                }
+            }
+        }
+        let (mb, _, _) = stat(base);
+        let mut row = format!("| {name} (`workload {}`) | {mb:.3} |", wargs.join(" "));
+        for r in ratios {
+            let (m, lo, hi) = stat(r);
+            let _ = write!(row, " {m:.3} ({lo:.2}–{hi:.2}) |");
+        }
+        say(row);
+    }
+    say(String::new());
+    Ok(t_ovh.elapsed().as_secs_f64())
+}
+
+/// Each tool's own CPU per sample and RSS in steady state; the seconds it took.
+fn cost_section(cx: &Ctx, say: &mut dyn FnMut(String)) -> anyhow::Result<f64> {
+    say("### Each tracker's own CPU per sample and RSS, 50-process tree".into());
+    say(String::new());
+    let (warm, win) = if cx.quick { (2.0, 3.0) } else { (2.0, 6.0) };
+    let reps = 3;
+    say(format!("Method: the tool runs `workload sleepers 49 T` (50 idle processes). After {warm} s (start-up, BPF load and the first samples are over) the bench takes the CPU time of the tool's own tasks — the tool's process and every descendant outside the workload's subtree (py-rt's helper processes, pidstat's shell and tee), every thread of each — from `/proc/PID/task/TID/schedstat` (nanoseconds of run time), and again {win} s later; the difference divided by the samples in the window ({win} s ÷ interval) is the CPU per sample. RSS is the sum of those processes' VmRSS at the end of the window (steady state, not the start-up peak). Median (min–max) of {reps} runs per cell, tools interleaved."));
+    say(String::new());
+    say("| host processes | interval | tool | CPU per sample (ms) | RSS (MiB) |".into());
+    say("|---|---|---|---|---|".into());
+    let t_cost = Instant::now();
+    for target in [100usize, 3000] {
+        let have = count_procs();
+        let _bg = if have + 50 < target {
+            Some(unrelated_sleepers(
+                cx.w,
+                target - have - 50,
+                "900",
+                target - 50,
+            )?)
+        } else {
+            None
+        };
+        let hostn = count_procs() + 50;
+        for iv in [1.0, 0.1] {
+            let active: Vec<Tool> = cx
+                .tools
+                .iter()
+                .copied()
+                .filter(|t| iv >= t.min_interval())
+                .collect();
+            let mut per: Vec<Vec<(f64, usize)>> = vec![vec![]; active.len()];
+            let mut rss: Vec<Vec<f64>> = vec![vec![]; active.len()];
+            for _ in 0..reps {
+                for (i, &t) in active.iter().enumerate() {
+                    let (ms, rows, mib) = steady_cost(cx.p, t, cx.w, iv, warm, win)?;
+                    per[i].push((ms, rows));
+                    rss[i].push(mib);
+                }
+            }
+            for &t in cx.tools {
+                let Some(i) = active.iter().position(|&a| a == t) else {
+                    say(format!(
+                        "| ~{hostn} | {iv} s | {} | n/a (interval ≥ 1 s only) | |",
+                        t.name()
+                    ));
+                    continue;
+                };
+                let (m, lo, hi) = stat(per[i].iter().map(|x| x.0).collect());
+                let (r, rlo, rhi) = stat(rss[i].clone());
+                // A tool that wrote no row inside the window took no samples there.
+                let cell = if per[i].iter().all(|x| x.1 <= 1) {
+                    format!("no samples taken ({m:.3} ms per interval; it reports once at exit)")
+                } else {
+                    format!("**{m:.2}** ({lo:.2}–{hi:.2})")
+                };
+                say(format!(
+                    "| ~{hostn} | {iv} s | {} | {cell} | {r:.1} ({rlo:.1}–{rhi:.1}) |",
+                    t.name()
+                ));
+            }
+        }
+    }
+    say(String::new());
+    Ok(t_cost.elapsed().as_secs_f64())
+}
+
+/// The wall time each wrapper adds to `true`.
+fn wrapper_section(cx: &Ctx, say: &mut dyn FnMut(String)) -> anyhow::Result<()> {
+    say("### Wall time each `-- cmd` wrapper adds to `true` (interval 1 s)".into());
+    say(String::new());
+    say("| tool | wall ms, median (min–max) |".into());
+    say("|---|---|".into());
+    let n = if cx.quick { 3 } else { 5 };
+    let mut walls: Vec<Vec<f64>> = vec![vec![]; cx.tools.len() + 1];
+    let tru: Vec<OsString> = vec!["true".into()];
+    for _ in 0..n {
+        walls[0].push(run_rusage(&mut Command::new("true"))?.0 * 1e3);
+        for (i, &t) in cx.tools.iter().enumerate() {
+            let out = tmp("out");
+            let mut c = t.command(cx.p, 1.0, &out, &tru, false);
+            if t == Tool::Pidstat {
+                // no workload line to filter: keep the exit status of pidstat.
+                c = Command::new("pidstat");
+                c.args(["-h", "-u", "-T", "CHILD", "-e", "true", "1"]);
+            }
+            walls[i + 1].push(run_rusage(&mut c)?.0 * 1e3);
+        }
+    }
+    for (i, v) in walls.into_iter().enumerate() {
+        let name = if i == 0 {
+            "none (`true`)"
+        } else {
+            cx.tools[i - 1].name()
+        };
+        let (m, lo, hi) = stat(v);
+        say(format!("| {name} | **{m:.0}** ({lo:.0}–{hi:.0}) |"));
+    }
+    say(String::new());
+    Ok(())
+}
+
+/// The tracker and workload built in `dir`, the peers (installed when missing) and
+/// the tools that can run here.
+pub(crate) fn setup(dir: &Path) -> anyhow::Result<(PathBuf, PathBuf, Peers, Vec<Tool>)> {
     let tr = dir.join("resource-tracker");
     let w = dir.join("workload");
     let p = install(&tr)?;
     let tools: Vec<Tool> = TOOLS.iter().copied().filter(|t| t.available(&p)).collect();
+    Ok((tr, w, p, tools))
+}
+
+pub fn run(dir: &Path, quick: bool) -> anyhow::Result<String> {
+    let t_all = Instant::now();
+    let (_, w, p, tools) = setup(dir)?;
     let mut md = String::new();
     let mut say = |line: String| {
         println!("{line}");
@@ -761,212 +994,16 @@ pub fn run(dir: &Path, quick: bool) -> anyhow::Result<String> {
     say("- **none**: the command alone (the baseline).".into());
     say(String::new());
 
-    // 1. Accuracy.
-    say("### Accuracy: the tree's CPU per tool against the kernel's truth".into());
-    say(String::new());
-    say("Each run executes `workload incgroup DIR --pre F -- workload MODE …` under the tool: the root joins a fresh cgroup (v1 `cpuacct.usage`, else v2 `cpu.stat`) before it execs the workload, and the truth is the cgroup's usage when the tool returns plus the root's CPU before it joined (`--pre`, the middle of the readings just before and after the join). The cell is the tool's CPU as a % of that truth, with the processes it reports / the processes in the tree in parentheses where it reports them (ours: all spawned; py-rt and rs-rt: the most alive in one sample). Intervals: 1 s, psrecord 0.5 s. One run per cell; repeated runs differ by about ±2 points for the tools that see every process.".into());
-    say(String::new());
-    say_tool_header(&mut say, "| workload | truth CPU (s) |", &tools);
-    let t_acc = Instant::now();
-    for wl in acc_workloads(quick) {
-        let mut row = format!("| {} |", wl.name);
-        let mut cells = String::new();
-        let mut truths = vec![];
-        for &t in &tools {
-            let cg = crate::truth::Truth::cpu_only("peers-acc")?;
-            let pre = tmp("pre");
-            let out = tmp("out");
-            let _ = std::fs::remove_file(&out);
-            let mut cmd: Vec<OsString> = vec![
-                w.clone().into(),
-                "incgroup".into(),
-                cg.join_arg().into(),
-                "--pre".into(),
-                pre.clone().into(),
-                "--".into(),
-            ];
-            if wl.outlives {
-                let ws = w.display().to_string();
-                cmd.extend([
-                    "sh".into(),
-                    "-c".into(),
-                    format!("{ws} burner 1 4000 >/dev/null & exec {ws} burner 1 2000").into(),
-                ]);
-            } else {
-                cmd.push(w.clone().into());
-                cmd.extend(wl.args.iter().map(OsString::from));
-            }
-            let mut c = t.command(&p, acc_interval(t), &out, &cmd, true);
-            let r = run_rusage(&mut c);
-            // `--pre` gives the root's CPU just before and just after it joined:
-            // the join itself is the truth's only uncertainty; take its middle.
-            let truth = cg.cpu_secs() + crate::truth::pre_join_secs(&pre);
-            drop(cg);
-            let cell = match r.and_then(|_| t.parse(&out, acc_interval(t))) {
-                Ok((cpu, procs)) => {
-                    truths.push(truth);
-                    let pc = procs
-                        .map(|n| format!(" ({n}/{})", wl.procs))
-                        .unwrap_or_default();
-                    format!(" {:.1}%{pc} |", 100.0 * cpu / truth)
-                }
-                Err(e) => {
-                    eprintln!("xtask: {} on {}: {e:#}", t.name(), wl.name);
-                    " failed |".into()
-                }
-            };
-            cells.push_str(&cell);
-        }
-        let (m, lo, hi) = stat(truths);
-        let _ = write!(row, " {m:.2} ({lo:.2}–{hi:.2}) |{cells}");
-        say(row);
-    }
-    let acc_secs = t_acc.elapsed().as_secs_f64();
-    say(String::new());
-    say("Workloads (`workload …`; a child spins for wall time, so N × SPIN_US is not its CPU when more run than there are CPUs): `swarm N SPIN_US 2 fork|exec` (N children, 2 at a time), `tree 3 6 20000`, `burner 4 1500` (threads), `orphans 100 1500` (each middle process exits at once, so the grandchildren are reparented to init and never waited for by the tree), `swarm 6 1000000 2 fork`, and `sh -c 'workload burner 1 4000 & exec workload burner 1 2000'` (the truth is read when the tool returns; the leftover is then killed).".into());
-    say(String::new());
-
-    // 2. Overhead on the workload's own wall time.
-    let reps = if quick { 3 } else { 5 };
-    say(format!(
-        "### Overhead on the tracked workload ({reps} interleaved repetitions, interval 1 s)"
-    ));
-    say(String::new());
-    say("Ratio of the workload's own `elapsed_secs` under the tool to the untracked run of the same round (none, tool 1, tool 2, …, repeated), so a tool's start-up is not in it; median (min–max).".into());
-    say(String::new());
-    say_tool_header(&mut say, "| workload | none (s) |", &tools);
-    let t_ovh = Instant::now();
-    let storms: [(&str, &[&str]); 3] = [
-        ("fork/exec storm", &["forkstorm", "3000"]),
-        ("context switches", &["pingpong", "200000"]),
-        ("CPU-bound", &["burner", "1", "700"]),
-    ];
-    for (name, wargs) in storms {
-        let mut base = vec![];
-        let mut ratios: Vec<Vec<f64>> = vec![vec![]; tools.len()];
-        let cmd: Vec<OsString> = std::iter::once(w.clone().into_os_string())
-            .chain(wargs.iter().map(OsString::from))
-            .collect();
-        for _ in 0..reps {
-            // One untracked run per round (none, tool 1, tool 2, …).
-            let x = elapsed_of(&run_rusage(Command::new(&w).args(wargs))?.3)?;
-            base.push(x);
-            for (i, &t) in tools.iter().enumerate() {
-                let out = tmp("out");
-                match run_rusage(&mut t.command(&p, 1.0, &out, &cmd, false))
-                    .and_then(|r| elapsed_of(&r.3))
-                {
-                    Ok(y) => ratios[i].push(y / x),
-                    Err(e) => eprintln!("xtask: {} on {name}: {e:#}", t.name()),
-                }
-            }
-        }
-        let (mb, _, _) = stat(base);
-        let mut row = format!("| {name} (`workload {}`) | {mb:.3} |", wargs.join(" "));
-        for r in ratios {
-            let (m, lo, hi) = stat(r);
-            let _ = write!(row, " {m:.3} ({lo:.2}–{hi:.2}) |");
-        }
-        say(row);
-    }
-    let ovh_secs = t_ovh.elapsed().as_secs_f64();
-    say(String::new());
-
-    // 3. Cost per sample, in steady state.
-    say("### Each tracker's own CPU per sample and RSS, 50-process tree".into());
-    say(String::new());
-    let (warm, win) = if quick { (2.0, 3.0) } else { (2.0, 6.0) };
-    let reps = 3;
-    say(format!("Method: the tool runs `workload sleepers 49 T` (50 idle processes). After {warm} s (start-up, BPF load and the first samples are over) the bench takes the CPU time of the tool's own tasks — the tool's process and every descendant outside the workload's subtree (py-rt's helper processes, pidstat's shell and tee), every thread of each — from `/proc/PID/task/TID/schedstat` (nanoseconds of run time), and again {win} s later; the difference divided by the samples in the window ({win} s ÷ interval) is the CPU per sample. RSS is the sum of those processes' VmRSS at the end of the window (steady state, not the start-up peak). Median (min–max) of {reps} runs per cell, tools interleaved."));
-    say(String::new());
-    say("| host processes | interval | tool | CPU per sample (ms) | RSS (MiB) |".into());
-    say("|---|---|---|---|---|".into());
-    let t_cost = Instant::now();
-    for target in [100usize, 3000] {
-        let have = count_procs();
-        let _bg = if have + 50 < target {
-            Some(unrelated_sleepers(
-                &w,
-                target - have - 50,
-                "900",
-                target - 50,
-            )?)
-        } else {
-            None
-        };
-        let hostn = count_procs() + 50;
-        for iv in [1.0, 0.1] {
-            let active: Vec<Tool> = tools
-                .iter()
-                .copied()
-                .filter(|t| iv >= t.min_interval())
-                .collect();
-            let mut per: Vec<Vec<(f64, usize)>> = vec![vec![]; active.len()];
-            let mut rss: Vec<Vec<f64>> = vec![vec![]; active.len()];
-            for _ in 0..reps {
-                for (i, &t) in active.iter().enumerate() {
-                    let (ms, rows, mib) = steady_cost(&p, t, &w, iv, warm, win)?;
-                    per[i].push((ms, rows));
-                    rss[i].push(mib);
-                }
-            }
-            for &t in &tools {
-                let Some(i) = active.iter().position(|&a| a == t) else {
-                    say(format!(
-                        "| ~{hostn} | {iv} s | {} | n/a (interval ≥ 1 s only) | |",
-                        t.name()
-                    ));
-                    continue;
-                };
-                let (m, lo, hi) = stat(per[i].iter().map(|x| x.0).collect());
-                let (r, rlo, rhi) = stat(rss[i].clone());
-                // A tool that wrote no row inside the window took no samples there.
-                let cell = if per[i].iter().all(|x| x.1 <= 1) {
-                    format!("no samples taken ({m:.3} ms per interval; it reports once at exit)")
-                } else {
-                    format!("**{m:.2}** ({lo:.2}–{hi:.2})")
-                };
-                say(format!(
-                    "| ~{hostn} | {iv} s | {} | {cell} | {r:.1} ({rlo:.1}–{rhi:.1}) |",
-                    t.name()
-                ));
-            }
-        }
-    }
-    let cost_secs = t_cost.elapsed().as_secs_f64();
-    say(String::new());
-
-    // 4. What each wrapper adds to `true`.
-    say("### Wall time each `-- cmd` wrapper adds to `true` (interval 1 s)".into());
-    say(String::new());
-    say("| tool | wall ms, median (min–max) |".into());
-    say("|---|---|".into());
-    let n = if quick { 3 } else { 5 };
-    let mut walls: Vec<Vec<f64>> = vec![vec![]; tools.len() + 1];
-    let tru: Vec<OsString> = vec!["true".into()];
-    for _ in 0..n {
-        walls[0].push(run_rusage(&mut Command::new("true"))?.0 * 1e3);
-        for (i, &t) in tools.iter().enumerate() {
-            let out = tmp("out");
-            let mut c = t.command(&p, 1.0, &out, &tru, false);
-            if t == Tool::Pidstat {
-                // no workload line to filter: keep the exit status of pidstat.
-                c = Command::new("pidstat");
-                c.args(["-h", "-u", "-T", "CHILD", "-e", "true", "1"]);
-            }
-            walls[i + 1].push(run_rusage(&mut c)?.0 * 1e3);
-        }
-    }
-    for (i, v) in walls.into_iter().enumerate() {
-        let name = if i == 0 {
-            "none (`true`)"
-        } else {
-            tools[i - 1].name()
-        };
-        let (m, lo, hi) = stat(v);
-        say(format!("| {name} | **{m:.0}** ({lo:.0}–{hi:.0}) |"));
-    }
-    say(String::new());
+    let cx = Ctx {
+        p: &p,
+        tools: &tools,
+        w: &w,
+        quick,
+    };
+    let acc_secs = accuracy_section(&cx, &mut say)?;
+    let ovh_secs = overhead_section(&cx, &mut say)?;
+    let cost_secs = cost_section(&cx, &mut say)?;
+    wrapper_section(&cx, &mut say)?;
     say(format!(
         "Peers part took {:.0} s (accuracy {acc_secs:.0} s, overhead {ovh_secs:.0} s, cost per sample {cost_secs:.0} s).",
         t_all.elapsed().as_secs_f64()

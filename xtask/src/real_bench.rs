@@ -540,88 +540,42 @@ fn range_cell(v: Vec<f64>, prec: usize) -> String {
     }
 }
 
-pub(crate) fn render(m: &Measured, cmdline: &str) -> String {
-    let mut md = String::new();
-    let mut say = |line: String| {
-        md.push_str(&line);
-        md.push('\n');
-    };
-    let cond = |c: bool| if c { "beside churn" } else { "quiet" };
-    let rows: Vec<(usize, bool)> = {
-        let mut v: Vec<(usize, bool)> = m.data.iter().map(|r| (r.workload, r.churn)).collect();
-        v.dedup();
-        v.sort();
-        v.dedup();
-        v
-    };
-    let cell_runs = |wi: usize, churn: bool, t: Tool| -> Vec<&Run> {
-        m.data
-            .iter()
-            .filter(|r| r.workload == wi && r.churn == churn && r.tool == t)
-            .collect()
-    };
-    let head = |say: &mut dyn FnMut(String), lead: &str| {
-        let mut h = lead.to_string();
-        let mut sep = "|---".repeat(lead.matches('|').count() - 1) + "|";
-        for t in &m.tools {
-            let _ = write!(h, " {} |", t.name());
-            sep.push_str("---|");
-        }
-        say(h);
-        say(sep);
-    };
-    let date = read("date -u '+%Y-%m-%d %H:%M UTC'");
-    // How many runs each tool has per cell, as "tool N" or "tool N–M".
-    let runs_per_cell = m
-        .tools
-        .iter()
-        .map(|&t| {
-            let n: Vec<usize> = rows
-                .iter()
-                .map(|&(wi, c)| cell_runs(wi, c, t).len())
-                .filter(|&n| n > 0)
-                .collect();
-            let (lo, hi) = (
-                n.iter().copied().min().unwrap_or(0),
-                n.iter().copied().max().unwrap_or(0),
-            );
-            if lo == hi {
-                format!("{} {lo}", t.name())
-            } else {
-                format!("{} {lo}–{hi}", t.name())
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(", ");
-    say(format!("{REAL_MARK} (`{cmdline}`)"));
-    say(String::new());
-    say(format!(
-        "Measured {date} on {} vCPU ({}), kernel {}, tracker {} ({}); the machine is shared with other work (load average {} at the end). Each workload runs as `/bin/sh -c SCRIPT` in a scratch directory on disk, under `workload incgroup DIRS --pre F`, which joins a fresh cgroup holding exactly the workload (v1 `cpuacct`, `memory`, `blkio` with a 1 TiB/s throttle rule so that it counts) before it execs the script; every tool tracks that root (ours: `resource-tracker run -q -i 1 --summary S [--no-ebpf] -- CMD`, run as root, so the first column is the eBPF backend; py-rt: Python resource-tracker 0.5.0 in `target/py-peers` (procfs backend), through the peers' accuracy wrapper; rs-rt: the Rust resource-tracker 0.1.18; intervals 1 s; see the peers' section for how each figure is read). Runs per cell: {} (the tools interleaved run by run); *quiet* is the workload alone, *beside churn* adds unrelated work in a cgroup of its own (two shell loops forking `/bin/true` and `grep`, and a loop of `workload spin 3000`: pid churn and short CPU-heavy processes, as tests/src/churn.rs). The whole section ran under `nice`; {} {:.0} s ({:.0} s beside churn).",
-        read("nproc"),
-        read("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'"),
-        read("uname -r"),
-        env!("CARGO_PKG_VERSION"),
-        read("git -C . rev-parse --short HEAD 2>/dev/null"),
-        read("cut -d' ' -f1-3 /proc/loadavg"),
-        runs_per_cell,
-        if m.walls_only {
-            "the tools' runs took"
-        } else {
-            "it took"
-        },
-        m.secs,
-        m.churn_secs,
-    ));
-    say(String::new());
-    say("Workloads (scripts in xtask/src/real_bench.rs): `make -j2 posix` of Lua 5.4.4 from the `.orig` tarball of Debian bookworm's source package `lua5.4` (`make clean` before each run, untracked); stress-ng 0.15.06 (Debian) `--fork/--exec/--clone/--pthread/--vfork/--zombie 2 -t 2s` (`--exec` under `setpriv --reuid=nobody`: stress-ng skips it as root), `--hdd 2 --hdd-opts direct --hdd-bytes 16M -t 2s`, `--vm 2 --vm-bytes 64M -t 2s`; a Python 3.11 `multiprocessing.Pool(2, maxtasksperchild=2)` mapping 40 tasks of 60,000 SHA-256 rounds; `find /usr/share -type f | head -n 10000 | xargs -n 100 sha256sum | sort`.".into());
-    say(String::new());
+fn cond(c: bool) -> &'static str {
+    if c {
+        "beside churn"
+    } else {
+        "quiet"
+    }
+}
 
+/// The runs of tool `t` on workload `wi` in one condition.
+fn cell_runs(m: &Measured, wi: usize, churn: bool, t: Tool) -> Vec<&Run> {
+    m.data
+        .iter()
+        .filter(|r| r.workload == wi && r.churn == churn && r.tool == t)
+        .collect()
+}
+
+/// A table's header: `lead` and a column per tool.
+fn head(m: &Measured, say: &mut dyn FnMut(String), lead: &str) {
+    let mut h = lead.to_string();
+    let mut sep = "|---".repeat(lead.matches('|').count() - 1) + "|";
+    for t in &m.tools {
+        let _ = write!(h, " {} |", t.name());
+        sep.push_str("---|");
+    }
+    say(h);
+    say(sep);
+}
+
+/// The CPU table: each tool's figure as a % of the cgroup's.
+fn cpu_table(m: &Measured, rows: &[(usize, bool)], say: &mut dyn FnMut(String)) {
     say("### CPU: the tool's figure as a % of the cgroup's (goal for ours: within 0.5 % on eBPF, 1 % on procfs)".into());
     say(String::new());
     say("Truth: the cgroup's usage when the tool returns plus the root's CPU before it joined (`--pre`). Ours: `cpu_total_secs`; the peers as in their accuracy table. Cell: median (worst: the run farthest from 100 %, and its difference in ms). The truth is known to within the CPU the root spent joining the cgroup (`--pre`: its CPU just before and after the write to `cgroup.procs`; the truth takes the middle): a few µs quiet, 0.65–1.1 ms beside churn (measured in 14 separate runs), so ±0.3–0.6 ms of any difference beside churn is the truth's own uncertainty.".into());
     say(String::new());
-    head(&mut say, "| workload | condition | truth CPU (s) |");
-    for &(wi, churn) in &rows {
+    head(m, say, "| workload | condition | truth CPU (s) |");
+    for &(wi, churn) in rows {
         let truths: Vec<f64> = m
             .data
             .iter()
@@ -635,7 +589,7 @@ pub(crate) fn render(m: &Measured, cmdline: &str) -> String {
             range_cell(truths, 2)
         );
         for &t in &m.tools {
-            let v: Vec<(f64, f64)> = cell_runs(wi, churn, t)
+            let v: Vec<(f64, f64)> = cell_runs(m, wi, churn, t)
                 .iter()
                 .filter_map(|r| r.cpu.map(|c| (c, r.truth_cpu)))
                 .collect();
@@ -644,13 +598,16 @@ pub(crate) fn render(m: &Measured, cmdline: &str) -> String {
         say(row);
     }
     say(String::new());
+}
 
+/// The processes table: counted by each tool against ftrace's.
+fn procs_table(m: &Measured, rows: &[(usize, bool)], say: &mut dyn FnMut(String)) {
     say("### Processes: counted by the tool / created in the tree (ftrace)".into());
     say(String::new());
     say("Truth: 1 (the root) + the non-thread `task_newtask` events of the root and its descendants in an ftrace instance of the bench's own (`set_event_pid` with `event-fork` follows the tree from the root's pid, the filter `!(clone_flags & CLONE_THREAD)` leaves threads out); the cell says so when its buffer overran. Ours: `processes_spawned` (every process seen; the procfs backend's is a lower bound: it sees what lives through a sample or is reaped by a member it reads); py-rt and rs-rt: the most processes alive in one sample. Cell: median (min–max) of the tool's count; for ours, in how many runs it equals the same run's truth.".into());
     say(String::new());
-    head(&mut say, "| workload | condition | processes (ftrace) |");
-    for &(wi, churn) in &rows {
+    head(m, say, "| workload | condition | processes (ftrace) |");
+    for &(wi, churn) in rows {
         let truths: Vec<f64> = m
             .data
             .iter()
@@ -664,7 +621,7 @@ pub(crate) fn render(m: &Measured, cmdline: &str) -> String {
             range_cell(truths, 0)
         );
         for &t in &m.tools {
-            let rs = cell_runs(wi, churn, t);
+            let rs = cell_runs(m, wi, churn, t);
             let v: Vec<f64> = rs
                 .iter()
                 .filter_map(|r| r.procs.map(|n| n as f64))
@@ -686,13 +643,16 @@ pub(crate) fn render(m: &Measured, cmdline: &str) -> String {
         say(row);
     }
     say(String::new());
+}
 
+/// The memory table: each tool's peak as a % of the cgroup's.
+fn memory_table(m: &Measured, rows: &[(usize, bool)], say: &mut dyn FnMut(String)) {
     say("### Memory peak: the tool's figure as a % of the cgroup's peak".into());
     say(String::new());
     say("Truth: `memory.max_usage_in_bytes` of the workload's cgroup (anonymous memory, page cache and kernel memory the tree was charged). Ours: the summary's `peak_memory_mib` (the peak of a cgroup the tracker makes for the command where it can, else Σ PSS of the members: `memory_source`); py-rt: the most `memory_mib` (PSS) of one sample; rs-rt: the most `cpu.process_rss_mib`. Cell: median (min–max).".into());
     say(String::new());
-    head(&mut say, "| workload | condition | cgroup peak (MiB) |");
-    for &(wi, churn) in &rows {
+    head(m, say, "| workload | condition | cgroup peak (MiB) |");
+    for &(wi, churn) in rows {
         let truths: Vec<f64> = m
             .data
             .iter()
@@ -706,7 +666,7 @@ pub(crate) fn render(m: &Measured, cmdline: &str) -> String {
             range_cell(truths, 1)
         );
         for &t in &m.tools {
-            let v: Vec<f64> = cell_runs(wi, churn, t)
+            let v: Vec<f64> = cell_runs(m, wi, churn, t)
                 .iter()
                 .filter_map(|r| {
                     let truth = r.truth_peak.filter(|&b| b > 0)? as f64 / 1048576.0;
@@ -719,13 +679,16 @@ pub(crate) fn render(m: &Measured, cmdline: &str) -> String {
         say(row);
     }
     say(String::new());
+}
 
+/// The storage table: bytes written as a % of the cgroup's.
+fn written_table(m: &Measured, rows: &[(usize, bool)], say: &mut dyn FnMut(String)) {
     say("### Bytes written to storage: the tool's figure as a % of the cgroup's".into());
     say(String::new());
     say("Truth: the `Write` bytes of `blkio.throttle.io_service_bytes`. cgroup v1 charges a group for the I/O its tasks issue themselves (O_DIRECT, synchronous writes); buffered writes reach the disk later from the flusher, charged to the root group, so only the rows whose cgroup wrote something are compared. Ours: `write_bytes`; py-rt: Σ `disk_write_bytes`; rs-rt: Σ `cpu.process_disk_write_bytes` (each the tree's `/proc/PID/io` `write_bytes`, counted when a page is dirtied). Cell: median (min–max).".into());
     say(String::new());
-    head(&mut say, "| workload | condition | cgroup wrote (MiB) |");
-    for &(wi, churn) in &rows {
+    head(m, say, "| workload | condition | cgroup wrote (MiB) |");
+    for &(wi, churn) in rows {
         let truths: Vec<f64> = m
             .data
             .iter()
@@ -742,7 +705,7 @@ pub(crate) fn render(m: &Measured, cmdline: &str) -> String {
             range_cell(truths, 1)
         );
         for &t in &m.tools {
-            let v: Vec<f64> = cell_runs(wi, churn, t)
+            let v: Vec<f64> = cell_runs(m, wi, churn, t)
                 .iter()
                 .filter_map(|r| {
                     let truth = r.truth_written.filter(|&b| b > 0)? as f64;
@@ -755,6 +718,10 @@ pub(crate) fn render(m: &Measured, cmdline: &str) -> String {
         say(row);
     }
     say(String::new());
+}
+
+/// Runs of ours outside the bounds, and runs that failed.
+fn misses_and_failures(m: &Measured, say: &mut dyn FnMut(String)) {
     // The issue's bounds for ours: CPU within 0.5 % (eBPF) and 1 % (procfs) of the
     // cgroup's in every run; the eBPF backend's processes equal ftrace's.
     let mut misses = vec![];
@@ -819,17 +786,83 @@ pub(crate) fn render(m: &Measured, cmdline: &str) -> String {
         }
         say(String::new());
     }
+}
+
+pub(crate) fn render(m: &Measured, cmdline: &str) -> String {
+    let mut md = String::new();
+    let mut say = |line: String| {
+        md.push_str(&line);
+        md.push('\n');
+    };
+    let rows: Vec<(usize, bool)> = {
+        let mut v: Vec<(usize, bool)> = m.data.iter().map(|r| (r.workload, r.churn)).collect();
+        v.dedup();
+        v.sort();
+        v.dedup();
+        v
+    };
+    let date = read("date -u '+%Y-%m-%d %H:%M UTC'");
+    // How many runs each tool has per cell, as "tool N" or "tool N–M".
+    let runs_per_cell = m
+        .tools
+        .iter()
+        .map(|&t| {
+            let n: Vec<usize> = rows
+                .iter()
+                .map(|&(wi, c)| cell_runs(m, wi, c, t).len())
+                .filter(|&n| n > 0)
+                .collect();
+            let (lo, hi) = (
+                n.iter().copied().min().unwrap_or(0),
+                n.iter().copied().max().unwrap_or(0),
+            );
+            if lo == hi {
+                format!("{} {lo}", t.name())
+            } else {
+                format!("{} {lo}–{hi}", t.name())
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    say(format!("{REAL_MARK} (`{cmdline}`)"));
+    say(String::new());
+    say(format!(
+        "Measured {date} on {} vCPU ({}), kernel {}, tracker {} ({}); the machine is shared with other work (load average {} at the end). Each workload runs as `/bin/sh -c SCRIPT` in a scratch directory on disk, under `workload incgroup DIRS --pre F`, which joins a fresh cgroup holding exactly the workload (v1 `cpuacct`, `memory`, `blkio` with a 1 TiB/s throttle rule so that it counts) before it execs the script; every tool tracks that root (ours: `resource-tracker run -q -i 1 --summary S [--no-ebpf] -- CMD`, run as root, so the first column is the eBPF backend; py-rt: Python resource-tracker 0.5.0 in `target/py-peers` (procfs backend), through the peers' accuracy wrapper; rs-rt: the Rust resource-tracker 0.1.18; intervals 1 s; see the peers' section for how each figure is read). Runs per cell: {} (the tools interleaved run by run); *quiet* is the workload alone, *beside churn* adds unrelated work in a cgroup of its own (two shell loops forking `/bin/true` and `grep`, and a loop of `workload spin 3000`: pid churn and short CPU-heavy processes, as tests/src/churn.rs). The whole section ran under `nice`; {} {:.0} s ({:.0} s beside churn).",
+        read("nproc"),
+        read("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'"),
+        read("uname -r"),
+        env!("CARGO_PKG_VERSION"),
+        read("git -C . rev-parse --short HEAD 2>/dev/null"),
+        read("cut -d' ' -f1-3 /proc/loadavg"),
+        runs_per_cell,
+        if m.walls_only {
+            "the tools' runs took"
+        } else {
+            "it took"
+        },
+        m.secs,
+        m.churn_secs,
+    ));
+    say(String::new());
+    say("Workloads (scripts in xtask/src/real_bench.rs): `make -j2 posix` of Lua 5.4.4 from the `.orig` tarball of Debian bookworm's source package `lua5.4` (`make clean` before each run, untracked); stress-ng 0.15.06 (Debian) `--fork/--exec/--clone/--pthread/--vfork/--zombie 2 -t 2s` (`--exec` under `setpriv --reuid=nobody`: stress-ng skips it as root), `--hdd 2 --hdd-opts direct --hdd-bytes 16M -t 2s`, `--vm 2 --vm-bytes 64M -t 2s`; a Python 3.11 `multiprocessing.Pool(2, maxtasksperchild=2)` mapping 40 tasks of 60,000 SHA-256 rounds; `find /usr/share -type f | head -n 10000 | xargs -n 100 sha256sum | sort`.".into());
+    say(String::new());
+
+    cpu_table(m, &rows, &mut say);
+    procs_table(m, &rows, &mut say);
+    memory_table(m, &rows, &mut say);
+    written_table(m, &rows, &mut say);
+    misses_and_failures(m, &mut say);
     md
 }
 
 /// Replaces (or adds before the peers' section) this section of docs/benchmarks.md.
 pub fn write(path: &Path, md: &str) -> anyhow::Result<()> {
-    crate::bench::write_section(path, REAL_MARK, md)
+    crate::benchdoc::write_section(path, REAL_MARK, md)
 }
 
 /// This section of `old`, to keep through a run that does not measure it.
 pub fn section(old: &str) -> Option<&str> {
-    crate::bench::doc_section(old, REAL_MARK)
+    crate::benchdoc::doc_section(old, REAL_MARK)
 }
 
 /// `v` as a shell word.

@@ -503,67 +503,10 @@ fn validate_register(m: &Map<String, Value>) -> Vec<Value> {
     errs
 }
 
-fn validate_finish(m: &Map<String, Value>, run_prefix: &str) -> Vec<Value> {
+/// `finish`'s data fields: S3 object URIs under the run's prefix, or inline CSV,
+/// never both.
+fn validate_data(m: &Map<String, Value>, run_prefix: &str) -> Vec<Value> {
     let mut errs = Vec::new();
-    for (k, v) in m {
-        if !FINISH_KEYS.contains(&k.as_str()) {
-            errs.push(verr(
-                &[k],
-                "extra_forbidden",
-                "Extra inputs are not permitted",
-                v.clone(),
-            ));
-        } else if v.is_null() {
-            errs.push(verr(
-                &[k],
-                "null_value",
-                "Null values are not accepted (drop the key)",
-                Value::Null,
-            ));
-        }
-    }
-    match m.get("exit_code") {
-        None => errs.push(verr(
-            &["exit_code"],
-            "missing",
-            "Field required",
-            Value::Null,
-        )),
-        Some(v) if v.as_i64().is_none() && !v.is_null() => errs.push(verr(
-            &["exit_code"],
-            "int_type",
-            "Input should be a valid integer",
-            v.clone(),
-        )),
-        _ => {}
-    }
-    match m.get("run_status") {
-        None => errs.push(verr(
-            &["run_status"],
-            "missing",
-            "Field required",
-            Value::Null,
-        )),
-        Some(v) if !matches!(v.as_str(), Some("finished" | "failed")) && !v.is_null() => {
-            errs.push(verr(
-                &["run_status"],
-                "enum",
-                "Input should be 'finished' or 'failed'",
-                v.clone(),
-            ))
-        }
-        _ => {}
-    }
-    if let Some(v) = m.get("finished_at") {
-        if v.as_str().is_some_and(|s| !is_iso8601(s)) || (!v.is_string() && !v.is_null()) {
-            errs.push(verr(
-                &["finished_at"],
-                "datetime_parsing",
-                "Input should be a valid datetime",
-                v.clone(),
-            ));
-        }
-    }
     let want = format!("{run_prefix}/");
     match m.get("data_source").and_then(Value::as_str) {
         Some("s3") => {
@@ -640,6 +583,71 @@ fn validate_finish(m: &Map<String, Value>, run_prefix: &str) -> Vec<Value> {
             m.get("data_source").cloned().unwrap_or(Value::Null),
         )),
     }
+    errs
+}
+
+fn validate_finish(m: &Map<String, Value>, run_prefix: &str) -> Vec<Value> {
+    let mut errs = Vec::new();
+    for (k, v) in m {
+        if !FINISH_KEYS.contains(&k.as_str()) {
+            errs.push(verr(
+                &[k],
+                "extra_forbidden",
+                "Extra inputs are not permitted",
+                v.clone(),
+            ));
+        } else if v.is_null() {
+            errs.push(verr(
+                &[k],
+                "null_value",
+                "Null values are not accepted (drop the key)",
+                Value::Null,
+            ));
+        }
+    }
+    match m.get("exit_code") {
+        None => errs.push(verr(
+            &["exit_code"],
+            "missing",
+            "Field required",
+            Value::Null,
+        )),
+        Some(v) if v.as_i64().is_none() && !v.is_null() => errs.push(verr(
+            &["exit_code"],
+            "int_type",
+            "Input should be a valid integer",
+            v.clone(),
+        )),
+        _ => {}
+    }
+    match m.get("run_status") {
+        None => errs.push(verr(
+            &["run_status"],
+            "missing",
+            "Field required",
+            Value::Null,
+        )),
+        Some(v) if !matches!(v.as_str(), Some("finished" | "failed")) && !v.is_null() => {
+            errs.push(verr(
+                &["run_status"],
+                "enum",
+                "Input should be 'finished' or 'failed'",
+                v.clone(),
+            ))
+        }
+        _ => {}
+    }
+    if let Some(v) = m.get("finished_at") {
+        if v.as_str().is_some_and(|s| !is_iso8601(s)) || (!v.is_string() && !v.is_null()) {
+            errs.push(verr(
+                &["finished_at"],
+                "datetime_parsing",
+                "Input should be a valid datetime",
+                v.clone(),
+            ));
+        }
+    }
+    errs.extend(validate_data(m, run_prefix));
     errs
 }
 

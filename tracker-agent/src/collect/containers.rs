@@ -12,49 +12,7 @@
 use std::path::{Path, PathBuf};
 
 use super::Roots;
-
-/// A cgroup found on the node: where it is (relative to each hierarchy's root) and
-/// what its name says.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Found {
-    /// Path below the hierarchy root, without a leading slash.
-    pub rel: String,
-    /// Pod UID as Kubernetes writes it (dashes), when the path names a pod.
-    pub pod_uid: Option<String>,
-    /// The runtime's full container id, when the path names one.
-    pub container_id: Option<String>,
-    /// guaranteed, burstable or besteffort.
-    pub qos: Option<&'static str>,
-    /// The cgroup's v2 id (its directory's inode), what BPF's
-    /// `bpf_get_current_cgroup_id` returns; None without a v2 directory for it.
-    pub cgroup_id: Option<u64>,
-}
-
-/// One container's counters, as the kernel keeps them; None where the file is
-/// missing (a controller not enabled, an older kernel).
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct CgroupCounters {
-    pub cpu_usage_ns: Option<u64>,
-    pub cpu_user_ns: Option<u64>,
-    pub cpu_system_ns: Option<u64>,
-    pub cfs_periods: Option<u64>,
-    pub cfs_throttled_periods: Option<u64>,
-    pub cfs_throttled_ns: Option<u64>,
-    pub memory_bytes: Option<u64>,
-    /// memory − inactive file pages (cAdvisor's working set).
-    pub working_set_bytes: Option<u64>,
-    pub memory_peak_bytes: Option<u64>,
-    pub oom_events: Option<u64>,
-    pub oom_kills: Option<u64>,
-    pub read_bytes: Option<u64>,
-    pub write_bytes: Option<u64>,
-    pub reads: Option<u64>,
-    pub writes: Option<u64>,
-    /// Tasks (threads) in the cgroup (`pids.current`).
-    pub tasks: Option<u64>,
-    /// The process life cycle from the node's BPF programs (None without them).
-    pub life: Option<tracker_common::NodeCounts>,
-}
+use crate::model::node::{CgroupCounters, Found};
 
 /// Where each controller's hierarchy is mounted.
 #[derive(Clone, Debug, Default)]
@@ -330,7 +288,7 @@ impl Reader {
     pub fn read(&mut self, rel: &str) -> Option<CgroupCounters> {
         let h = self.h.clone();
         let mut c = CgroupCounters::default();
-        let tck = crate::engine::procread::clk_tck().max(1);
+        let tck = crate::sys::clk_tck().max(1);
         if h.cpuacct.is_some() {
             c.cpu_usage_ns = self.number(h.cpuacct.as_ref(), rel, "cpuacct.usage");
             c.cpu_usage_ns?;
@@ -537,7 +495,7 @@ mod tests {
         );
         let mut r = Reader::new(h);
         let c = r.read(rel).unwrap();
-        let tck = crate::engine::procread::clk_tck();
+        let tck = crate::sys::clk_tck();
         assert_eq!(c.cpu_usage_ns, Some(2_500_000_000));
         assert_eq!(c.cpu_user_ns, Some(150 * 1_000_000_000 / tck));
         assert_eq!(

@@ -6,7 +6,7 @@
 //! `cpuN`, so an offline core shifts the others (docs/layout.md, "Parsers").
 
 use super::{CachedFile, Roots};
-use crate::{engine::procread::clk_tck, model::sample::CpuSample, warn::warn_once};
+use crate::{model::sample::CpuSample, sys::clk_tck, warn::warn_once};
 
 /// The eight time columns of a `cpu` line, in clock ticks. Guest time is already
 /// included in user/nice, so it is not read separately.

@@ -30,6 +30,7 @@ use super::{
     cgroup::{find, mounts},
     CachedFile, Roots,
 };
+use crate::model::reading::MemcgReading;
 
 /// statfs magic numbers of the two cgroup file systems.
 const CGROUP_SUPER_MAGIC: i64 = 0x0027_e0eb;
@@ -56,15 +57,6 @@ fn io_reason(what: &str, path: &Path, e: &io::Error) -> Unavailable {
         _ => e.to_string(),
     };
     Unavailable(format!("{what} {}: {why}", path.display()))
-}
-
-/// One reading of the tree's cgroup, bytes.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct MemcgReading {
-    pub current: u64,
-    /// Highest charge since the cgroup was made; None where the kernel keeps none
-    /// (v2 before 5.19).
-    pub peak: Option<u64>,
 }
 
 /// A member of the tree found outside the cgroup: its figures are no longer the

@@ -8,14 +8,7 @@ use std::{collections::HashMap, path::PathBuf, time::Duration};
 
 use serde::Deserialize;
 
-/// What the kubelet says of one container.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ContainerName {
-    pub namespace: String,
-    pub pod: String,
-    pub container: String,
-    pub image: String,
-}
+use crate::model::node::ContainerName;
 
 /// Container id → names; pod UID → (namespace, pod) for cgroups of a pod whose
 /// container is not listed (the sandbox).

@@ -7,7 +7,8 @@ use std::collections::{HashMap, HashSet};
 
 use tracker_common::Figures;
 
-use super::{procread, ReadOpts, TreeTotals};
+use super::{procread, ReadOpts};
+use crate::model::reading::TreeTotals;
 
 #[derive(Clone, Copy, Debug, Default)]
 struct Member {
@@ -188,8 +189,8 @@ impl ProcfsEngine {
             seen: 0,
             exited: 0,
             max_rss_kib: 0,
-            tck_ns: 1_000_000_000 / procread::clk_tck(),
-            page: procread::page_size(),
+            tck_ns: 1_000_000_000 / crate::sys::clk_tck(),
+            page: crate::sys::page_size(),
             buf,
             live: Vec::new(),
             children_files: have_children_files(),

@@ -6,27 +6,6 @@ use std::{collections::HashMap, fs::File, os::unix::fs::FileExt};
 
 use tracker_common::Figures;
 
-/// Clock ticks per second for /proc/PID/stat times.
-pub fn clk_tck() -> u64 {
-    // SAFETY: sysconf has no preconditions.
-    let v = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if v > 0 {
-        v as u64
-    } else {
-        100
-    }
-}
-
-pub fn page_size() -> u64 {
-    // SAFETY: sysconf has no preconditions.
-    let v = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    if v > 0 {
-        v as u64
-    } else {
-        4096
-    }
-}
-
 /// Reads a small /proc file into `buf` (cleared first). One `read` usually returns
 /// the whole file: unlike `read_to_string`, no `statx` for a size hint (always 0 on
 /// procfs) and no second `read` to see EOF, which matters at 3 files per member.

@@ -3,6 +3,7 @@
 //! reads the system or writes anywhere.
 
 pub mod csv;
+pub mod degraded;
 pub mod host;
 pub mod meta;
 pub mod node;

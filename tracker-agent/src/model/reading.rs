@@ -3,7 +3,9 @@
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use super::sample::{CpuSample, DiskSample, GpuSample, MemorySample, NetworkSample};
-use crate::{collect::memcg::MemcgReading, engine::TreeTotals};
+use serde::Serialize;
+
+use super::degraded::Degradations;
 
 /// The host part of one sample (the tree's fields of `cpu` stay None here).
 #[derive(Clone, Debug, Default)]
@@ -77,4 +79,62 @@ pub struct Reading {
     /// Whether `tree.cpu_ns` is the charge of a cgroup holding exactly the tree
     /// (else the backend's sums).
     pub cpu_cgroup: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    Ebpf,
+    Procfs,
+}
+
+impl Backend {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Backend::Ebpf => "ebpf",
+            Backend::Procfs => "procfs",
+        }
+    }
+}
+
+/// Cumulative totals of one tree since tracking started. Every counter only grows
+/// (except the `live_*` gauges), so interval values are plain differences.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TreeTotals {
+    /// Exact CPU time (ns) of the tree, exited members included.
+    pub cpu_ns: u64,
+    /// Tick-sampled user/system time (ns), used only to split `cpu_ns`.
+    pub user_ticks_ns: u64,
+    pub sys_ticks_ns: u64,
+    /// Storage bytes (`read_bytes`/`write_bytes` of /proc's io files).
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    /// Bytes through read/write-like system calls, cached I/O included.
+    pub rchar: u64,
+    pub wchar: u64,
+    pub procs_spawned: u64,
+    pub procs_exited: u64,
+    pub threads_spawned: u64,
+    pub execs: u64,
+    pub lost_events: u64,
+    pub untracked_tasks: u64,
+    /// Largest RSS (KiB) of any member, exited or live.
+    pub max_rss_kib: u64,
+    /// Gauges at the time of reading.
+    pub live_procs: u64,
+    pub live_threads: u64,
+    pub rss_bytes: u64,
+    pub pss_bytes: Option<u64>,
+    pub root_alive: bool,
+    /// What is no longer exact, by name, since the run began.
+    pub degraded: Degradations,
+}
+
+/// One reading of the tree's cgroup, bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct MemcgReading {
+    pub current: u64,
+    /// Highest charge since the cgroup was made; None where the kernel keeps none
+    /// (v2 before 5.19).
+    pub peak: Option<u64>,
 }

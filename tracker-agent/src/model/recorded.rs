@@ -322,6 +322,91 @@ pub fn split_csv(line: &str) -> Result<Vec<String>, &'static str> {
     Ok(out)
 }
 
+/// One CSV row's cells by column name.
+struct Row<'a> {
+    index: &'a HashMap<String, usize>,
+    cells: Vec<String>,
+}
+
+impl Row<'_> {
+    /// The cell of column `name`, None where the file has no such column or the
+    /// cell is empty.
+    fn get(&self, name: &str) -> Option<&str> {
+        self.index
+            .get(name)
+            .map(|&i| self.cells[i].trim())
+            .filter(|c| !c.is_empty())
+    }
+
+    fn num(&self, name: &str) -> Result<Option<f64>, String> {
+        self.get(name)
+            .map(|c| {
+                c.parse::<f64>()
+                    .ok()
+                    .filter(|v| v.is_finite())
+                    .ok_or_else(|| format!("{name}: '{}' is not a number", c.escape_debug()))
+            })
+            .transpose()
+    }
+
+    fn bytes(&self, name: &str) -> Result<Option<u64>, String> {
+        Ok(self.num(name)?.map(|v| v.max(0.0) as u64))
+    }
+}
+
+/// The host's storage of a row: bytes moved and the space of its one mount.
+fn disk_of(r: &Row) -> Result<DiskSample, String> {
+    let (total_gb, used_gb) = (
+        r.num("system_disk_space_total_gb")?,
+        r.num("system_disk_space_used_gb")?,
+    );
+    Ok(DiskSample {
+        read_bytes: r.bytes("system_disk_read_bytes")?,
+        write_bytes: r.bytes("system_disk_write_bytes")?,
+        mounts: match (total_gb, used_gb) {
+            (Some(t), Some(u)) => vec![MountSample {
+                total_bytes: (t * 1e9) as u64,
+                used_bytes: (u * 1e9) as u64,
+                // The report's used space is total − available.
+                available_bytes: ((t - u).max(0.0) * 1e9) as u64,
+                ..Default::default()
+            }],
+            _ => Vec::new(),
+        },
+        ..Default::default()
+    })
+}
+
+/// The tracked tree's part of a row.
+fn process_of(r: &Row, backend: Option<&str>) -> Result<ProcessSample, String> {
+    let (num, bytes) = (|n| r.num(n), |n| r.bytes(n));
+    Ok(ProcessSample {
+        backend: backend_name(backend.unwrap_or("")),
+        utime_secs: num("process_utime")?.unwrap_or(0.0),
+        stime_secs: num("process_stime")?.unwrap_or(0.0),
+        memory_mib: num("process_memory_mib")?.unwrap_or(0.0),
+        // Files without the column: what it was before, PSS with --pss or RSS,
+        // taken as RSS.
+        memory_source: r
+            .get("process_memory_source")
+            .and_then(MemorySource::named)
+            .unwrap_or(MemorySource::Rss)
+            .as_str(),
+        memory_rss_mib: num("process_memory_rss_mib")?
+            .or(num("process_memory_mib")?)
+            .unwrap_or(0.0),
+        read_bytes: bytes("process_disk_read_bytes")?.unwrap_or(0),
+        write_bytes: bytes("process_disk_write_bytes")?.unwrap_or(0),
+        live_processes: bytes("process_live_processes")?
+            .or(bytes("process_children")?.map(|c| c + 1))
+            .unwrap_or(0),
+        gpu_usage: num("process_gpu_usage")?,
+        gpu_vram_mib: num("process_gpu_vram_mib")?,
+        gpu_utilized: bytes("process_gpu_utilized")?,
+        ..Default::default()
+    })
+}
+
 /// Reads CSV rows by their header's names, so that the Python package's 32
 /// columns, ours, and files with columns this version does not know all work.
 pub struct CsvRows {
@@ -379,33 +464,17 @@ impl CsvRows {
                 self.width
             ));
         }
-        let get = |name: &str| -> Option<&str> {
-            self.index
-                .get(name)
-                .map(|&i| cells[i].trim())
-                .filter(|c| !c.is_empty())
+        let r = Row {
+            index: &self.index,
+            cells,
         };
-        let num = |name: &str| -> Result<Option<f64>, String> {
-            get(name)
-                .map(|c| {
-                    c.parse::<f64>()
-                        .ok()
-                        .filter(|v| v.is_finite())
-                        .ok_or_else(|| format!("{name}: '{}' is not a number", c.escape_debug()))
-                })
-                .transpose()
-        };
-        let bytes = |name: &str| -> Result<Option<u64>, String> {
-            Ok(num(name)?.map(|v| v.max(0.0) as u64))
-        };
+        let (get, num, bytes) = (|n| r.get(n), |n| r.num(n), |n| r.bytes(n));
         let ts = num("timestamp")?.ok_or("timestamp: empty")?;
         let interval = match (self.has_interval, num("interval_secs")?, self.prev_ts) {
             (true, Some(i), _) => i,
             (_, _, Some(p)) => ts - p,
             _ => 0.0,
         };
-        let total_gb = num("system_disk_space_total_gb")?;
-        let used_gb = num("system_disk_space_used_gb")?;
         let gpu_sys = num("system_gpu_usage")?;
         let tree = get("process_pid").is_some() || num("process_cpu_usage")?.is_some();
         let backend = get("process_backend").map(str::to_string);
@@ -429,21 +498,7 @@ impl CsvRows {
                 tx_bytes: bytes("system_net_sent_bytes")?,
                 ..Default::default()
             }],
-            disk: vec![DiskSample {
-                read_bytes: bytes("system_disk_read_bytes")?,
-                write_bytes: bytes("system_disk_write_bytes")?,
-                mounts: match (total_gb, used_gb) {
-                    (Some(t), Some(u)) => vec![MountSample {
-                        total_bytes: (t * 1e9) as u64,
-                        used_bytes: (u * 1e9) as u64,
-                        // The report's used space is total − available.
-                        available_bytes: ((t - u).max(0.0) * 1e9) as u64,
-                        ..Default::default()
-                    }],
-                    _ => Vec::new(),
-                },
-                ..Default::default()
-            }],
+            disk: vec![disk_of(&r)?],
             gpu: match (gpu_sys, num("system_gpu_vram_mib")?) {
                 (None, None) => Vec::new(),
                 (u, v) => vec![GpuSample {
@@ -453,32 +508,7 @@ impl CsvRows {
                 }],
             },
             process: tree
-                .then(|| -> Result<ProcessSample, String> {
-                    Ok(ProcessSample {
-                        backend: backend_name(backend.as_deref().unwrap_or("")),
-                        utime_secs: num("process_utime")?.unwrap_or(0.0),
-                        stime_secs: num("process_stime")?.unwrap_or(0.0),
-                        memory_mib: num("process_memory_mib")?.unwrap_or(0.0),
-                        // Files without the column: what it was before, PSS with
-                        // --pss or RSS, taken as RSS.
-                        memory_source: get("process_memory_source")
-                            .and_then(MemorySource::named)
-                            .unwrap_or(MemorySource::Rss)
-                            .as_str(),
-                        memory_rss_mib: num("process_memory_rss_mib")?
-                            .or(num("process_memory_mib")?)
-                            .unwrap_or(0.0),
-                        read_bytes: bytes("process_disk_read_bytes")?.unwrap_or(0),
-                        write_bytes: bytes("process_disk_write_bytes")?.unwrap_or(0),
-                        live_processes: bytes("process_live_processes")?
-                            .or(bytes("process_children")?.map(|c| c + 1))
-                            .unwrap_or(0),
-                        gpu_usage: num("process_gpu_usage")?,
-                        gpu_vram_mib: num("process_gpu_vram_mib")?,
-                        gpu_utilized: bytes("process_gpu_utilized")?,
-                        ..Default::default()
-                    })
-                })
+                .then(|| process_of(&r, backend.as_deref()))
                 .transpose()?,
             tracker: TrackerSample {
                 cpu_secs: num("tracker_cpu_secs")?.unwrap_or(0.0),

@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use crate::engine::degraded::Degradation;
+use super::degraded::Degradation;
 
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Sample {

@@ -5,11 +5,11 @@
 use std::time::Instant;
 
 use super::{
-    reading::Reading,
+    degraded::Degradations,
+    reading::{Backend, MemcgReading, Reading, TreeTotals},
     sample::{MemorySource, ProcessSample, Sample, TrackerSample, TreeCompat},
     summary::RunStats,
 };
-use crate::engine::{degraded::Degradations, Backend, TreeTotals};
 
 const MIB: f64 = 1048576.0;
 
@@ -96,22 +96,7 @@ impl Sampler {
         } = r;
         let at = stamp.at;
         let elapsed = at.duration_since(self.prev_at).as_secs_f64().max(1e-9);
-        let d_cpu = now.cpu_ns.saturating_sub(self.prev.cpu_ns);
-        let d_user_t = now.user_ticks_ns.saturating_sub(self.prev.user_ticks_ns);
-        let d_sys_t = now.sys_ticks_ns.saturating_sub(self.prev.sys_ticks_ns);
-        // Split the exact CPU by the tick ratio of the interval, or of the whole run
-        // when the interval saw no tick (short tasks), or all to user as the kernel does.
-        let (u, s) = if d_user_t + d_sys_t > 0 {
-            (d_user_t, d_sys_t)
-        } else {
-            (now.user_ticks_ns, now.sys_ticks_ns)
-        };
-        let d_sys = if u + s > 0 {
-            ((d_cpu as u128 * s as u128) / (u + s) as u128) as u64
-        } else {
-            0
-        };
-        let d_user = d_cpu - d_sys;
+        let (d_cpu, d_user, d_sys) = split_cpu(&now, &self.prev);
         self.cum_user_ns += d_user;
         self.cum_sys_ns += d_sys;
 
@@ -128,15 +113,7 @@ impl Sampler {
         let lost = now.lost_events.saturating_sub(self.prev.lost_events);
         let rss_mib = now.rss_bytes as f64 / MIB;
         let pss_mib = now.pss_bytes.map(|b| b as f64 / MIB);
-        let (memory_mib, memory_source, memory_peak_mib) = match (memcg, pss_mib) {
-            (Some(m), _) => (
-                m.current as f64 / MIB,
-                MemorySource::Cgroup,
-                m.peak.map(|p| p as f64 / MIB),
-            ),
-            (None, Some(p)) => (p, MemorySource::Pss, None),
-            (None, None) => (rss_mib, MemorySource::Rss, None),
-        };
+        let (memory_mib, memory_source, memory_peak_mib) = tree_memory(memcg, rss_mib, pss_mib);
         let cores = d_cpu as f64 / 1e9 / elapsed;
         let process = self.tree.map(|(root, backend)| ProcessSample {
             pid: root,
@@ -220,6 +197,44 @@ impl Sampler {
             self.prev_bpf = bpf;
         }
         sample
+    }
+}
+
+/// The interval's exact CPU (ns) and its user and system parts: split by the tick
+/// ratio of the interval, or of the whole run when the interval saw no tick (short
+/// tasks), or all to user as the kernel does.
+fn split_cpu(now: &TreeTotals, prev: &TreeTotals) -> (u64, u64, u64) {
+    let d_cpu = now.cpu_ns.saturating_sub(prev.cpu_ns);
+    let d_user_t = now.user_ticks_ns.saturating_sub(prev.user_ticks_ns);
+    let d_sys_t = now.sys_ticks_ns.saturating_sub(prev.sys_ticks_ns);
+    let (u, s) = if d_user_t + d_sys_t > 0 {
+        (d_user_t, d_sys_t)
+    } else {
+        (now.user_ticks_ns, now.sys_ticks_ns)
+    };
+    let d_sys = if u + s > 0 {
+        ((d_cpu as u128 * s as u128) / (u + s) as u128) as u64
+    } else {
+        0
+    };
+    (d_cpu, d_cpu - d_sys, d_sys)
+}
+
+/// The tree's memory (MiB), where it comes from, and its peak: the command's
+/// cgroup where there is one, else Σ PSS, else Σ RSS.
+fn tree_memory(
+    memcg: Option<MemcgReading>,
+    rss_mib: f64,
+    pss_mib: Option<f64>,
+) -> (f64, MemorySource, Option<f64>) {
+    match (memcg, pss_mib) {
+        (Some(m), _) => (
+            m.current as f64 / MIB,
+            MemorySource::Cgroup,
+            m.peak.map(|p| p as f64 / MIB),
+        ),
+        (None, Some(p)) => (p, MemorySource::Pss, None),
+        (None, None) => (rss_mib, MemorySource::Rss, None),
     }
 }
 
@@ -337,7 +352,7 @@ mod tests {
     /// they appear in, each name once, and the run's statistics keep the last list.
     #[test]
     fn degradations_are_named_in_every_sample_from_then_on() {
-        use crate::engine::degraded::{EBPF_PID_NAMESPACE, MAP_FULL};
+        use crate::model::degraded::{EBPF_PID_NAMESPACE, MAP_FULL};
         let start = Instant::now();
         let mut fixed = Degradations::default();
         fixed.set(EBPF_PID_NAMESPACE, "procfs");
@@ -374,7 +389,7 @@ mod tests {
     /// single member's RSS as a floor.
     #[test]
     fn memory_by_its_source() {
-        use crate::collect::memcg::MemcgReading;
+        use crate::model::reading::MemcgReading;
         use crate::model::{RunStats, Summary};
         const MIB: u64 = 1 << 20;
         let start = Instant::now();

@@ -5,13 +5,13 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
+use super::{degraded::Degradation, reading::TreeTotals};
 use super::{
     host::CloudInfo,
     meta::JobMeta,
     sample::{HostInfo, MemorySource, Sample},
     stats::{Recommendation, RunStatsOut, ServerAdvice, UsageAccum},
 };
-use crate::engine::{degraded::Degradation, TreeTotals};
 
 /// Accumulated over the samples of a run.
 #[derive(Clone, Debug, Default)]

@@ -2,8 +2,10 @@
 //! with, and what the summary says.
 
 use crate::{
-    engine::{procread, Backend, Engine},
-    model::{BpfProgram, Discovered, HostInfo, JobMeta, RunStats, Summary, TopCommand},
+    engine::{procread, Engine},
+    model::{
+        reading::Backend, BpfProgram, Discovered, HostInfo, JobMeta, RunStats, Summary, TopCommand,
+    },
 };
 
 /// What a signal sent to the tracker does.

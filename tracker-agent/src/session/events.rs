@@ -8,8 +8,9 @@ use std::{
 
 use crate::{
     engine::ProcEvent,
+    fsafe::Owner,
     model::{report::ProcEventIn, TopCommand},
-    sink::report::TimelineFeed,
+    sink::{self, report::TimelineFeed},
     warn::say,
 };
 
@@ -20,6 +21,10 @@ const TOP: usize = 5;
 
 pub struct EventLog {
     file: Option<BufWriter<File>>,
+    /// Whose a file kept instead is, under sudo.
+    owner: Option<Owner>,
+    /// Whether the file is already the one kept instead.
+    kept: bool,
     /// Per command name: exited processes and their CPU (ns).
     tops: HashMap<String, (u64, u64)>,
     /// The report's process timeline, with `--report`.
@@ -41,9 +46,15 @@ fn clock_offset() -> f64 {
 }
 
 impl EventLog {
-    pub fn new(file: Option<File>, timeline: Option<TimelineFeed>) -> EventLog {
+    pub fn new(
+        file: Option<File>,
+        owner: Option<Owner>,
+        timeline: Option<TimelineFeed>,
+    ) -> EventLog {
         EventLog {
             file: file.map(BufWriter::new),
+            owner,
+            kept: false,
             tops: HashMap::new(),
             timeline,
             offset: clock_offset(),
@@ -68,7 +79,7 @@ impl EventLog {
         if let Some(w) = self.file.as_mut() {
             if let Ok(line) = serde_json::to_string(&ev) {
                 if let Err(e) = writeln!(w, "{line}") {
-                    self.fail(e);
+                    self.fail(e, &line);
                 }
             }
         }
@@ -110,18 +121,49 @@ impl EventLog {
         }
     }
 
-    /// The file cannot be written: said once, and the run goes on without it.
-    fn fail(&mut self, e: std::io::Error) {
-        say(format_args!(
-            "writing the events file: {e} (the command goes on; no more events are written)"
-        ));
-        self.file = None;
+    /// The file cannot be written: as the other outputs, the events go on in a
+    /// file of their own in a private directory, named in one line (what the
+    /// failed file still held unwritten first, then `line`); where that fails too,
+    /// the run goes on without them.
+    fn fail(&mut self, e: std::io::Error, line: &str) {
+        let unwritten = self.file.take().map(|w| {
+            let (_, rest) = w.into_parts();
+            rest.unwrap_or_default()
+        });
+        const STOPS: &str = "the command goes on; no more events are written";
+        if self.kept {
+            return say(format_args!("writing the events file: {e} ({STOPS})"));
+        }
+        let moved = sink::fallback_file("events.jsonl", self.owner.as_ref()).and_then(|(f, p)| {
+            let mut w = BufWriter::new(f);
+            w.write_all(&unwritten.unwrap_or_default())?;
+            if !line.is_empty() {
+                writeln!(w, "{line}")?;
+            }
+            Ok((w, p))
+        });
+        match moved {
+            Ok((w, p)) => {
+                say(format_args!(
+                    "writing the events file: {e}; continued in {}",
+                    p.display()
+                ));
+                self.file = Some(w);
+                self.kept = true;
+            }
+            Err(k) => say(format_args!(
+                "writing the events file: {e}; nor a private file instead: {k} ({STOPS})"
+            )),
+        }
     }
 
     /// Flushes the file; the commands with the most CPU, most first.
     pub fn finish(mut self) -> Vec<TopCommand> {
         if let Some(Err(e)) = self.file.as_mut().map(|w| w.flush()) {
-            self.fail(e);
+            self.fail(e, "");
+            if let Some(Err(e)) = self.file.as_mut().map(|w| w.flush()) {
+                self.fail(e, "");
+            }
         }
         top_commands(self.tops)
     }
@@ -160,7 +202,7 @@ mod tests {
 
     #[test]
     fn top_commands_by_cpu_of_exited_processes() {
-        let mut log = EventLog::new(None, None);
+        let mut log = EventLog::new(None, None, None);
         for (c, cpu) in [("a", 1.0), ("b", 3.0), ("a", 1.5), ("c", 0.1), ("d", 0.2)] {
             log.show(exit(c, cpu));
         }

@@ -20,8 +20,8 @@ use crate::{
         Roots, SystemCollector,
     },
     discovery,
-    engine::{degraded::Degradations, ebpf::EbpfEngine, procfs::ProcfsEngine, Engine},
-    model::Discovered,
+    engine::{ebpf::EbpfEngine, procfs::ProcfsEngine, Engine},
+    model::{degraded::Degradations, Discovered},
     settings::{Settings, Target},
     sink::{
         self,
@@ -72,23 +72,17 @@ fn report_destination(
     }
 }
 
-/// Runs the whole session; returns the exit code the tracker should exit with.
-pub fn run(st: Settings) -> anyhow::Result<i32> {
-    if let Some(c) = &st.config_file {
-        log::info!(
-            "settings from config file {}",
-            crate::warn::escaped(&c.display().to_string())
-        );
-    }
-    // Everything that can fail on bad input fails here, before anything starts.
-    let start = match &st.target {
+/// What `run` will do, checked before anything starts: the command found on PATH
+/// (or the exit code of its refusal), a process that exists, or the host.
+fn resolve_start(target: &Target) -> anyhow::Result<Result<Start, i32>> {
+    Ok(Ok(match target {
         Target::Command(argv) => {
             let Some(first) = argv.first() else {
                 anyhow::bail!("no command to run");
             };
             match launch::resolve(first, std::env::var_os("PATH").as_deref()) {
                 Ok(p) => Start::Command(p, argv.clone()),
-                Err(e) => return Ok(refused(e)),
+                Err(e) => return Ok(Err(refused(e))),
             }
         }
         Target::Attach { pid, origin } => {
@@ -98,6 +92,56 @@ pub fn run(st: Settings) -> anyhow::Result<i32> {
             Start::Attach(*pid)
         }
         Target::Host => Start::Host,
+    }))
+}
+
+/// The guardian of the Sentinel stream (see guardian.rs), as the invoking user
+/// under sudo; a run without it goes on, said once.
+fn start_guardian(
+    cfg: &sink::sentinel::Config,
+    run_as: Option<&launch::RunAs>,
+) -> Option<Guardian> {
+    let id = run_as.map(|r| Identity {
+        uid: r.uid,
+        gid: r.gid,
+        groups: r.groups.clone(),
+    });
+    match Guardian::start(cfg, id) {
+        Ok(g) => Some(g),
+        Err(e) => {
+            say(format_args!("Sentinel: the guardian could not start ({e}); the run goes on without it, and should the tracker be killed, rows not yet sent are only in the local outputs"));
+            None
+        }
+    }
+}
+
+/// The report's name for this run: the job's name, else the command line, the pid
+/// or "host".
+fn report_name(st: &Settings) -> String {
+    match (&st.meta.job_name, &st.target) {
+        (Some(j), _) => j.clone(),
+        (None, Target::Command(argv)) => argv
+            .iter()
+            .map(|a| a.to_string_lossy())
+            .collect::<Vec<_>>()
+            .join(" "),
+        (None, Target::Attach { pid, .. }) => format!("pid {pid}"),
+        (None, Target::Host) => "host".into(),
+    }
+}
+
+/// Runs the whole session; returns the exit code the tracker should exit with.
+pub fn run(st: Settings) -> anyhow::Result<i32> {
+    if let Some(c) = &st.config_file {
+        log::info!(
+            "settings from config file {}",
+            crate::warn::escaped(&c.display().to_string())
+        );
+    }
+    // Everything that can fail on bad input fails here, before anything starts.
+    let start = match resolve_start(&st.target)? {
+        Ok(s) => s,
+        Err(code) => return Ok(code),
     };
     // SUDO_UID and SUDO_GID are input like any other: a bad one is exit 2.
     let invoker = match launch::invoker() {
@@ -112,37 +156,18 @@ pub fn run(st: Settings) -> anyhow::Result<i32> {
     let run_as = invoker.filter(|_| !st.as_root);
     let owner = run_as.as_ref().map(launch::RunAs::owner);
     let owner = owner.as_ref();
-    let lines = Lines::open(st.output.as_deref(), st.quiet, st.format, owner)?;
-    let summary_out = SummaryOut::open(!st.quiet, st.summary.as_deref(), owner)?;
-    let events_file = st
-        .events
-        .as_deref()
-        .map(|p| sink::create_or_keep(p, "events", "events.jsonl", owner).map(|(f, _)| f))
-        .transpose()?;
-    let report_kept = match &st.report {
-        Some(p) => report_destination(p, owner)?,
-        None => None,
-    };
+    let (outputs, events_file) = open_outputs(&st, owner)?;
 
     signals::block_signals();
     // Before the tracker becomes a subreaper (see Guardian::start).
     // As the init of a PID namespace the tracker's death kills every process in
     // it, a guardian too, and orphans would come back to it: none then.
     let pid_one = std::process::id() == 1;
-    let guardian = st.sentinel.as_ref().filter(|_| !pid_one).and_then(|cfg| {
-        let id = run_as.as_ref().map(|r| Identity {
-            uid: r.uid,
-            gid: r.gid,
-            groups: r.groups.clone(),
-        });
-        match Guardian::start(cfg, id) {
-            Ok(g) => Some(g),
-            Err(e) => {
-                say(format_args!("Sentinel: the guardian could not start ({e}); the run goes on without it, and should the tracker be killed, rows not yet sent are only in the local outputs"));
-                None
-            }
-        }
-    });
+    let guardian = st
+        .sentinel
+        .as_ref()
+        .filter(|_| !pid_one)
+        .and_then(|cfg| start_guardian(cfg, run_as.as_ref()));
     // Discovery runs once, beside the command, and never delays it; the streaming
     // thread waits for its answer before registering the run.
     let (found_tx, found_rx) = mpsc::channel::<Discovered>();
@@ -169,37 +194,9 @@ pub fn run(st: Settings) -> anyhow::Result<i32> {
     let mut host_info = host.host_info();
     gpus.host_fields(&mut host_info);
 
-    let mut sinks: Vec<Box<dyn Sink>> = vec![Box::new(lines)];
-    if let Some(cfg) = &st.sentinel {
-        let run = run_info(&st, host_info.clone());
-        sinks.push(Box::new(Streamer::start(
-            cfg.clone(),
-            run,
-            found_rx,
-            guardian,
-        )?));
-    }
-    // The timeline comes from the eBPF engine's events.
-    let timeline: Option<TimelineFeed> =
-        (st.report.is_some() && matches!(engine, Some(Engine::Ebpf(_)))).then(Default::default);
-    if let Some(p) = &st.report {
-        let name = match (&st.meta.job_name, &st.target) {
-            (Some(j), _) => j.clone(),
-            (None, Target::Command(argv)) => argv
-                .iter()
-                .map(|a| a.to_string_lossy())
-                .collect::<Vec<_>>()
-                .join(" "),
-            (None, Target::Attach { pid, .. }) => format!("pid {pid}"),
-            (None, Target::Host) => "host".into(),
-        };
-        sinks.push(Box::new(
-            ReportSink::new(p.clone(), owner.cloned(), &name, timeline.clone(), st.quiet)
-                .kept_in(report_kept),
-        ));
-    }
-    sinks.push(Box::new(summary_out));
-    let mut sinks = Sinks::new(sinks);
+    let ebpf = matches!(engine, Some(Engine::Ebpf(_)));
+    let stream = (found_rx, guardian);
+    let (mut sinks, timeline) = open_sinks(&st, outputs, &host_info, stream, ebpf, owner)?;
 
     let started = Instant::now();
     let Begun {
@@ -216,7 +213,7 @@ pub fn run(st: Settings) -> anyhow::Result<i32> {
         renice_self(v);
     }
     let backend = engine.as_ref().map(Engine::backend);
-    let mut events = EventLog::new(events_file, timeline);
+    let mut events = EventLog::new(events_file, owner.cloned(), timeline);
     if let (Some(pid), None) = (root, command_root) {
         let tree = crate::engine::procfs::descendants_with_threads(pid);
         // The tracker itself is not of the tree (a process tracking itself starts
@@ -235,11 +232,98 @@ pub fn run(st: Settings) -> anyhow::Result<i32> {
         memcg,
         cpucg,
     };
-    let mut ended = match track::run(tracked, &st, started, &mut sinks) {
+    let ended = match track::run(tracked, &st, started, &mut sinks) {
         Ok(e) => e,
         Err(e) => return Ok(stay_with(command_root, e)),
     };
-    // The tree is gone (a member still alive goes back to the cgroup it started in).
+    let mut summary = end_summary(
+        &st,
+        ended,
+        started,
+        (backend, backend_reason),
+        host_info,
+        discovery,
+    );
+    sinks.finish(&mut summary);
+    Ok(summary.exit_code.unwrap_or(0))
+}
+
+/// The outputs opened before anything started.
+struct Outputs {
+    lines: Lines,
+    summary: SummaryOut,
+    report_kept: Option<(std::fs::File, std::path::PathBuf)>,
+}
+
+/// The files the user named, opened before anything starts (a path that cannot be
+/// had is refused now, or kept elsewhere where it is someone else's): the samples,
+/// the summary, the report's destination, and the events file.
+fn open_outputs(
+    st: &Settings,
+    owner: Option<&crate::fsafe::Owner>,
+) -> anyhow::Result<(Outputs, Option<std::fs::File>)> {
+    let lines = Lines::open(st.output.as_deref(), st.quiet, st.format, owner)?;
+    let summary = SummaryOut::open(!st.quiet, st.summary.as_deref(), owner)?;
+    let events_file = st
+        .events
+        .as_deref()
+        .map(|p| sink::create_or_keep(p, "events", "events.jsonl", owner).map(|(f, _)| f))
+        .transpose()?;
+    let report_kept = match &st.report {
+        Some(p) => report_destination(p, owner)?,
+        None => None,
+    };
+    let out = Outputs {
+        lines,
+        summary,
+        report_kept,
+    };
+    Ok((out, events_file))
+}
+
+/// Every sink of the run, in the order they finish (lines, Sentinel, the report,
+/// the summary), and the report's timeline feed, which comes from the eBPF
+/// engine's events (`ebpf`).
+fn open_sinks(
+    st: &Settings,
+    out: Outputs,
+    host_info: &crate::model::HostInfo,
+    (found_rx, guardian): (mpsc::Receiver<Discovered>, Option<Guardian>),
+    ebpf: bool,
+    owner: Option<&crate::fsafe::Owner>,
+) -> anyhow::Result<(Sinks, Option<TimelineFeed>)> {
+    let mut sinks: Vec<Box<dyn Sink>> = vec![Box::new(out.lines)];
+    if let Some(cfg) = &st.sentinel {
+        let run = run_info(st, host_info.clone());
+        sinks.push(Box::new(Streamer::start(
+            cfg.clone(),
+            run,
+            found_rx,
+            guardian,
+        )?));
+    }
+    let timeline: Option<TimelineFeed> = (st.report.is_some() && ebpf).then(Default::default);
+    if let Some(p) = &st.report {
+        let name = report_name(st);
+        sinks.push(Box::new(
+            ReportSink::new(p.clone(), owner.cloned(), &name, timeline.clone(), st.quiet)
+                .kept_in(out.report_kept),
+        ));
+    }
+    sinks.push(Box::new(out.summary));
+    Ok((Sinks::new(sinks), timeline))
+}
+
+/// The run's end: the cgroups made for the command removed (a member still alive
+/// goes back to the cgroup it started in), and the summary.
+fn end_summary(
+    st: &Settings,
+    mut ended: track::Ended,
+    started: Instant,
+    (backend, backend_reason): (Option<crate::model::reading::Backend>, Option<String>),
+    host_info: crate::model::HostInfo,
+    discovery: Option<std::thread::JoinHandle<Discovered>>,
+) -> crate::model::Summary {
     if let Some(mut cg) = ended.memcg.take() {
         cg.remove();
     }
@@ -263,8 +347,7 @@ pub fn run(st: Settings) -> anyhow::Result<i32> {
     if let Some(url) = &st.keeper {
         summary.recommended_server = report::advise(url, &summary);
     }
-    sinks.finish(&mut summary);
-    Ok(summary.exit_code.unwrap_or(0))
+    summary
 }
 
 /// Sets the nice value of every thread of the tracker. Done once the command has

@@ -17,7 +17,7 @@ use crate::{
         reading::unix_now,
         recorded::{self, CsvRows, JsonLine},
         report::{self, ProcEventIn, RunBuilder, TimelineBuilder},
-        stats::ServerAdvice,
+        stats::{self, ServerAdvice},
         CloudInfo, Sample, Summary,
     },
     settings::report::ReportSettings,
@@ -437,15 +437,12 @@ impl Inputs {
     }
 }
 
-/// The page from `st.inputs`, written to `st.output`; exit code 0, or 1 when
-/// there was nothing to report.
-pub fn run(st: ReportSettings) -> anyhow::Result<i32> {
-    check_destination("-o", &st.output)?;
-    let mut inputs = Inputs::default();
-    for p in &st.inputs {
-        inputs.read(p)?;
-    }
-    let Inputs { runs, mut notes } = inputs;
+/// Each run read as it will be drawn (with its timeline and summary) and its
+/// usage for the combined statistics; a run without samples is left out, noted.
+fn runs_to_pages(
+    runs: Vec<Reading>,
+    notes: &mut Vec<String>,
+) -> (Vec<report::RunData>, Vec<stats::UsageAccum>) {
     let mut data = Vec::new();
     let mut usages = Vec::new();
     for mut r in runs {
@@ -488,6 +485,19 @@ pub fn run(st: ReportSettings) -> anyhow::Result<i32> {
         d.summary = r.summary;
         data.push(d);
     }
+    (data, usages)
+}
+
+/// The page from `st.inputs`, written to `st.output`; exit code 0, or 1 when
+/// there was nothing to report.
+pub fn run(st: ReportSettings) -> anyhow::Result<i32> {
+    check_destination("-o", &st.output)?;
+    let mut inputs = Inputs::default();
+    for p in &st.inputs {
+        inputs.read(p)?;
+    }
+    let Inputs { runs, mut notes } = inputs;
+    let (data, usages) = runs_to_pages(runs, &mut notes);
     if data.is_empty() {
         for n in &notes {
             say(n);

@@ -18,11 +18,15 @@ use super::{
 use crate::{
     collect::{
         gpu::GpuCollector,
-        memcg::{self, MemcgReading, TreeCgroup, TreeCpu},
+        memcg::{self, TreeCgroup, TreeCpu},
         SystemCollector,
     },
-    engine::{degraded::Degradations, procread, Engine, ReadOpts, Ring, TreeTotals},
-    model::{reading::unix_now, OwnCost, Reading, Sample, Sampler, Stamp, TopCommand},
+    engine::{procread, Engine, ReadOpts, Ring},
+    model::{
+        degraded::Degradations,
+        reading::{unix_now, MemcgReading, TreeTotals},
+        OwnCost, Reading, Sample, Sampler, Stamp, TopCommand,
+    },
     selfcost,
     settings::Settings,
     sink::Sinks,

@@ -222,6 +222,63 @@ pub fn resolve_job(cli: Cli, get_env: GetEnv) -> Result<Job, String> {
     }
 }
 
+/// The output format: the flag, else the config file's, else JSON lines.
+fn format_of(
+    flag: Option<Format>,
+    file: Option<&str>,
+    in_file: &dyn Fn(&str) -> String,
+) -> Result<Format, String> {
+    Ok(match (flag, file) {
+        (Some(f), _) => f,
+        (None, Some("json")) => Format::Json,
+        (None, Some("csv")) => Format::Csv,
+        (None, Some(other)) => {
+            return Err(format!(
+                "{}: '{other}' is not json or csv",
+                in_file("format")
+            ))
+        }
+        (None, None) => Format::Json,
+    })
+}
+
+/// How long to follow members left after the root exits, seconds: the flag, the
+/// environment, the config file, else the default.
+fn tail_of(
+    flag: Option<&str>,
+    get_env: GetEnv,
+    file: Option<f64>,
+    in_file: &dyn Fn(&str) -> String,
+) -> Result<f64, String> {
+    Ok(
+        match (flag, env_var(get_env, "TRACKER_TAIL_TIMEOUT")?, file) {
+            (Some(s), _, _) => values::tail_secs("--tail-timeout", s)?,
+            (None, Some(s), _) => {
+                values::tail_secs("environment variable TRACKER_TAIL_TIMEOUT", &s)?
+            }
+            (None, None, Some(v)) => {
+                values::tail_secs(&in_file("tail_timeout_secs"), &format!("{v:?}"))?
+            }
+            (None, None, None) => DEFAULT_TAIL_SECS,
+        },
+    )
+}
+
+/// The tracker's nice value: the flag, the environment, the config file, or none.
+fn renice_of(
+    flag: Option<i32>,
+    get_env: GetEnv,
+    file: Option<i64>,
+    in_file: &dyn Fn(&str) -> String,
+) -> Result<Option<i32>, String> {
+    Ok(match (flag, env_var(get_env, "TRACKER_RENICE")?, file) {
+        (Some(v), _, _) => Some(v),
+        (None, Some(v), _) => Some(values::nice("environment variable TRACKER_RENICE", &v)?),
+        (None, None, Some(v)) => Some(values::nice(&in_file("renice"), &v.to_string())?),
+        (None, None, None) => None,
+    })
+}
+
 /// Applies the layers. `get_env` is `std::env::var_os` outside tests; clap has
 /// already applied the environment to the flags that name a variable (checked
 /// first by [`check_flag_env`]).
@@ -260,20 +317,7 @@ pub fn resolve(cli: Cli, get_env: GetEnv) -> Result<Settings, String> {
         (None, Some(v)) => seconds(&in_file("interval_secs"), &v.to_string(), 0.1)?,
         (None, None) => 1.0,
     };
-    let format = match (opts.format, &tr.format) {
-        (Some(f), _) => f,
-        (None, Some(s)) => match s.as_str() {
-            "json" => Format::Json,
-            "csv" => Format::Csv,
-            other => {
-                return Err(format!(
-                    "{}: '{other}' is not json or csv",
-                    in_file("format")
-                ))
-            }
-        },
-        (None, None) => Format::Json,
-    };
+    let format = format_of(opts.format, tr.format.as_deref(), &in_file)?;
     let upload_interval = match (
         env_seconds(get_env, "TRACKER_UPLOAD_INTERVAL", 1.0)?,
         tr.upload_interval_secs,
@@ -282,18 +326,12 @@ pub fn resolve(cli: Cli, get_env: GetEnv) -> Result<Settings, String> {
         (None, Some(v)) => seconds(&in_file("upload_interval_secs"), &v.to_string(), 1.0)?,
         (None, None) => 60.0,
     };
-    let tail = match (
-        &opts.tail_timeout,
-        env_var(get_env, "TRACKER_TAIL_TIMEOUT")?,
+    let tail = tail_of(
+        opts.tail_timeout.as_deref(),
+        get_env,
         tr.tail_timeout_secs,
-    ) {
-        (Some(s), _, _) => values::tail_secs("--tail-timeout", s)?,
-        (None, Some(s), _) => values::tail_secs("environment variable TRACKER_TAIL_TIMEOUT", &s)?,
-        (None, None, Some(v)) => {
-            values::tail_secs(&in_file("tail_timeout_secs"), &format!("{v:?}"))?
-        }
-        (None, None, None) => DEFAULT_TAIL_SECS,
-    };
+        &in_file,
+    )?;
     let discover = opts.discover
         || env_bool(get_env, "TRACKER_DISCOVER")?
             .or(tr.discover)
@@ -305,12 +343,7 @@ pub fn resolve(cli: Cli, get_env: GetEnv) -> Result<Settings, String> {
     let sentinel = sentinel_settings(get_env, upload_interval)?;
     let metadata = values::endpoints(get_env)?;
     let output = opts.output.clone().or(tr.output.clone());
-    let renice = match (opts.renice, env_var(get_env, "TRACKER_RENICE")?, tr.renice) {
-        (Some(v), _, _) => Some(v),
-        (None, Some(v), _) => Some(values::nice("environment variable TRACKER_RENICE", &v)?),
-        (None, None, Some(v)) => Some(values::nice(&in_file("renice"), &v.to_string())?),
-        (None, None, None) => None,
-    };
+    let renice = renice_of(opts.renice, get_env, tr.renice, &in_file)?;
     let aggregate_cpu_steal = match opts.aggregate_cpu_steal {
         Some(v) => v,
         None => env_bool(get_env, "TRACKER_AGGREGATE_CPU_STEAL")?

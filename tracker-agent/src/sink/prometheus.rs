@@ -308,70 +308,75 @@ impl Collector for Exported {
                 .collect();
             family(&mut enc, name, help, true, &series)?;
         }
-        if let Some(t) = snap.bpf_run_secs {
-            let c = ConstCounter::new(t);
-            c.encode(enc.encode_descriptor(
-                "resource_tracker_agent_bpf_run_seconds",
-                "Run time of the agent's BPF programs (kernel BPF statistics on).",
-                None,
-                c.metric_type(),
-            )?)?;
-        }
-        let agent: [(&str, &str, bool, f64); 7] = [
-            (
-                "resource_tracker_lost_events",
-                "Counts the BPF programs could not keep (a full map or ring, or a run the kernel skipped).",
-                true,
-                snap.lost_events as f64,
-            ),
-            (
-                "resource_tracker_ebpf",
-                "1 when the node's BPF programs count each container's process life cycle.",
-                false,
-                f64::from(u8::from(snap.ebpf)),
-            ),
-            (
-                "resource_tracker_containers",
-                "Containers tracked now.",
-                false,
-                snap.containers.len() as f64,
-            ),
-            (
-                "resource_tracker_agent_cpu_seconds",
-                "The agent's own CPU time.",
-                true,
-                snap.agent_cpu_secs,
-            ),
-            (
-                "resource_tracker_agent_rss_bytes",
-                "The agent's resident memory.",
-                false,
-                snap.agent_rss_bytes as f64,
-            ),
-            (
-                "resource_tracker_scans",
-                "Scans of the cgroup hierarchy.",
-                true,
-                snap.scans as f64,
-            ),
-            (
-                "resource_tracker_vanished_containers",
-                "Containers gone between their scan and their read.",
-                true,
-                snap.vanished as f64,
-            ),
-        ];
-        for (name, help, counter, v) in agent {
-            if counter {
-                let c = ConstCounter::new(v);
-                c.encode(enc.encode_descriptor(name, help, None, c.metric_type())?)?;
-            } else {
-                let g = ConstGauge::new(v);
-                g.encode(enc.encode_descriptor(name, help, None, g.metric_type())?)?;
-            }
-        }
-        Ok(())
+        encode_agent(&mut enc, &snap)
     }
+}
+
+/// The agent's own metrics: its cost, what its programs lost, what it tracks.
+fn encode_agent(enc: &mut DescriptorEncoder, snap: &NodeSnapshot) -> Result<(), std::fmt::Error> {
+    if let Some(t) = snap.bpf_run_secs {
+        let c = ConstCounter::new(t);
+        c.encode(enc.encode_descriptor(
+            "resource_tracker_agent_bpf_run_seconds",
+            "Run time of the agent's BPF programs (kernel BPF statistics on).",
+            None,
+            c.metric_type(),
+        )?)?;
+    }
+    let agent: [(&str, &str, bool, f64); 7] = [
+        (
+            "resource_tracker_lost_events",
+            "Counts the BPF programs could not keep (a full map or ring, or a run the kernel skipped).",
+            true,
+            snap.lost_events as f64,
+        ),
+        (
+            "resource_tracker_ebpf",
+            "1 when the node's BPF programs count each container's process life cycle.",
+            false,
+            f64::from(u8::from(snap.ebpf)),
+        ),
+        (
+            "resource_tracker_containers",
+            "Containers tracked now.",
+            false,
+            snap.containers.len() as f64,
+        ),
+        (
+            "resource_tracker_agent_cpu_seconds",
+            "The agent's own CPU time.",
+            true,
+            snap.agent_cpu_secs,
+        ),
+        (
+            "resource_tracker_agent_rss_bytes",
+            "The agent's resident memory.",
+            false,
+            snap.agent_rss_bytes as f64,
+        ),
+        (
+            "resource_tracker_scans",
+            "Scans of the cgroup hierarchy.",
+            true,
+            snap.scans as f64,
+        ),
+        (
+            "resource_tracker_vanished_containers",
+            "Containers gone between their scan and their read.",
+            true,
+            snap.vanished as f64,
+        ),
+    ];
+    for (name, help, counter, v) in agent {
+        if counter {
+            let c = ConstCounter::new(v);
+            c.encode(enc.encode_descriptor(name, help, None, c.metric_type())?)?;
+        } else {
+            let g = ConstGauge::new(v);
+            g.encode(enc.encode_descriptor(name, help, None, g.metric_type())?)?;
+        }
+    }
+    Ok(())
 }
 
 /// The exposition of `shared` now: OpenMetrics, or the text format 0.0.4 derived
@@ -534,7 +539,7 @@ async fn answer(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::collect::containers::{CgroupCounters, Found};
+    use crate::model::node::{CgroupCounters, Found};
 
     fn snap() -> Shared {
         Arc::new(Mutex::new(NodeSnapshot {

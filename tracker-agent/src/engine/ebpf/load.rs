@@ -10,8 +10,8 @@ use aya::{
 use tracker_common::Figures;
 
 use super::{EbpfEngine, Ledger, PROBE};
-use crate::engine::degraded::{self, Degradations};
 use crate::engine::{btf::Btf, procread};
+use crate::model::degraded::{self, Degradations};
 
 pub(super) static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tracker"));
 
@@ -230,6 +230,83 @@ pub(super) fn has_cap_bpf() -> Result<(), String> {
     })
 }
 
+/// This kernel's offsets from its BTF, what they leave inexact (said once), and when
+/// the BTF had been read (since `t0`).
+fn kernel_offsets(
+    t0: Instant,
+) -> Result<(tracker_common::Offsets, Degradations, std::time::Duration), EbpfUnavailable> {
+    // The programs are plain raw tracepoints: the kernel's BTF is read only for
+    // the offsets they use.
+    let path = btf_path();
+    let data = crate::fsafe::read_input(&path, MAX_BTF)
+        .map_err(|e| EbpfUnavailable::NoBtf(format!("{}: {e}", path.display())))?;
+    let t_read = t0.elapsed();
+    let btf = Btf::parse(&data)
+        .map_err(|e| EbpfUnavailable::NoBtf(format!("{}: {e}", path.display())))?;
+    let mut offsets = btf
+        .offsets()
+        .map_err(|e| EbpfUnavailable::NoBtf(e.to_string()))?;
+    offsets.tick_ns = u32::try_from(1_000_000_000 / crate::sys::clk_tck()).unwrap_or(0);
+    let degraded = offset_degradations(&offsets);
+    for d in degraded.list() {
+        crate::warn::say(format_args!("eBPF: {}: {}", d.name, d.detail));
+    }
+    Ok((offsets, degraded, t_read))
+}
+
+/// Loads (verifies) the programs `run` uses: the life-cycle programs, their second
+/// copies where tracepoints are preemptible, and the probe. Their names.
+fn verify_programs(bpf: &mut Ebpf) -> Result<Vec<&'static str>, EbpfUnavailable> {
+    let copies = second_copies();
+    let names: Vec<&'static str> = TRACEPOINTS
+        .iter()
+        .flat_map(|&(first, again, _)| [Some(first), copies.then_some(again)])
+        .flatten()
+        .chain([PROBE])
+        .collect();
+    for &name in &names {
+        let prog: &mut RawTracePoint = bpf
+            .program_mut(name)
+            .ok_or_else(|| EbpfUnavailable::Load(format!("program {name} missing from object")))?
+            .try_into()
+            .map_err(|e: aya::programs::ProgramError| {
+                EbpfUnavailable::Load(format!("{name}: {e}"))
+            })?;
+        prog.load().map_err(|e| classify(format!("{name}: "), &e))?;
+    }
+    Ok(names)
+}
+
+/// Attaches the loaded life-cycle programs, the first copies first: a tracepoint
+/// runs its programs in the order they were attached.
+fn attach_programs(bpf: &mut Ebpf, loaded: &[&str]) -> Result<(), EbpfUnavailable> {
+    for (first, again, tp) in TRACEPOINTS {
+        for name in [first, again] {
+            if !loaded.contains(&name) {
+                continue;
+            }
+            let prog: Option<&mut RawTracePoint> =
+                bpf.program_mut(name).and_then(|p| p.try_into().ok());
+            if let Some(p) = prog {
+                p.attach(tp)
+                    .map_err(|e| classify(format!("attach {name}: "), &e))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The kernel's BPF run-time statistics, on while the descriptor is held.
+fn enable_stats() -> Option<std::os::fd::OwnedFd> {
+    match aya::sys::enable_stats(aya::sys::Stats::RunTime) {
+        Ok(fd) => Some(fd),
+        Err(e) => {
+            log::warn!("cannot enable BPF run-time statistics: {e}");
+            None
+        }
+    }
+}
+
 impl EbpfEngine {
     /// Loads and attaches everything. `max_tasks` sizes the task map, `ring_bytes`
     /// the event ring.
@@ -239,24 +316,7 @@ impl EbpfEngine {
         if !in_host_pid_ns() {
             return Err(EbpfUnavailable::PidNamespace);
         }
-        // The programs are plain raw tracepoints: the kernel's BTF is read only for
-        // the offsets they use.
-        let path = btf_path();
-        let data = crate::fsafe::read_input(&path, MAX_BTF)
-            .map_err(|e| EbpfUnavailable::NoBtf(format!("{}: {e}", path.display())))?;
-        let t_read = t0.elapsed();
-        let btf = Btf::parse(&data)
-            .map_err(|e| EbpfUnavailable::NoBtf(format!("{}: {e}", path.display())))?;
-        let mut offsets = btf
-            .offsets()
-            .map_err(|e| EbpfUnavailable::NoBtf(e.to_string()))?;
-        offsets.tick_ns = u32::try_from(1_000_000_000 / procread::clk_tck()).unwrap_or(0);
-        drop(btf);
-        drop(data);
-        let degraded = offset_degradations(&offsets);
-        for d in degraded.list() {
-            crate::warn::say(format_args!("eBPF: {}: {}", d.name, d.detail));
-        }
+        let (offsets, degraded, t_read) = kernel_offsets(t0)?;
         let t_parsed = t0.elapsed();
         log::debug!("kernel offsets: {offsets:?}");
         let rss_in_kernel = offsets.mm_rss_stat != tracker_common::NO_FIELD;
@@ -268,41 +328,9 @@ impl EbpfEngine {
             .load(OBJECT)
             .map_err(|e| classify(String::new(), &e))?;
         let t_maps = t0.elapsed();
-        let copies = second_copies();
-        let names: Vec<&str> = TRACEPOINTS
-            .iter()
-            .flat_map(|&(first, again, _)| [Some(first), copies.then_some(again)])
-            .flatten()
-            .chain([PROBE])
-            .collect();
-        for &name in &names {
-            let prog: &mut RawTracePoint = bpf
-                .program_mut(name)
-                .ok_or_else(|| {
-                    EbpfUnavailable::Load(format!("program {name} missing from object"))
-                })?
-                .try_into()
-                .map_err(|e: aya::programs::ProgramError| {
-                    EbpfUnavailable::Load(format!("{name}: {e}"))
-                })?;
-            prog.load().map_err(|e| classify(format!("{name}: "), &e))?;
-        }
+        let names = verify_programs(&mut bpf)?;
         let t_loaded = t0.elapsed();
-        // The first copies first: a tracepoint runs its programs in the order they
-        // were attached.
-        for (first, again, tp) in TRACEPOINTS {
-            for name in [first, again] {
-                if !names.contains(&name) {
-                    continue;
-                }
-                let prog: Option<&mut RawTracePoint> =
-                    bpf.program_mut(name).and_then(|p| p.try_into().ok());
-                if let Some(p) = prog {
-                    p.attach(tp)
-                        .map_err(|e| classify(format!("attach {name}: "), &e))?;
-                }
-            }
-        }
+        attach_programs(&mut bpf, &names)?;
         log::debug!(
             "eBPF load: BTF read {t_read:?}, parsed {:?}, maps made {:?}, programs verified {:?}, attached {:?}",
             t_parsed - t_read,
@@ -320,17 +348,7 @@ impl EbpfEngine {
             .map_err(|e| EbpfUnavailable::Load(format!("TREE_STATS: {e}")))?;
         let ring = RingBuf::try_from(take(&mut bpf, "EVENTS")?)
             .map_err(|e| EbpfUnavailable::Load(format!("EVENTS: {e}")))?;
-        let stats_fd = if bpf_stats {
-            match aya::sys::enable_stats(aya::sys::Stats::RunTime) {
-                Ok(fd) => Some(fd),
-                Err(e) => {
-                    log::warn!("cannot enable BPF run-time statistics: {e}");
-                    None
-                }
-            }
-        } else {
-            None
-        };
+        let stats_fd = bpf_stats.then(enable_stats).flatten();
         let stats_enabled = stats_fd.is_some()
             || std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled")
                 .is_ok_and(|s| s.trim() == "1");
@@ -352,8 +370,8 @@ impl EbpfEngine {
             root_spawned: 0,
             ledger: Ledger::default(),
             reported: Figures::default(),
-            tck_ns: 1_000_000_000 / procread::clk_tck(),
-            page: procread::page_size(),
+            tck_ns: 1_000_000_000 / crate::sys::clk_tck(),
+            page: crate::sys::page_size(),
             buf: String::new(),
             files: procread::FileCache::default(),
             live_max_rss_kib: 0,

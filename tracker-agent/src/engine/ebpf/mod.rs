@@ -40,9 +40,12 @@ mod records;
 mod roster;
 
 use super::{
-    degraded::{self, Degradations},
     procread::{self, Kind},
-    ProcEvent, ReadOpts, TreeTotals,
+    ProcEvent, ReadOpts,
+};
+use crate::model::{
+    degraded::{self, Degradations},
+    reading::TreeTotals,
 };
 use ledger::{at_least, Ledger};
 use records::{decode, proc_event, Record};
@@ -113,7 +116,7 @@ fn boottime_offset_ticks(text: &str) -> Option<u64> {
     let mut it = line.split_whitespace().skip(1);
     let secs: i64 = it.next()?.parse().ok()?;
     let nsecs: i64 = it.next()?.parse().ok()?;
-    let tck = i64::try_from(procread::clk_tck()).ok()?;
+    let tck = i64::try_from(crate::sys::clk_tck()).ok()?;
     let ticks = secs.checked_mul(tck)? + nsecs / (1_000_000_000 / tck.max(1));
     Some(ticks as u64)
 }
@@ -824,7 +827,7 @@ impl EbpfEngine {
 mod tests {
     #[test]
     fn a_time_namespace_offset_in_ticks() {
-        let tck = super::procread::clk_tck();
+        let tck = crate::sys::clk_tck();
         let text = "monotonic 0 0\nboottime 5 500000000\n";
         assert_eq!(super::boottime_offset_ticks(text), Some(5 * tck + tck / 2));
         assert_eq!(super::boottime_offset_ticks("monotonic 0 0\n"), None);

@@ -4,6 +4,7 @@
 
 mod api;
 pub mod guardian;
+mod journal;
 mod queue;
 mod s3;
 mod upload;
@@ -19,11 +20,13 @@ use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 
 use super::Sink;
-use crate::{
-    engine::degraded::{Degradation, SPOOL_FAILED},
-    model::{csv, Discovered, HostInfo, JobMeta, Sample, StreamReport, Summary},
+use crate::model::{
+    csv,
+    degraded::{Degradation, SPOOL_FAILED},
+    Discovered, HostInfo, JobMeta, Sample, StreamReport, Summary,
 };
-use guardian::{Guardian, RowAt};
+use guardian::Guardian;
+use journal::RowAt;
 pub use queue::probe_spool;
 use upload::run_stream;
 

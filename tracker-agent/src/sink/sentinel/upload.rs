@@ -14,7 +14,7 @@ use tokio::sync::mpsc;
 
 use super::{
     api::{self, Api, ApiError, Credentials, Registration},
-    guardian::{Journal, RowAt},
+    journal::{Journal, RowAt},
     queue::Queue,
     registration_body, s3, Config, Msg, RunInfo,
 };

@@ -1,0 +1,214 @@
+//! The agent's imports as its code has them: which top-level module of
+//! tracker-agent/src uses which, read from the `crate::` paths of its non-test code
+//! (the crate root names modules without the prefix). docs/layout.md lists them with
+//! the rule each follows, and a test holds the two together and the graph free of
+//! circles.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    path::Path,
+};
+
+/// Top-level module → the other top-level modules its code imports.
+pub type Imports = BTreeMap<String, BTreeSet<String>>;
+
+/// The module a file under `src` belongs to: its first path component, without `.rs`.
+fn module_of(rel: &Path) -> String {
+    let first = rel.components().next().map_or_else(String::new, |c| {
+        c.as_os_str().to_string_lossy().into_owned()
+    });
+    first.trim_end_matches(".rs").to_string()
+}
+
+/// The names a use-tree list `a::{b, c}, d` starts with, at its top level.
+fn heads(list: &str) -> Vec<String> {
+    let (mut depth, mut cur, mut out) = (0, String::new(), Vec::new());
+    for ch in list.chars() {
+        match ch {
+            '{' => depth += 1,
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                out.push(std::mem::take(&mut cur));
+                continue;
+            }
+            _ => {}
+        }
+        cur.push(ch);
+    }
+    out.push(cur);
+    out.iter()
+        .filter_map(|s| {
+            let s = s.trim();
+            let end = s
+                .find(|c: char| !(c.is_ascii_lowercase() || c == '_'))
+                .unwrap_or(s.len());
+            (end > 0).then(|| s[..end].to_string())
+        })
+        .collect()
+}
+
+/// Code before its test module (`#[cfg(test)]` then `mod …tests`), comments
+/// dropped.
+fn code(text: &str) -> String {
+    let mut end = text.len();
+    let mut from = 0;
+    while let Some(i) = text[from..].find("#[cfg(test)]") {
+        let at = from + i;
+        let next = text[at..].lines().nth(1).unwrap_or("").trim_start();
+        if next.starts_with("mod ") && next.contains("tests") {
+            end = at;
+            break;
+        }
+        from = at + 1;
+    }
+    text[..end]
+        .lines()
+        .map(|l| l.split("//").next().unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The imports of the crate whose sources are in `src`.
+pub fn imports(src: &Path) -> std::io::Result<Imports> {
+    let mut files = Vec::new();
+    let mut dirs = vec![src.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d)? {
+            let p = e?.path();
+            if p.is_dir() {
+                dirs.push(p);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                files.push(p);
+            }
+        }
+    }
+    let modules: BTreeSet<String> = files
+        .iter()
+        .filter_map(|p| p.strip_prefix(src).ok())
+        .map(module_of)
+        .filter(|m| m != "main")
+        .collect();
+    let mut out = Imports::new();
+    for p in &files {
+        let Ok(rel) = p.strip_prefix(src) else {
+            continue;
+        };
+        let from = module_of(rel);
+        let text = code(&std::fs::read_to_string(p)?);
+        let mut used = BTreeSet::new();
+        let mut rest = text.as_str();
+        while let Some(i) = rest.find("crate::") {
+            rest = &rest[i + "crate::".len()..];
+            let list = match rest.strip_prefix('{') {
+                Some(r) => &r[..r.find("};").unwrap_or(r.len())],
+                None => rest
+                    .split(|c: char| !(c.is_ascii_lowercase() || c == '_'))
+                    .next()
+                    .unwrap_or(""),
+            };
+            used.extend(heads(list));
+        }
+        if from == "main" {
+            for m in &modules {
+                if text.contains(&format!("{m}::")) {
+                    used.insert(m.clone());
+                }
+            }
+        }
+        let entry = out.entry(from.clone()).or_default();
+        entry.extend(
+            used.into_iter()
+                .filter(|m| *m != from && modules.contains(m)),
+        );
+    }
+    Ok(out)
+}
+
+/// A circle of `imports`, if there is one (modules in order).
+pub fn circle(imports: &Imports) -> Option<Vec<String>> {
+    fn visit(
+        m: &str,
+        g: &Imports,
+        path: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(i) = path.iter().position(|p| p == m) {
+            return Some(path[i..].to_vec());
+        }
+        if done.contains(m) {
+            return None;
+        }
+        path.push(m.to_string());
+        for n in g.get(m).into_iter().flatten() {
+            if let Some(c) = visit(n, g, path, done) {
+                return Some(c);
+            }
+        }
+        path.pop();
+        done.insert(m.to_string());
+        None
+    }
+    let mut done = BTreeSet::new();
+    imports
+        .keys()
+        .find_map(|m| visit(m, imports, &mut Vec::new(), &mut done))
+}
+
+/// The table of docs/layout.md's "Imports" section: module → what it imports.
+pub fn documented(doc: &str) -> Imports {
+    let section = doc.split("## Imports").nth(1).unwrap_or("");
+    let section = section.split("\n## ").next().unwrap_or("");
+    let mut out = Imports::new();
+    for line in section.lines().filter(|l| l.starts_with("| `")) {
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        let (Some(m), Some(uses)) = (cells.get(1), cells.get(2)) else {
+            continue;
+        };
+        let names = uses
+            .split(',')
+            .map(|s| s.trim().trim_matches('`').to_string())
+            .filter(|s| !s.is_empty() && s != "—");
+        out.insert(m.trim_matches('`').to_string(), names.collect());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_agents_imports_point_one_way_as_docs_layout_says() {
+        let root = crate::root();
+        let got = imports(&root.join("tracker-agent/src")).unwrap();
+        assert_eq!(circle(&got), None, "an import circle");
+        let doc = std::fs::read_to_string(root.join("docs/layout.md")).unwrap();
+        assert_eq!(
+            documented(&doc),
+            got,
+            "docs/layout.md's Imports table differs from the code"
+        );
+    }
+
+    #[test]
+    fn a_circle_is_found_and_use_lists_are_read() {
+        let g = |pairs: &[(&str, &[&str])]| -> Imports {
+            pairs
+                .iter()
+                .map(|(m, d)| (m.to_string(), d.iter().map(|s| s.to_string()).collect()))
+                .collect()
+        };
+        assert_eq!(
+            circle(&g(&[("a", &["b"]), ("b", &["c"]), ("c", &[])])),
+            None
+        );
+        assert_eq!(
+            circle(&g(&[("a", &["b"]), ("b", &["c"]), ("c", &["a"])])),
+            Some(vec!["a".into(), "b".into(), "c".into()])
+        );
+        assert_eq!(
+            heads(" model::{a, b::{c}}, warn::say,\n sys "),
+            ["model", "warn", "sys"]
+        );
+    }
+}
