@@ -97,7 +97,15 @@ fn flag_value(args: &[String], name: &str) -> anyhow::Result<Option<String>> {
     }
 }
 
-fn main() -> anyhow::Result<()> {
+/// An error ends the task in one line with its causes, whatever RUST_BACKTRACE says.
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("xtask: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
         Some("setup") => setup(),
