@@ -8,6 +8,8 @@ mod bench;
 mod benchdoc;
 mod dist;
 mod exact_bench;
+#[cfg(test)]
+mod glibc;
 mod kernels;
 #[cfg(test)]
 mod layout;
