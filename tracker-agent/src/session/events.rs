@@ -77,8 +77,11 @@ impl EventLog {
             }
         }
         if let Some(w) = self.file.as_mut() {
-            if let Ok(line) = serde_json::to_string(&ev) {
-                if let Err(e) = writeln!(w, "{line}") {
+            if let Ok(mut line) = serde_json::to_string(&ev) {
+                // One write of the whole line: a failure then leaves none of it in
+                // the buffer, and the kept file gets it once.
+                line.push('\n');
+                if let Err(e) = w.write_all(line.as_bytes()) {
                     self.fail(e, &line);
                 }
             }
@@ -123,8 +126,8 @@ impl EventLog {
 
     /// The file cannot be written: as the other outputs, the events go on in a
     /// file of their own in a private directory, named in one line (what the
-    /// failed file still held unwritten first, then `line`); where that fails too,
-    /// the run goes on without them.
+    /// failed file still held unwritten first, then `line`, whole with its line
+    /// break, or empty); where that fails too, the run goes on without them.
     fn fail(&mut self, e: std::io::Error, line: &str) {
         let unwritten = self.file.take().map(|w| {
             let (_, rest) = w.into_parts();
@@ -137,9 +140,7 @@ impl EventLog {
         let moved = sink::fallback_file("events.jsonl", self.owner.as_ref()).and_then(|(f, p)| {
             let mut w = BufWriter::new(f);
             w.write_all(&unwritten.unwrap_or_default())?;
-            if !line.is_empty() {
-                writeln!(w, "{line}")?;
-            }
+            w.write_all(line.as_bytes())?;
             Ok((w, p))
         });
         match moved {
