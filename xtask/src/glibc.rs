@@ -35,29 +35,17 @@ mod tests {
     /// `libc::NAME(` calls in the non-test code under `dir`, as (file, name).
     fn calls(dir: &std::path::Path) -> Vec<(String, String)> {
         let mut found = Vec::new();
-        let mut dirs = vec![dir.to_path_buf()];
-        while let Some(d) = dirs.pop() {
-            for e in std::fs::read_dir(&d).unwrap().flatten() {
-                let p = e.path();
-                if p.is_dir() {
-                    dirs.push(p);
-                    continue;
-                }
-                if p.extension().is_none_or(|x| x != "rs") {
-                    continue;
-                }
-                let text = std::fs::read_to_string(&p).unwrap();
-                let code = text.split("#[cfg(test)]\nmod tests").next().unwrap_or("");
-                let mut rest = code;
-                while let Some(i) = rest.find("libc::") {
-                    rest = &rest[i + "libc::".len()..];
-                    let name: String = rest
-                        .chars()
-                        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                        .collect();
-                    if rest[name.len()..].starts_with('(') {
-                        found.push((p.display().to_string(), name));
-                    }
+        for p in crate::layout::rs_files(dir).unwrap() {
+            let code = crate::layout::code(&std::fs::read_to_string(&p).unwrap());
+            let mut rest = code.as_str();
+            while let Some(i) = rest.find("libc::") {
+                rest = &rest[i + "libc::".len()..];
+                let name: String = rest
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                if rest[name.len()..].starts_with('(') {
+                    found.push((p.display().to_string(), name));
                 }
             }
         }

@@ -49,7 +49,7 @@ fn heads(list: &str) -> Vec<String> {
 
 /// Code before its test module (`#[cfg(test)]` then `mod …tests`), comments
 /// dropped.
-fn code(text: &str) -> String {
+pub fn code(text: &str) -> String {
     let mut end = text.len();
     let mut from = 0;
     while let Some(i) = text[from..].find("#[cfg(test)]") {
@@ -68,10 +68,10 @@ fn code(text: &str) -> String {
         .join("\n")
 }
 
-/// The imports of the crate whose sources are in `src`.
-pub fn imports(src: &Path) -> std::io::Result<Imports> {
+/// Every `.rs` file under `dir`.
+pub fn rs_files(dir: &Path) -> std::io::Result<Vec<std::path::PathBuf>> {
     let mut files = Vec::new();
-    let mut dirs = vec![src.to_path_buf()];
+    let mut dirs = vec![dir.to_path_buf()];
     while let Some(d) = dirs.pop() {
         for e in std::fs::read_dir(&d)? {
             let p = e?.path();
@@ -82,6 +82,12 @@ pub fn imports(src: &Path) -> std::io::Result<Imports> {
             }
         }
     }
+    Ok(files)
+}
+
+/// The imports of the crate whose sources are in `src`.
+pub fn imports(src: &Path) -> std::io::Result<Imports> {
+    let files = rs_files(src)?;
     let modules: BTreeSet<String> = files
         .iter()
         .filter_map(|p| p.strip_prefix(src).ok())
