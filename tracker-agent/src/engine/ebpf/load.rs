@@ -254,6 +254,17 @@ fn kernel_offsets(
     Ok((offsets, degraded, t_read))
 }
 
+/// The object's program `name`, as the raw tracepoint every program of it is.
+pub(super) fn raw_tp<'a>(
+    bpf: &'a mut Ebpf,
+    name: &str,
+) -> Result<&'a mut RawTracePoint, EbpfUnavailable> {
+    bpf.program_mut(name)
+        .ok_or_else(|| EbpfUnavailable::Load(format!("program {name} missing from object")))?
+        .try_into()
+        .map_err(|e: aya::programs::ProgramError| EbpfUnavailable::Load(format!("{name}: {e}")))
+}
+
 /// Loads (verifies) the programs `run` uses: the life-cycle programs, their second
 /// copies where tracepoints are preemptible, and the probe. Their names.
 fn verify_programs(bpf: &mut Ebpf) -> Result<Vec<&'static str>, EbpfUnavailable> {
@@ -265,14 +276,9 @@ fn verify_programs(bpf: &mut Ebpf) -> Result<Vec<&'static str>, EbpfUnavailable>
         .chain([PROBE])
         .collect();
     for &name in &names {
-        let prog: &mut RawTracePoint = bpf
-            .program_mut(name)
-            .ok_or_else(|| EbpfUnavailable::Load(format!("program {name} missing from object")))?
-            .try_into()
-            .map_err(|e: aya::programs::ProgramError| {
-                EbpfUnavailable::Load(format!("{name}: {e}"))
-            })?;
-        prog.load().map_err(|e| classify(format!("{name}: "), &e))?;
+        raw_tp(bpf, name)?
+            .load()
+            .map_err(|e| classify(format!("{name}: "), &e))?;
     }
     Ok(names)
 }
@@ -285,12 +291,9 @@ fn attach_programs(bpf: &mut Ebpf, loaded: &[&str]) -> Result<(), EbpfUnavailabl
             if !loaded.contains(&name) {
                 continue;
             }
-            let prog: Option<&mut RawTracePoint> =
-                bpf.program_mut(name).and_then(|p| p.try_into().ok());
-            if let Some(p) = prog {
-                p.attach(tp)
-                    .map_err(|e| classify(format!("attach {name}: "), &e))?;
-            }
+            raw_tp(bpf, name)?
+                .attach(tp)
+                .map_err(|e| classify(format!("attach {name}: "), &e))?;
         }
     }
     Ok(())

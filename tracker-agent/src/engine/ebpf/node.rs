@@ -7,12 +7,11 @@ use std::collections::HashMap as StdHashMap;
 
 use aya::{
     maps::{MapData, PerCpuArray, PerCpuHashMap, RingBuf},
-    programs::RawTracePoint,
     Ebpf,
 };
 use tracker_common::{CommandCpu, CommandKey, NodeCounts, NodeOffsets, OomVictim};
 
-use super::load::{classify, has_cap_bpf, loader_without_btf, EbpfUnavailable, OBJECT};
+use super::load::{classify, has_cap_bpf, loader_without_btf, raw_tp, EbpfUnavailable, OBJECT};
 use crate::engine::btf::Btf;
 
 const PROGRAMS: [(&str, &str); 4] = [
@@ -77,13 +76,7 @@ impl NodeLife {
             .load(OBJECT)
             .map_err(|e| classify(String::new(), &e))?;
         for (name, tp) in PROGRAMS {
-            let prog: &mut RawTracePoint = bpf
-                .program_mut(name)
-                .ok_or_else(|| EbpfUnavailable::Load(format!("program {name} missing")))?
-                .try_into()
-                .map_err(|e: aya::programs::ProgramError| {
-                    EbpfUnavailable::Load(format!("{name}: {e}"))
-                })?;
+            let prog = raw_tp(&mut bpf, name)?;
             prog.load().map_err(|e| classify(format!("{name}: "), &e))?;
             prog.attach(tp)
                 .map_err(|e| classify(format!("attach {name}: "), &e))?;
@@ -258,11 +251,7 @@ impl NodeLife {
 }
 
 fn attach_oom(bpf: &mut Ebpf) -> Result<(), String> {
-    let prog: &mut RawTracePoint = bpf
-        .program_mut("node_oom")
-        .ok_or("program node_oom missing")?
-        .try_into()
-        .map_err(|e: aya::programs::ProgramError| e.to_string())?;
+    let prog = raw_tp(bpf, "node_oom").map_err(|e| e.to_string())?;
     prog.load().map_err(|e| crate::warn::error_chain(&e))?;
     prog.attach("mark_victim")
         .map_err(|e| crate::warn::error_chain(&e))?;
