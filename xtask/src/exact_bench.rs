@@ -16,7 +16,7 @@ use anyhow::Context as _;
 use serde_json::Value;
 
 use crate::{
-    measure::{read, stat},
+    measure::{stat, Machine},
     peers::{acc_interval, run_rusage, say_tool_header, tmp, Peers, Tool},
     truth::{pre_join_secs, Truth},
 };
@@ -396,15 +396,16 @@ pub fn run(dir: &Path, quick: bool) -> anyhow::Result<String> {
         md.push_str(&line);
         md.push('\n');
     };
+    let m = Machine::read();
     say(format!("{EXACT_MARK} (`cargo xtask bench --only-exact`)"));
     say(String::new());
     say(format!(
         "Measured on {} vCPU ({}), kernel {}, tracker {} ({}), with the peers of the section below (same commands, intervals 1 s, psrecord 0.5 s; the accuracy form, see there). Each run executes `workload incgroup DIRS --pre F -- CMD` under the tool: the root joins a fresh cgroup in every hierarchy that keeps a truth (v1 `cpuacct`, `blkio` with a 1 TiB/s throttle rule so that it counts, `memory`; else v2 `cpu.stat`, `io.stat`, `memory.peak`) before it execs the workload. A cell is the tool's figure as a % of the cgroup's: median (min–max) of {runs} run(s), the tools interleaved run by run. The machine has 2 vCPU and is shared with other work; these are ratios to the kernel's own counters of the same run, so load moves them little.",
-        read("nproc"),
-        read("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'"),
-        read("uname -r"),
+        m.vcpus,
+        m.cpu,
+        m.kernel,
         env!("CARGO_PKG_VERSION"),
-        read("git -C . rev-parse --short HEAD 2>/dev/null"),
+        m.commit,
     ));
     say(String::new());
 

@@ -45,6 +45,26 @@ pub fn read(cmd: &str) -> String {
         .unwrap_or_default()
 }
 
+/// The machine a section was measured on, as docs/benchmarks.md names it.
+pub struct Machine {
+    pub vcpus: String,
+    pub cpu: String,
+    pub kernel: String,
+    /// The checkout's commit, short.
+    pub commit: String,
+}
+
+impl Machine {
+    pub fn read() -> Machine {
+        Machine {
+            vcpus: read("nproc"),
+            cpu: read("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'"),
+            kernel: read("uname -r"),
+            commit: read("git -C . rev-parse --short HEAD 2>/dev/null"),
+        }
+    }
+}
+
 /// A background process group, killed whole on drop.
 pub struct Bg(pub Child);
 impl Drop for Bg {

@@ -824,15 +824,16 @@ pub(crate) fn render(m: &Measured, cmdline: &str) -> String {
         })
         .collect::<Vec<_>>()
         .join(", ");
+    let machine = crate::measure::Machine::read();
     say(format!("{REAL_MARK} (`{cmdline}`)"));
     say(String::new());
     say(format!(
         "Measured {date} on {} vCPU ({}), kernel {}, tracker {} ({}); the machine is shared with other work (load average {} at the end). Each workload runs as `/bin/sh -c SCRIPT` in a scratch directory on disk, under `workload incgroup DIRS --pre F`, which joins a fresh cgroup holding exactly the workload (v1 `cpuacct`, `memory`, `blkio` with a 1 TiB/s throttle rule so that it counts) before it execs the script; every tool tracks that root (ours: `resource-tracker run -q -i 1 --summary S [--no-ebpf] -- CMD`, run as root, so the first column is the eBPF backend; py-rt: Python resource-tracker 0.5.0 in `target/py-peers` (procfs backend), through the peers' accuracy wrapper; rs-rt: the Rust resource-tracker 0.1.18; intervals 1 s; see the peers' section for how each figure is read). Runs per cell: {} (the tools interleaved run by run); *quiet* is the workload alone, *beside churn* adds unrelated work in a cgroup of its own (two shell loops forking `/bin/true` and `grep`, and a loop of `workload spin 3000`: pid churn and short CPU-heavy processes, as tests/src/churn.rs). The whole section ran under `nice`; {} {:.0} s ({:.0} s beside churn).",
-        read("nproc"),
-        read("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'"),
-        read("uname -r"),
+        machine.vcpus,
+        machine.cpu,
+        machine.kernel,
         env!("CARGO_PKG_VERSION"),
-        read("git -C . rev-parse --short HEAD 2>/dev/null"),
+        machine.commit,
         read("cut -d' ' -f1-3 /proc/loadavg"),
         runs_per_cell,
         if m.walls_only {
