@@ -294,10 +294,16 @@ fn a_stderr_closed_at_start_keeps_the_samples() {
         sum["samples"].as_u64(),
         "every sample kept"
     );
-    assert_eq!(
-        lines.last().expect("a sample")["tracker"]["degraded"],
-        serde_json::json!([])
-    );
+    // Nothing degraded by the closed stderr. Members the kernel freed without
+    // the free program (`exit_unread`, docs/engine.md) are the host's, not this.
+    let degraded = &lines.last().expect("a sample")["tracker"]["degraded"];
+    let other: Vec<&Value> = degraded
+        .as_array()
+        .expect("degraded is a list")
+        .iter()
+        .filter(|d| d["name"] != "exit_unread")
+        .collect();
+    assert!(other.is_empty(), "{degraded}");
     // With stderr open to /dev/null by choice, nothing is kept.
     let o = tracker_in(&s.0)
         .args(["run", "-i", "0.1", "--summary"])

@@ -9,10 +9,11 @@ pub mod procread;
 
 use std::{collections::HashSet, time::Duration};
 
-use serde::Serialize;
-
 use self::{ebpf::EbpfEngine, procfs::ProcfsEngine};
-use crate::model::reading::{Backend, TreeTotals};
+use crate::model::{
+    reading::{Backend, TreeTotals},
+    ProcEvent,
+};
 
 /// The kernel's event ring of the eBPF engine.
 pub type Ring = aya::maps::RingBuf<aya::maps::MapData>;
@@ -103,21 +104,4 @@ impl Engine {
 pub struct ReadOpts {
     /// Read smaps_rollup for PSS (expensive).
     pub pss: bool,
-}
-
-/// One process-lifecycle record, from the eBPF ring buffer.
-#[derive(Clone, Debug, Serialize)]
-pub struct ProcEvent {
-    pub kind: &'static str,
-    pub pid: u32,
-    pub ppid: u32,
-    pub comm: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cpu_secs: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub exit_code: Option<i32>,
-    /// Seconds since boot (CLOCK_MONOTONIC).
-    pub monotonic_secs: f64,
-    /// The same moment in unix seconds (set where the events are shown).
-    pub timestamp_secs: f64,
 }

@@ -171,6 +171,25 @@ pub fn descendants_with_threads(root: u32) -> Vec<(u32, Vec<u32>)> {
         .collect()
 }
 
+/// Each of `pids` still running, as (pid, parent, command name).
+pub fn names_and_parents(pids: impl Iterator<Item = u32>) -> Vec<(u32, u32, String)> {
+    let mut buf = String::new();
+    let mut out = Vec::new();
+    for pid in pids {
+        if procread::read_into(&format!("/proc/{pid}/stat"), &mut buf).is_none() {
+            continue;
+        }
+        let comm = match (buf.find('('), buf.rfind(')')) {
+            (Some(a), Some(b)) if a < b => buf[a + 1..b].to_string(),
+            _ => continue,
+        };
+        if let Some(st) = procread::parse_stat(&buf) {
+            out.push((pid, st.ppid, comm));
+        }
+    }
+    out
+}
+
 impl ProcfsEngine {
     pub fn new(root: u32, reaper: Option<u32>) -> Self {
         let mut buf = String::new();

@@ -4,6 +4,7 @@
 
 pub mod csv;
 pub mod degraded;
+pub mod event;
 pub mod host;
 pub mod meta;
 pub mod node;
@@ -15,6 +16,7 @@ pub mod sampler;
 pub mod stats;
 pub mod summary;
 
+pub use event::ProcEvent;
 pub use host::{CloudInfo, Discovered, Identity};
 pub use meta::JobMeta;
 pub use reading::{HostReading, OwnCost, ProcessGpu, Reading, Stamp};

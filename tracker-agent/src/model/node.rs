@@ -151,6 +151,14 @@ pub struct NodeSnapshot {
     pub vanished: u64,
 }
 
+/// What one scan gives the outputs: its samples (none for a container's first
+/// reading) and the node as it is now.
+#[derive(Debug, Default)]
+pub struct NodeScan {
+    pub samples: Vec<ContainerSample>,
+    pub snapshot: std::sync::Arc<NodeSnapshot>,
+}
+
 /// Turns successive readings into samples; forgets containers that are gone.
 #[derive(Default)]
 pub struct NodeModel {

@@ -25,8 +25,9 @@ use crate::{
     settings::{Settings, Target},
     sink::{
         self,
+        jsonl::JsonLines,
         lines::Lines,
-        report::{ReportSink, TimelineFeed},
+        report::{ReportSink, Timeline, TimelineFeed},
         sentinel::{
             guardian::{Guardian, Identity},
             RunInfo, Streamer,
@@ -213,14 +214,13 @@ pub fn run(st: Settings) -> anyhow::Result<i32> {
         renice_self(v);
     }
     let backend = engine.as_ref().map(Engine::backend);
-    let mut events = EventLog::new(events_file, owner.cloned(), timeline);
-    if let (Some(pid), None) = (root, command_root) {
-        let tree = crate::engine::procfs::descendants_with_threads(pid);
-        // The tracker itself is not of the tree (a process tracking itself starts
-        // it as its child).
-        let me = std::process::id();
-        events.seed_running(tree.into_iter().map(|(tgid, _)| tgid).filter(|p| *p != me));
-    }
+    let events = EventLog::new(event_sinks(
+        events_file,
+        owner,
+        timeline,
+        root,
+        command_root,
+    ));
     let tracked = track::Tracked {
         engine,
         root,
@@ -279,6 +279,41 @@ fn open_outputs(
         report_kept,
     };
     Ok((out, events_file))
+}
+
+/// Where the process events go: the `--events` file, and the report's timeline
+/// (with an attached tree's processes that were running before, from /proc).
+fn event_sinks(
+    file: Option<std::fs::File>,
+    owner: Option<&crate::fsafe::Owner>,
+    timeline: Option<TimelineFeed>,
+    root: Option<u32>,
+    command_root: Option<u32>,
+) -> Sinks<crate::model::ProcEvent, ()> {
+    let mut list: Vec<Box<dyn Sink<crate::model::ProcEvent, ()>>> = Vec::new();
+    if let Some(f) = file {
+        list.push(Box::new(JsonLines::buffered(
+            f,
+            "the events file".into(),
+            "events.jsonl",
+            owner.cloned(),
+        )));
+    }
+    if let Some(t) = timeline.map(Timeline) {
+        if let (Some(pid), None) = (root, command_root) {
+            // The tracker itself is not of the tree (a process tracking itself
+            // starts it as its child).
+            let me = std::process::id();
+            let pids = crate::engine::procfs::descendants_with_threads(pid)
+                .into_iter()
+                .map(|(tgid, _)| tgid)
+                .filter(|p| *p != me);
+            let running = crate::engine::procfs::names_and_parents(pids);
+            t.seed(&running, crate::model::reading::unix_now());
+        }
+        list.push(Box::new(t));
+    }
+    Sinks::new(list)
 }
 
 /// Every sink of the run, in the order they finish (lines, Sentinel, the report,

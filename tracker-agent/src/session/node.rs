@@ -5,10 +5,7 @@
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
     path::Path,
-    sync::{
-        atomic::{AtomicU64, Ordering},
-        Arc, Mutex,
-    },
+    sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
@@ -21,10 +18,10 @@ use crate::{
     },
     discovery::kubelet::{Kubelet, Names},
     engine::ebpf::node::NodeLife,
-    model::node::{Current, NodeModel, NodeSnapshot},
+    model::node::{Current, NodeModel, NodeScan, NodeSnapshot},
     selfcost,
     settings::node::NodeSettings,
-    sink::{self, prometheus},
+    sink::{self, jsonl::JsonLines, prometheus::Endpoint, Sink, Sinks},
     warn::{say, warn_once},
 };
 
@@ -46,16 +43,16 @@ pub fn run(st: NodeSettings) -> anyhow::Result<i32> {
         ));
         return Ok(2);
     };
-    let mut out = match &st.output {
-        Some(p) => Some(std::io::BufWriter::new(sink::create(p, "output", None)?)),
+    let out = match &st.output {
+        Some(p) => Some(JsonLines::unbuffered(
+            sink::create(p, "output", None)?,
+            format!("the output file {}", p.display()),
+            "node.jsonl",
+            None,
+        )),
         None => None,
     };
     let mut life = load_life(&st, &h);
-    let shared: prometheus::Shared = Arc::new(Mutex::new(NodeSnapshot::default()));
-    // Healthy while the loop has read the cgroups within three intervals (+5 s), on
-    // the monotonic clock: a step of the wall clock changes nothing.
-    let start = Instant::now();
-    let beat = Arc::new(AtomicU64::new(0));
     let names = Arc::new(Mutex::new(Names::default()));
     let ask = Arc::new(tokio::sync::Notify::new());
     // The endpoint and the kubelet requests run on a runtime of their own, on their
@@ -65,10 +62,14 @@ pub fn run(st: NodeSettings) -> anyhow::Result<i32> {
         .enable_all()
         .build()
         .context("starting the endpoint's runtime")?;
+    let mut list: Vec<Box<dyn Sink<NodeScan, ()>>> = Vec::new();
+    list.extend(out.map(|o| Box::new(o) as Box<dyn Sink<NodeScan, ()>>));
     if let Some(addr) = st.listen {
+        // Healthy while the loop has read the cgroups within three intervals (+5 s).
         let stale = Duration::from_secs_f64(3.0 * st.interval + 5.0);
-        serve(&bg, addr, &shared, &beat, start, stale)?;
+        list.push(Box::new(Endpoint::start(&bg, addr, stale)?));
     }
+    let mut sinks = Sinks::new(list);
     if let Some(cfg) = st.kubelet.clone() {
         ask_kubelet(&bg, cfg, &names, &ask);
     }
@@ -113,10 +114,7 @@ pub fn run(st: NodeSettings) -> anyhow::Result<i32> {
             }
             let now = crate::model::reading::unix_now();
             let samples = model.step(&read, Instant::now(), now);
-            if let Some(w) = out.as_mut() {
-                write_lines(w, &samples, st.output.as_deref());
-            }
-            let snap = NodeSnapshot {
+            let snapshot = NodeSnapshot {
                 containers: read,
                 agent_cpu_secs: selfcost::cpu_secs(),
                 agent_rss_bytes: (selfcost::rss_mib() * 1048576.0) as u64,
@@ -129,13 +127,13 @@ pub fn run(st: NodeSettings) -> anyhow::Result<i32> {
                 scans: scanner.scans,
                 vanished: scanner.vanished,
             };
-            match shared.lock() {
-                Ok(mut s) => *s = snap,
-                Err(p) => *p.into_inner() = snap,
-            }
-            beat.store(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            sinks.write(&NodeScan {
+                samples,
+                snapshot: Arc::new(snapshot),
+            });
             log::debug!("node: {} containers in {:?}", model.len(), t0.elapsed());
         }
+        sinks.finish(&mut ());
         anyhow::Ok(0)
     })
 }
@@ -160,35 +158,6 @@ fn load_life(st: &NodeSettings, h: &Hierarchies) -> Option<NodeLife> {
         return None;
     }
     Some(life)
-}
-
-/// `/metrics` and `/healthz` on `addr`, on the runtime `bg`. An agent without its
-/// endpoint would look dead to its probes and scrape nothing: a port that cannot be
-/// had ends it at start (exit 1).
-fn serve(
-    bg: &tokio::runtime::Runtime,
-    addr: std::net::SocketAddr,
-    shared: &prometheus::Shared,
-    beat: &Arc<AtomicU64>,
-    start: Instant,
-    stale: Duration,
-) -> anyhow::Result<()> {
-    let l = bg
-        .block_on(tokio::net::TcpListener::bind(addr))
-        .with_context(|| format!("--listen {addr}: cannot serve the metrics endpoint"))?;
-    let at = l.local_addr().unwrap_or(addr);
-    say(format_args!(
-        "node: serving /metrics and /healthz on http://{at}"
-    ));
-    let b = beat.clone();
-    let healthy = Arc::new(move || {
-        start
-            .elapsed()
-            .saturating_sub(Duration::from_nanos(b.load(Ordering::Relaxed)))
-            < stale
-    });
-    bg.spawn(prometheus::serve(l, shared.clone(), healthy));
-    Ok(())
 }
 
 /// Names from the kubelet into `names`: refreshed every 30 s, and at most every 5 s
@@ -223,29 +192,6 @@ fn ask_kubelet(
             let _ = tokio::time::timeout(Duration::from_secs(25), ask.notified()).await;
         }
     });
-}
-
-/// One JSON line per sample; a failing file is said once and the samples go on to
-/// /metrics only.
-fn write_lines<T: serde::Serialize>(
-    w: &mut impl std::io::Write,
-    samples: &[T],
-    name: Option<&Path>,
-) {
-    let mut ok = true;
-    for s in samples {
-        ok &= serde_json::to_writer(&mut *w, s).is_ok() && w.write_all(b"\n").is_ok();
-    }
-    if !(ok && w.flush().is_ok()) {
-        let name = name.map(|p| p.display().to_string());
-        warn_once(
-            "node.output",
-            format_args!(
-                "cannot write {}; samples go on to /metrics only",
-                name.unwrap_or_default()
-            ),
-        );
-    }
 }
 
 /// What a scan keeps from one to the next: cgroup ids, the commands' map read every

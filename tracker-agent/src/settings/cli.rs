@@ -5,7 +5,7 @@ use std::{ffi::OsString, path::PathBuf};
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::{model::JobMeta, sink::Format};
+use crate::model::JobMeta;
 
 #[derive(Parser, Debug, Clone)]
 #[command(
@@ -121,8 +121,8 @@ pub struct Opts {
     #[arg(long, value_name = "SECS", allow_hyphen_values = true)]
     pub tail_timeout: Option<String>,
     /// Output format [default: json].
-    #[arg(short = 'f', long, value_enum)]
-    pub format: Option<Format>,
+    #[arg(short = 'f', long, value_parser = ["json", "csv"])]
+    pub format: Option<String>,
     /// Write samples to FILE instead of stderr.
     #[arg(short = 'o', long, value_name = "FILE", env = "TRACKER_OUTPUT")]
     pub output: Option<PathBuf>,

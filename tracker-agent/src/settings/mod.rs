@@ -222,24 +222,21 @@ pub fn resolve_job(cli: Cli, get_env: GetEnv) -> Result<Job, String> {
     }
 }
 
-/// The output format: the flag, else the config file's, else JSON lines.
+/// The output format: the flag (which clap checks), else the config file's, else
+/// JSON lines.
 fn format_of(
-    flag: Option<Format>,
+    flag: Option<&str>,
     file: Option<&str>,
     in_file: &dyn Fn(&str) -> String,
 ) -> Result<Format, String> {
-    Ok(match (flag, file) {
-        (Some(f), _) => f,
-        (None, Some("json")) => Format::Json,
-        (None, Some("csv")) => Format::Csv,
-        (None, Some(other)) => {
-            return Err(format!(
-                "{}: '{other}' is not json or csv",
-                in_file("format")
-            ))
-        }
-        (None, None) => Format::Json,
-    })
+    match flag.or(file) {
+        None | Some("json") => Ok(Format::Json),
+        Some("csv") => Ok(Format::Csv),
+        Some(other) => Err(format!(
+            "{}: '{other}' is not json or csv",
+            in_file("format")
+        )),
+    }
 }
 
 /// How long to follow members left after the root exits, seconds: the flag, the
@@ -317,7 +314,7 @@ pub fn resolve(cli: Cli, get_env: GetEnv) -> Result<Settings, String> {
         (None, Some(v)) => seconds(&in_file("interval_secs"), &v.to_string(), 0.1)?,
         (None, None) => 1.0,
     };
-    let format = format_of(opts.format, tr.format.as_deref(), &in_file)?;
+    let format = format_of(opts.format.as_deref(), tr.format.as_deref(), &in_file)?;
     let upload_interval = match (
         env_seconds(get_env, "TRACKER_UPLOAD_INTERVAL", 1.0)?,
         tr.upload_interval_secs,

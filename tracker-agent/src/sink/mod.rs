@@ -1,6 +1,7 @@
 //! Where samples and the summary go. Each sink encodes its own format from the
 //! model's types and knows nothing of the settings or of the other sinks.
 
+pub mod jsonl;
 pub mod lines;
 pub mod prometheus;
 pub mod report;
@@ -21,12 +22,14 @@ use crate::{
     warn::say,
 };
 
-pub trait Sink {
-    /// One sample, as soon as it is taken.
-    fn write(&mut self, s: &Sample) -> anyhow::Result<()>;
+/// An output of `T`s (a run's samples, its process events, the node agent's
+/// scans) that ends with `E` (the run's summary, or nothing).
+pub trait Sink<T: ?Sized = Sample, E: ?Sized = Summary> {
+    /// One item, as soon as it is there.
+    fn write(&mut self, item: &T) -> anyhow::Result<()>;
     /// The end of the run. Sinks finish in order, and one may add to the summary
     /// what only it knows (Sentinel: how streaming went) for the sinks after it.
-    fn finish(&mut self, summary: &mut Summary) -> anyhow::Result<()>;
+    fn finish(&mut self, end: &mut E) -> anyhow::Result<()>;
     /// After a failed `write` or `finish`: moves to a file of its own in a private
     /// directory and names it, so the run keeps what it can; None when the sink
     /// has nowhere else to go. The failed call is then tried once more.
@@ -40,24 +43,24 @@ pub trait Sink {
     }
 }
 
-/// The run's sinks in order. A failing sink never ends the run (the command it
-/// tracks goes on and its exit code is kept): it is said in one line, the sink
-/// falls back to a file it names or, failing that, stops.
-pub struct Sinks {
-    list: Vec<(Box<dyn Sink>, bool)>,
+/// The sinks of one stream in order. A failing sink never ends the run (the
+/// command it tracks goes on and its exit code is kept): it is said in one line,
+/// the sink falls back to a file it names or, failing that, stops.
+pub struct Sinks<T: ?Sized = Sample, E: ?Sized = Summary> {
+    list: Vec<(Box<dyn Sink<T, E>>, bool)>,
 }
 
-impl Sinks {
-    pub fn new(list: Vec<Box<dyn Sink>>) -> Sinks {
+impl<T: ?Sized, E: ?Sized> Sinks<T, E> {
+    pub fn new(list: Vec<Box<dyn Sink<T, E>>>) -> Sinks<T, E> {
         Sinks {
             list: list.into_iter().map(|s| (s, true)).collect(),
         }
     }
 
-    pub fn write(&mut self, s: &Sample) {
+    pub fn write(&mut self, item: &T) {
         for (sink, live) in self.list.iter_mut().filter(|(_, l)| *l) {
-            if let Err(e) = sink.write(s) {
-                *live = recover(sink.as_mut(), e, |k| k.write(s));
+            if let Err(e) = sink.write(item) {
+                *live = recover(sink.as_mut(), e, |k| k.write(item));
             }
         }
     }
@@ -70,20 +73,20 @@ impl Sinks {
             .filter_map(|(s, _)| s.degraded())
     }
 
-    pub fn finish(&mut self, summary: &mut Summary) {
+    pub fn finish(&mut self, end: &mut E) {
         for (sink, live) in self.list.iter_mut().filter(|(_, l)| *l) {
-            if let Err(e) = sink.finish(summary) {
-                *live = recover(sink.as_mut(), e, |k| k.finish(summary));
+            if let Err(e) = sink.finish(end) {
+                *live = recover(sink.as_mut(), e, |k| k.finish(end));
             }
         }
     }
 }
 
 /// Says what failed and where the sink goes on; whether it still lives.
-fn recover(
-    sink: &mut dyn Sink,
+fn recover<T: ?Sized, E: ?Sized>(
+    sink: &mut dyn Sink<T, E>,
     e: anyhow::Error,
-    mut again: impl FnMut(&mut dyn Sink) -> anyhow::Result<()>,
+    mut again: impl FnMut(&mut dyn Sink<T, E>) -> anyhow::Result<()>,
 ) -> bool {
     const STOPS: &str = "the command goes on; this output stops";
     let Some(path) = sink.fall_back() else {
@@ -118,7 +121,7 @@ pub fn fallback_file(name: &str, owner: Option<&Owner>) -> std::io::Result<(File
 }
 
 /// Encoding of the sample lines.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
     Json,
     Csv,

@@ -11,9 +11,15 @@
 //! that.
 
 use std::{
-    sync::{Arc, Mutex},
-    time::Duration,
+    net::SocketAddr,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc, Mutex,
+    },
+    time::{Duration, Instant},
 };
+
+use anyhow::Context as _;
 
 use prometheus_client::{
     collector::Collector,
@@ -27,7 +33,11 @@ use tokio::{
     sync::Semaphore,
 };
 
-use crate::model::node::{Current, NodeSnapshot};
+use super::Sink;
+use crate::{
+    model::node::{Current, NodeScan, NodeSnapshot},
+    warn::say,
+};
 
 /// Connections served at once (8 KiB each); past it a new one is answered 503.
 const MAX_CONNECTIONS: usize = 512;
@@ -37,7 +47,72 @@ const READ_DEADLINE: Duration = Duration::from_secs(2);
 /// A connection is closed by then, whatever it is doing.
 const REQUEST_DEADLINE: Duration = Duration::from_secs(5);
 
-pub type Shared = Arc<Mutex<NodeSnapshot>>;
+/// The latest scan's snapshot; a scrape takes its own reference and encodes
+/// without holding the lock.
+pub type Shared = Arc<Mutex<Arc<NodeSnapshot>>>;
+
+/// The endpoint as the node agent's sink: each scan's snapshot is what scrapes
+/// export from then on, and the time of the last one is the agent's health.
+pub struct Endpoint {
+    shared: Shared,
+    /// When the last scan was written, in ns after `start` (monotonic: a step of
+    /// the wall clock changes nothing).
+    beat: Arc<AtomicU64>,
+    start: Instant,
+}
+
+impl Endpoint {
+    /// `/metrics` and `/healthz` on `addr`, served on the runtime `bg`; healthy
+    /// while a scan was written within `stale`. An agent without its endpoint
+    /// would look dead to its probes and scrape nothing: a port that cannot be had
+    /// is an error.
+    pub fn start(
+        bg: &tokio::runtime::Runtime,
+        addr: SocketAddr,
+        stale: Duration,
+    ) -> anyhow::Result<Endpoint> {
+        let l = bg
+            .block_on(TcpListener::bind(addr))
+            .with_context(|| format!("--listen {addr}: cannot serve the metrics endpoint"))?;
+        let at = l.local_addr().unwrap_or(addr);
+        say(format_args!(
+            "node: serving /metrics and /healthz on http://{at}"
+        ));
+        let start = Instant::now();
+        let beat = Arc::new(AtomicU64::new(0));
+        let b = beat.clone();
+        let healthy = Arc::new(move || {
+            start
+                .elapsed()
+                .saturating_sub(Duration::from_nanos(b.load(Ordering::Relaxed)))
+                < stale
+        });
+        let shared = Shared::default();
+        bg.spawn(serve(l, shared.clone(), healthy));
+        Ok(Endpoint {
+            shared,
+            beat,
+            start,
+        })
+    }
+}
+
+impl Sink<NodeScan, ()> for Endpoint {
+    fn write(&mut self, scan: &NodeScan) -> anyhow::Result<()> {
+        let snap = scan.snapshot.clone();
+        match self.shared.lock() {
+            Ok(mut s) => *s = snap,
+            Err(p) => *p.into_inner() = snap,
+        }
+        self.beat
+            .store(self.start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn finish(&mut self, _: &mut ()) -> anyhow::Result<()> {
+        Ok(())
+    }
+}
 
 #[derive(Debug)]
 struct Exported(Shared);
@@ -421,7 +496,7 @@ pub fn encode(shared: &Shared, openmetrics: bool) -> String {
 /// send its request and REQUEST_DEADLINE in all, so idle or slow clients cannot
 /// queue a health probe behind them; past MAX_CONNECTIONS at once, a new one is
 /// answered 503 at once.
-pub async fn serve(
+async fn serve(
     listener: TcpListener,
     shared: Shared,
     healthy: Arc<dyn Fn() -> bool + Send + Sync>,
@@ -542,7 +617,7 @@ mod tests {
     use crate::model::node::{CgroupCounters, Found};
 
     fn snap() -> Shared {
-        Arc::new(Mutex::new(NodeSnapshot {
+        Arc::new(Mutex::new(Arc::new(NodeSnapshot {
             containers: vec![Current {
                 found: Found {
                     rel: "kubepods/pod\"x/abc".into(),
@@ -564,7 +639,7 @@ mod tests {
             }],
             agent_cpu_secs: 0.25,
             ..Default::default()
-        }))
+        })))
     }
 
     #[test]
@@ -592,7 +667,7 @@ mod tests {
             "{text}"
         );
         // Gone from the snapshot: gone from the endpoint.
-        s.lock().unwrap().containers.clear();
+        *s.lock().unwrap() = Arc::default();
         assert!(!encode(&s, false).contains("container_cpu_usage_seconds_total{"));
     }
 }

@@ -41,11 +41,12 @@ mod roster;
 
 use super::{
     procread::{self, Kind},
-    ProcEvent, ReadOpts,
+    ReadOpts,
 };
 use crate::model::{
     degraded::{self, Degradations},
     reading::TreeTotals,
+    ProcEvent,
 };
 use ledger::{at_least, Ledger};
 use records::{decode, proc_event, Record};

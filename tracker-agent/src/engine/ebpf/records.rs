@@ -4,7 +4,7 @@ use tracker_common::{
     Event, LiveReading, EVENT_EXEC, EVENT_EXIT, EVENT_FLAG_THREAD, EVENT_FORK, EVENT_READING,
 };
 
-use crate::engine::ProcEvent;
+use crate::model::ProcEvent;
 
 /// One ring-buffer record.
 #[derive(Debug, PartialEq, Eq)]

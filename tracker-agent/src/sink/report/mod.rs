@@ -15,9 +15,9 @@ use crate::{
     fsafe::{self, Owner},
     model::{
         reading::unix_now,
-        report::{Combined, RunBuilder, RunData, TimelineBuilder},
+        report::{Combined, ProcEventIn, RunBuilder, RunData, TimelineBuilder},
         stats::ServerAdvice,
-        Sample, Summary,
+        ProcEvent, Sample, Summary,
     },
 };
 
@@ -134,8 +134,45 @@ fn write_html(path: &Path, html: &str, owner: Option<&Owner>) -> anyhow::Result<
     Ok(())
 }
 
-/// Fed the process events by the session (`EventLog`).
+/// The process events the report's timeline is built from, shared by the
+/// [`Timeline`] sink that fills it and the [`ReportSink`] that draws it.
 pub type TimelineFeed = Arc<Mutex<TimelineBuilder>>;
+
+/// The run's process events into the report's timeline.
+pub struct Timeline(pub TimelineFeed);
+
+impl Timeline {
+    /// An attached tree's processes that were alive before tracking began, as
+    /// (pid, parent, command name): the timeline shows them from `now` on (the
+    /// kernel sends no fork for them).
+    pub fn seed(&self, running: &[(u32, u32, String)], now: f64) {
+        let Ok(mut t) = self.0.lock() else { return };
+        for (pid, ppid, comm) in running {
+            t.add(&ProcEventIn {
+                kind: "exec",
+                pid: *pid,
+                ppid: *ppid,
+                comm,
+                cpu_secs: None,
+                exit_code: None,
+                timestamp_secs: now,
+            });
+        }
+    }
+}
+
+impl Sink<ProcEvent, ()> for Timeline {
+    fn write(&mut self, ev: &ProcEvent) -> anyhow::Result<()> {
+        if let Ok(mut t) = self.0.lock() {
+            t.add(&ev.as_in());
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self, _: &mut ()) -> anyhow::Result<()> {
+        Ok(())
+    }
+}
 
 /// `run --report FILE`: the run's samples and the tree's processes, written as
 /// the page at the end.
