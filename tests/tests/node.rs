@@ -321,6 +321,64 @@ fn bad_input_and_a_flood() {
     );
     drop(taken);
 
+    // The output file on a full disk: one line names it and the private file the
+    // scans go on in, which gets them; the endpoint is unaffected.
+    let disk = s.path("disk");
+    std::fs::create_dir(&disk).unwrap();
+    let st = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=16k", "tmpfs"])
+        .arg(&disk)
+        .status()
+        .expect("mount");
+    assert!(st.success(), "mount a tmpfs on {}", disk.display());
+    let tmp = s.path("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let mut c = Command::new(tracker());
+    c.args(["node", "--no-ebpf", "-i", "0.1", "-o"])
+        .arg(disk.join("node.jsonl"))
+        .env("TMPDIR", &tmp)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(s.path("full.err")).unwrap());
+    let mut bg = Bg::spawn(&mut c, "node agent");
+    {
+        // What the disk has left is filled once the file exists.
+        let t0 = Instant::now();
+        while !disk.join("node.jsonl").exists() && t0.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let mut f = std::fs::File::create(disk.join("filler")).unwrap();
+        while f.write_all(&[0u8; 1024]).is_ok() {}
+    }
+    let t0 = Instant::now();
+    let kept = loop {
+        let err = std::fs::read_to_string(s.path("full.err")).unwrap_or_default();
+        if let Some((_, p)) = err.lines().find_map(|l| l.split_once("; continued in ")) {
+            break std::path::PathBuf::from(p.trim());
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "no fallback said: {err}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    bg.signal(libc::SIGTERM);
+    assert_eq!(bg.wait_for(Duration::from_secs(5)).code(), Some(0));
+    let err = std::fs::read_to_string(s.path("full.err")).unwrap();
+    assert!(
+        err.lines()
+            .filter(|l| l.contains("node.jsonl"))
+            .all(|l| l.contains("No space left on device")),
+        "{err}"
+    );
+    assert!(kept.starts_with(&tmp), "{}", kept.display());
+    assert!(
+        !read_jsonl(&kept).is_empty(),
+        "scans kept in {}",
+        kept.display()
+    );
+    let _ = Command::new("umount").arg(&disk).status();
+
     // 40 idle connections that never send a request: /healthz answers within 2 s
     // all the while, sampling goes on, and the agent says where it serves and
     // when it stops.
