@@ -13,7 +13,7 @@ use std::{
     time::Instant,
 };
 
-use super::{unescape, CachedFile, Roots};
+use super::{mountinfo::MountLine, unescape, CachedFile, Roots};
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Usage {
@@ -23,44 +23,28 @@ enum Usage {
     V2,
 }
 
-/// A mounted hierarchy from mountinfo: its root within the hierarchy, where it is
-/// mounted, and its super options (the v1 controllers).
-pub(super) struct Mount {
-    root: String,
-    point: PathBuf,
-    fstype: String,
-    options: String,
-}
-
-pub(super) fn mounts(text: &str) -> Vec<Mount> {
-    text.lines()
-        .filter_map(|l| {
-            let (pre, post) = l.split_once(" - ")?;
-            let f: Vec<&str> = pre.split(' ').collect();
-            let p: Vec<&str> = post.split(' ').collect();
-            Some(Mount {
-                root: String::from_utf8_lossy(&unescape(f.get(3)?.as_bytes())).into_owned(),
-                point: PathBuf::from(std::ffi::OsStr::from_bytes(&unescape(f.get(4)?.as_bytes()))),
-                fstype: p.first()?.to_string(),
-                options: p.get(2).unwrap_or(&"").to_string(),
-            })
-        })
-        .collect()
+pub(super) fn mounts(text: &str) -> Vec<MountLine<'_>> {
+    super::mountinfo::parse(text.as_bytes()).collect()
 }
 
 /// The directory of cgroup `path` in `m`, when `m` holds it.
-fn dir_in(m: &Mount, path: &str) -> Option<PathBuf> {
-    let rel = if m.root == "/" {
+fn dir_in(m: &MountLine, path: &str) -> Option<PathBuf> {
+    let rel = if m.root_is_slash() {
         path
     } else {
-        path.strip_prefix(m.root.as_str())
+        path.strip_prefix(std::str::from_utf8(&unescape(m.root)).ok()?)
             .filter(|r| r.is_empty() || r.starts_with('/'))?
     };
-    Some(m.point.join(rel.trim_start_matches('/')))
+    let point = std::path::Path::new(std::ffi::OsStr::from_bytes(&m.mount_point));
+    Some(point.join(rel.trim_start_matches('/')))
 }
 
 /// Where the tracker's cgroup keeps `controller` (v1) or, with `None`, its v2 dir.
-pub(super) fn find(cgroups: &str, mounts: &[Mount], controller: Option<&str>) -> Option<PathBuf> {
+pub(super) fn find(
+    cgroups: &str,
+    mounts: &[MountLine],
+    controller: Option<&str>,
+) -> Option<PathBuf> {
     for line in cgroups.lines() {
         let mut it = line.splitn(3, ':');
         let (_, ctrls, path) = (it.next()?, it.next()?, it.next()?);
@@ -76,7 +60,12 @@ pub(super) fn find(cgroups: &str, mounts: &[Mount], controller: Option<&str>) ->
         return mounts
             .iter()
             .filter(|m| match controller {
-                Some(c) => m.fstype == "cgroup" && m.options.split(',').any(|o| o == c),
+                Some(c) => {
+                    m.fstype == "cgroup"
+                        && m.super_options
+                            .split(|&b| b == b',')
+                            .any(|o| o == c.as_bytes())
+                }
                 None => m.fstype == "cgroup2",
             })
             .find_map(|m| dir_in(m, path));

@@ -11,6 +11,7 @@ pub mod gpu;
 pub mod host;
 pub mod memcg;
 pub mod memory;
+pub mod mountinfo;
 pub mod network;
 
 use std::{

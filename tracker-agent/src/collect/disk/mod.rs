@@ -15,7 +15,9 @@ use std::{
     time::Instant,
 };
 
-use mounts::{device_of, mount_usage, parse_mountinfo, MountLine};
+use mounts::{device_of, mount_usage};
+
+use crate::collect::mountinfo::{parse_line, MountLine};
 use sysfs::{leaf_disk, probe};
 
 use super::{CachedFile, Roots};
@@ -197,7 +199,7 @@ impl DiskCollector {
         // filesystem would count its space twice.
         let mut best: HashMap<(u32, u32), MountLine> = HashMap::new();
         for line in self.mountinfo_buf.split(|&b| b == b'\n') {
-            let Some(m) = parse_mountinfo(line) else {
+            let Some(m) = parse_line(line) else {
                 continue;
             };
             let Some(dev) = device_of(&m) else { continue };

@@ -1,9 +1,4 @@
-//! /proc/self/mountinfo lines and the space of a mounted filesystem (statvfs).
-//!
-//! Parsed here rather than with procfs-core's `MountInfos`: 5.7–6.3× the parse
-//! (2.0–2.1× read and parse; 330 allocations against 63 for 21 mounts), mount
-//! points left escaped, and one non-UTF-8 path fails the whole table where this
-//! keeps every mount (docs/layout.md, "Parsers").
+//! The space of a mounted filesystem (statvfs) and the device a mount is on.
 
 use std::{
     ffi::{CStr, OsStr},
@@ -11,48 +6,8 @@ use std::{
     os::unix::{ffi::OsStrExt, fs::FileTypeExt, fs::MetadataExt},
 };
 
-pub(super) use crate::collect::unescape;
-
 use super::Mount;
-use crate::{model::sample::MountSample, warn::warn_once};
-
-pub(super) struct MountLine {
-    pub(super) majmin: (u32, u32),
-    pub(super) root_is_slash: bool,
-    pub(super) mount_point: Vec<u8>,
-    pub(super) fstype: String,
-    pub(super) source: Vec<u8>,
-}
-
-impl MountLine {
-    /// Preferred over `other` for the same device: the mount of the filesystem's
-    /// root, then the shortest mount point.
-    pub(super) fn better_than(&self, other: &MountLine) -> bool {
-        (!self.root_is_slash, self.mount_point.len())
-            < (!other.root_is_slash, other.mount_point.len())
-    }
-}
-
-/// `id parent maj:min root mount_point options [optional...] - fstype source super`.
-pub(super) fn parse_mountinfo(line: &[u8]) -> Option<MountLine> {
-    let mut it = line.split(|&b| b == b' ');
-    let majmin = std::str::from_utf8(it.nth(2)?).ok()?;
-    let (maj, min) = majmin.split_once(':')?;
-    let majmin = (maj.parse().ok()?, min.parse().ok()?);
-    let root = it.next()?;
-    let mount_point = unescape(it.next()?);
-    it.next()?; // options
-    while it.next()? != b"-" {}
-    let fstype = String::from_utf8_lossy(it.next()?).into_owned();
-    let source = unescape(it.next()?);
-    Some(MountLine {
-        majmin,
-        root_is_slash: root == b"/",
-        mount_point,
-        fstype,
-        source,
-    })
-}
+use crate::{collect::mountinfo::MountLine, model::sample::MountSample, warn::warn_once};
 
 /// The block device of a mount: its /dev source's device number (btrfs shows an
 /// anonymous 0:N in mountinfo), else the mountinfo one; None for pseudo

@@ -1,7 +1,8 @@
 use std::os::unix::ffi::OsStrExt;
 
-use super::{mounts::unescape, *};
+use super::*;
 use crate::collect::testroot::TestRoot;
+use crate::collect::unescape;
 
 const PCI: &str = "devices/pci0000:00/0000:00:02.0/virtio1/block";
 const SATA: &str = "devices/pci0000:00/0000:00:1f.2/ata1/host0/target0:0:0/0:0:0:0/block";
@@ -192,14 +193,16 @@ fn disks_mounts_and_rates() {
 fn escaped_mount_point_and_bind_mounts() {
     let line =
         b"31 27 8:1 / /mnt/with\\040space\\011tab\\134 rw shared:5 master:2 - ext4 /dev/sda1 rw";
-    let m = parse_mountinfo(line).unwrap();
+    let m = crate::collect::mountinfo::parse_line(line).unwrap();
     assert_eq!(m.mount_point, b"/mnt/with space\ttab\\");
     assert_eq!(m.majmin, (8, 1));
     assert_eq!(m.fstype, "ext4");
     assert_eq!(m.source, b"/dev/sda1");
-    assert!(m.root_is_slash);
-    assert!(parse_mountinfo(b"31 27 8:1 / /x rw").is_none());
-    assert!(parse_mountinfo(b"31 27 x:1 / /x rw - ext4 /dev/sda1 rw").is_none());
+    assert!(m.root_is_slash());
+    assert!(crate::collect::mountinfo::parse_line(b"31 27 8:1 / /x rw").is_none());
+    assert!(
+        crate::collect::mountinfo::parse_line(b"31 27 x:1 / /x rw - ext4 /dev/sda1 rw").is_none()
+    );
     assert_eq!(unescape(b"a\\04"), b"a\\04");
 
     // A space in the mount point reaches statvfs unescaped.

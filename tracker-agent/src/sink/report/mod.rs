@@ -49,25 +49,11 @@ fn escape_html(s: &str) -> String {
         .replace('"', "&quot;")
 }
 
-/// `YYYY-MM-DD HH:MM UTC` of unix seconds (days to a civil date: the proleptic
-/// Gregorian calendar's 400-year cycle).
+/// `YYYY-MM-DD HH:MM UTC` of unix seconds.
 fn utc(secs: f64) -> String {
-    let s = secs.max(0.0) as i64;
-    let (days, rem) = (s.div_euclid(86_400), s.rem_euclid(86_400));
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02} UTC",
-        rem / 3600,
-        rem % 3600 / 60
-    )
+    jiff::Timestamp::from_second(secs.max(0.0) as i64)
+        .map(|t| t.strftime("%Y-%m-%d %H:%M UTC").to_string())
+        .unwrap_or_default()
 }
 
 /// The page. JSON inside a script element must not contain `</script`; `<` only
