@@ -358,7 +358,6 @@ pub fn run(dir: &Path, args: &[String]) -> anyhow::Result<()> {
         eprintln!("xtask: wrote {}", path.display());
         return Ok(());
     }
-    let peers = only_peers || args.iter().any(|a| a == "--peers");
     if only_peers {
         // Keep the engine's sections as they are; replace the peers section.
         let old = std::fs::read_to_string(&path).unwrap_or_default();
@@ -374,6 +373,14 @@ pub fn run(dir: &Path, args: &[String]) -> anyhow::Result<()> {
         eprintln!("xtask: wrote {}", path.display());
         return Ok(());
     }
+    let md = engine_sections(dir, quick)?;
+    let peers = args.iter().any(|a| a == "--peers");
+    write_doc(dir, &path, &md, peers, quick)
+}
+
+/// The engine's own sections: overhead, cost per sample, start-up, the BPF
+/// programs' cost; each line also printed as it comes.
+fn engine_sections(dir: &Path, quick: bool) -> anyhow::Result<String> {
     let reps = if quick { 3 } else { 7 };
     let tr = dir.join("resource-tracker");
     let w = dir.join("workload");
@@ -432,11 +439,15 @@ pub fn run(dir: &Path, args: &[String]) -> anyhow::Result<()> {
         say(line);
     }
     say("Commands: the table rows name the `workload` mode (tests/src/workload.rs); tracked runs are `resource-tracker run -q [--no-ebpf] -- workload …`, and the ratio compares the workload's own elapsed time, so the tracker's start-up is not in it.".into());
+    Ok(md)
+}
 
-    let mut text = String::new();
-    let _ = write!(text, "{md}");
-    // Measured apart (`bench --node`): kept as it was.
-    let old = std::fs::read_to_string(&path).unwrap_or_default();
+/// docs/benchmarks.md: the engine's sections `md`, then the sections measured
+/// apart as they were (node, exactness, real workloads), then the peers' (rerun
+/// with `peers`, else kept).
+fn write_doc(dir: &Path, path: &Path, md: &str, peers: bool, quick: bool) -> anyhow::Result<()> {
+    let mut text = md.to_string();
+    let old = std::fs::read_to_string(path).unwrap_or_default();
     if let Some(node) = crate::node_bench::section(&old) {
         let _ = write!(text, "\n{}\n", node.trim_end());
     }
@@ -448,14 +459,11 @@ pub fn run(dir: &Path, args: &[String]) -> anyhow::Result<()> {
     }
     if peers {
         let _ = write!(text, "\n{}", crate::peers::run(dir, quick)?);
-    } else if let Some((_, kept)) = std::fs::read_to_string(&path)
-        .unwrap_or_default()
-        .split_once(PEERS_MARK)
-    {
+    } else if let Some((_, kept)) = old.split_once(PEERS_MARK) {
         // Not rerun: the peers' section stays as it was measured.
         let _ = write!(text, "\n{PEERS_MARK}{kept}");
     }
-    std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
     eprintln!("xtask: wrote {}", path.display());
     Ok(())
 }

@@ -658,14 +658,7 @@ fn procfs_unprivileged() -> Cell {
     // root can enter (a CI clone under `mktemp -d`), so copies in a directory of
     // the scratch are run.
     let bins = s.path("bin");
-    let copied = (|| -> std::io::Result<(PathBuf, PathBuf)> {
-        std::fs::create_dir(&bins)?;
-        let (t, w) = (bins.join("resource-tracker"), bins.join("workload"));
-        std::fs::copy(tracker(), &t)?;
-        std::fs::copy(workload(), &w)?;
-        Ok((t, w))
-    })();
-    let (tracker_bin, workload_bin) = match copied {
+    let (tracker_bin, workload_bin) = match copy_binaries(&bins) {
         Ok(b) => b,
         Err(e) => {
             return bad(
@@ -691,40 +684,9 @@ fn procfs_unprivileged() -> Cell {
         .current_dir(&s.0)
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
-    // SAFETY: only async-signal-safe calls between fork and exec: open, write,
-    // close, setgroups, setgid, setuid.
-    unsafe {
-        c.pre_exec(move || {
-            let fd = libc::open(procs.as_ptr(), libc::O_WRONLY);
-            if fd < 0 || libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
-                return Err(std::io::Error::last_os_error());
-            }
-            libc::close(fd);
-            if libc::setgroups(0, std::ptr::null()) != 0
-                || libc::setgid(NOBODY) != 0
-                || libc::setuid(NOBODY) != 0
-            {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    in_cgroup_as(&mut c, procs, NOBODY);
     let o = c.output();
-    let usage_ns = if v1 {
-        std::fs::read_to_string(inner.join("cpuacct.usage"))
-            .ok()
-            .and_then(|s| s.trim().parse::<u64>().ok())
-    } else {
-        std::fs::read_to_string(inner.join("cpu.stat"))
-            .ok()
-            .and_then(|s| {
-                s.lines()
-                    .find_map(|l| l.strip_prefix("usage_usec "))
-                    .and_then(|v| v.trim().parse::<u64>().ok())
-                    .map(|us| us * 1000)
-            })
-    }
-    .unwrap_or(0);
+    let usage_ns = cgroup_usage_ns(&inner, v1);
     let window: Vec<u64> = std::fs::read_to_string(&pre)
         .unwrap_or_default()
         .split_whitespace()
@@ -760,6 +722,58 @@ fn procfs_unprivileged() -> Cell {
     } else {
         bad(check, format!("{}; {figs}; {}", o.status, err.trim()))
     }
+}
+
+/// Copies of the tracker and the workload in `bins` (made here).
+fn copy_binaries(bins: &Path) -> std::io::Result<(PathBuf, PathBuf)> {
+    std::fs::create_dir(bins)?;
+    let (t, w) = (bins.join("resource-tracker"), bins.join("workload"));
+    std::fs::copy(tracker(), &t)?;
+    std::fs::copy(workload(), &w)?;
+    Ok((t, w))
+}
+
+/// `c` starts in the cgroup whose `cgroup.procs` is `procs`, then as `uid` (and
+/// its group) with no supplementary groups.
+fn in_cgroup_as(c: &mut Command, procs: CString, uid: u32) {
+    // SAFETY: only async-signal-safe calls between fork and exec: open, write,
+    // close, setgroups, setgid, setuid.
+    unsafe {
+        c.pre_exec(move || {
+            let fd = libc::open(procs.as_ptr(), libc::O_WRONLY);
+            if fd < 0 || libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            libc::close(fd);
+            if libc::setgroups(0, std::ptr::null()) != 0
+                || libc::setgid(uid) != 0
+                || libc::setuid(uid) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// The CPU a cgroup was charged, ns: v1 `cpuacct.usage`, else v2 `usage_usec`;
+/// 0 where it cannot be read.
+fn cgroup_usage_ns(dir: &Path, v1: bool) -> u64 {
+    if v1 {
+        std::fs::read_to_string(dir.join("cpuacct.usage"))
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok())
+    } else {
+        std::fs::read_to_string(dir.join("cpu.stat"))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("usage_usec "))
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+                    .map(|us| us * 1000)
+            })
+    }
+    .unwrap_or(0)
 }
 
 /// The degraded names of a run equal those this kernel's BTF calls for.
