@@ -73,6 +73,10 @@ impl NodeLife {
             .btf(None)
             .override_global("OFFSETS", &offsets, true)
             .override_global("NODE_OFFSETS", &node, true)
+            // `run`'s task map and event ring are not the node agent's: made at
+            // their smallest (the task map is preallocated at its full size).
+            .map_max_entries("TASKS", 1)
+            .map_max_entries("EVENTS", super::load::UNUSED_RING)
             .load(OBJECT)
             .map_err(|e| classify(String::new(), &e))?;
         for (name, tp) in PROGRAMS {
