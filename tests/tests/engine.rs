@@ -519,3 +519,58 @@ fn the_command_gets_no_secrets_and_no_ambient_capabilities() {
         .trim();
     assert_eq!(amb, "0000000000000000", "ambient capabilities passed on");
 }
+
+/// The kernel offsets are found in the BTF once a boot and kept in a directory
+/// that is root's alone; a run reads them from there, and where the directory is
+/// not root's alone it reads the BTF again and the run is the same.
+#[test]
+fn kernel_offsets_are_kept_for_the_boot_in_roots_own_directory() {
+    use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+    if !ebpf_available() {
+        return;
+    }
+    let dir = std::path::Path::new("/run/resource-tracker");
+    let run = || {
+        let mut c = Command::new(tracker());
+        e2e::clean_env(&mut c);
+        let o = c
+            .env("RUST_LOG", "debug")
+            .args(["run", "-q", "--", "true"])
+            .stdout(Stdio::null())
+            .output()
+            .expect("run the tracker");
+        assert!(o.status.success(), "{o:?}");
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    };
+    run();
+    let m = std::fs::symlink_metadata(dir).expect("the directory is made");
+    assert!(m.is_dir() && m.uid() == 0, "{m:?}");
+    assert_eq!(m.mode() & 0o022, 0, "writable by root alone");
+    let kept: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("offsets-"))
+        .collect();
+    assert_eq!(kept.len(), 1, "one file for this boot and binary");
+    let fm = kept[0].metadata().unwrap();
+    assert_eq!((fm.mode() & 0o777, fm.uid()), (0o600, 0));
+    let err = run();
+    assert!(
+        err.contains("kernel offsets from /run/resource-tracker"),
+        "{err}"
+    );
+    // The BTF read again: offsets found, none taken from the directory.
+    let read_again =
+        |err: &str| !err.contains("kernel offsets from") && err.contains("kernel offsets: Offsets");
+    // Others may write there: not read, nor written.
+    let mode = m.permissions().mode();
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let err = run();
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode)).unwrap();
+    assert!(read_again(&err), "{err}");
+    // A file of the wrong size: the BTF is read again, and the file made anew.
+    std::fs::write(kept[0].path(), b"short").unwrap();
+    let err = run();
+    assert!(read_again(&err), "{err}");
+    assert!(run().contains("kernel offsets from /run/resource-tracker"));
+}

@@ -41,7 +41,7 @@ fn cstr(p: &Path) -> io::Result<CString> {
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL byte in the path"))
 }
 
-fn euid() -> u32 {
+pub fn euid() -> u32 {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() }
 }
@@ -349,6 +349,65 @@ pub fn private_dir(parent: &Path, prefix: &str) -> io::Result<(PathBuf, OwnedFd)
         ));
     }
     Ok((path, fd))
+}
+
+/// The directory `path`, made (mode 0700) where it is missing, held open: it must
+/// be a directory, not a link, this user's, and writable by nobody else, so that
+/// what is read from it was written by this user.
+pub fn own_dir(path: &Path) -> io::Result<OwnedFd> {
+    let c = cstr(path)?;
+    // SAFETY: a valid C string.
+    if unsafe { libc::mkdir(c.as_ptr(), 0o700) } != 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::AlreadyExists {
+            return Err(e);
+        }
+    }
+    // SAFETY: c is a valid C string; the flags refuse anything but a directory that
+    // is not a link.
+    let fd = unsafe {
+        libc::open(
+            c.as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd was just opened and is owned by nobody else.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let m = File::from(fd.try_clone()?).metadata()?;
+    if m.uid() != euid() || m.mode() & 0o022 != 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "{} is not this user's alone (owner {}, mode {:o})",
+                path.display(),
+                m.uid(),
+                m.mode() & 0o7777
+            ),
+        ));
+    }
+    Ok(fd)
+}
+
+/// Opens `name` in the directory open as `dir` for reading, never through a link.
+pub fn open_in(dir: &OwnedFd, name: &str) -> io::Result<File> {
+    let c = CString::new(name)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL byte in the name"))?;
+    // SAFETY: a valid directory descriptor and C string.
+    let fd = unsafe {
+        libc::openat(
+            dir.as_raw_fd(),
+            c.as_ptr(),
+            libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd was just opened and is owned by nobody else.
+    Ok(unsafe { File::from_raw_fd(fd) })
 }
 
 /// Creates `name` in the directory open as `dir`: never an existing file, never

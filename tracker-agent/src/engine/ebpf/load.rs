@@ -1,6 +1,6 @@
 //! Loading: checks, this kernel's offsets, the programs and their attachment.
 
-use std::{fmt, time::Instant};
+use std::{fmt, path::Path, time::Instant};
 
 use aya::{
     maps::{HashMap, PerCpuArray, RingBuf},
@@ -9,7 +9,7 @@ use aya::{
 };
 use tracker_common::Figures;
 
-use super::{EbpfEngine, Ledger, PROBE};
+use super::{offsets_cache, EbpfEngine, Ledger, PROBE};
 use crate::engine::{btf::Btf, procread};
 use crate::model::degraded::{self, Degradations};
 
@@ -236,22 +236,51 @@ fn kernel_offsets(
     t0: Instant,
 ) -> Result<(tracker_common::Offsets, Degradations, std::time::Duration), EbpfUnavailable> {
     // The programs are plain raw tracepoints: the kernel's BTF is read only for
-    // the offsets they use.
-    let path = btf_path();
-    let data = crate::fsafe::read_input(&path, MAX_BTF)
-        .map_err(|e| EbpfUnavailable::NoBtf(format!("{}: {e}", path.display())))?;
-    let t_read = t0.elapsed();
-    let btf = Btf::parse(&data)
-        .map_err(|e| EbpfUnavailable::NoBtf(format!("{}: {e}", path.display())))?;
-    let mut offsets = btf
-        .offsets()
-        .map_err(|e| EbpfUnavailable::NoBtf(e.to_string()))?;
+    // the offsets they use, once a boot (offsets_cache.rs) unless a test names
+    // another BTF.
+    let override_btf = std::env::var_os("TRACKER_KERNEL_BTF").is_some_and(|p| !p.is_empty());
+    let cache = (!override_btf && crate::fsafe::euid() == 0)
+        .then(offsets_cache::name)
+        .flatten();
+    let dir = Path::new(offsets_cache::DIR);
+    let kept = cache.as_deref().and_then(|n| offsets_cache::read(dir, n));
+    let (mut offsets, t_read) = match kept {
+        Some(o) => {
+            log::debug!("kernel offsets from {}", dir.display());
+            (o, t0.elapsed())
+        }
+        None => {
+            let (o, t_read) = btf_offsets(t0)?;
+            if let Some(n) = &cache {
+                if let Err(e) = offsets_cache::write(dir, n, &o) {
+                    log::debug!("kernel offsets not kept in {}: {e}", dir.display());
+                }
+            }
+            (o, t_read)
+        }
+    };
     offsets.tick_ns = u32::try_from(1_000_000_000 / crate::sys::clk_tck()).unwrap_or(0);
     let degraded = offset_degradations(&offsets);
     for d in degraded.list() {
         crate::warn::say(format_args!("eBPF: {}: {}", d.name, d.detail));
     }
     Ok((offsets, degraded, t_read))
+}
+
+/// The offsets the kernel's BTF gives, and when it had been read.
+fn btf_offsets(
+    t0: Instant,
+) -> Result<(tracker_common::Offsets, std::time::Duration), EbpfUnavailable> {
+    let path = btf_path();
+    let data = crate::fsafe::read_input(&path, MAX_BTF)
+        .map_err(|e| EbpfUnavailable::NoBtf(format!("{}: {e}", path.display())))?;
+    let t_read = t0.elapsed();
+    let btf = Btf::parse(&data)
+        .map_err(|e| EbpfUnavailable::NoBtf(format!("{}: {e}", path.display())))?;
+    let offsets = btf
+        .offsets()
+        .map_err(|e| EbpfUnavailable::NoBtf(e.to_string()))?;
+    Ok((offsets, t_read))
 }
 
 /// The object's program `name`, as the raw tracepoint every program of it is.
@@ -299,6 +328,9 @@ fn attach_programs(bpf: &mut Ebpf, loaded: &[&str]) -> Result<(), EbpfUnavailabl
     Ok(())
 }
 
+/// The size of a ring buffer the object holds but a loader never reads: one page.
+pub(super) const UNUSED_RING: u32 = 4096;
+
 /// The kernel's BPF run-time statistics, on while the descriptor is held.
 fn enable_stats() -> Option<std::os::fd::OwnedFd> {
     match aya::sys::enable_stats(aya::sys::Stats::RunTime) {
@@ -328,6 +360,12 @@ impl EbpfEngine {
             .override_global("OFFSETS", &offsets, true)
             .map_max_entries("TASKS", max_tasks)
             .map_max_entries("EVENTS", ring_bytes)
+            // The object also holds the node agent's maps, which `run` never uses:
+            // at their full size the kernel preallocates them, 28 ms of a 2-vCPU
+            // start (strace -T of BPF_MAP_CREATE, docs/cost.md).
+            .map_max_entries("NODE_COUNTS", 1)
+            .map_max_entries("NODE_COMMANDS", 1)
+            .map_max_entries("NODE_OOM", UNUSED_RING)
             .load(OBJECT)
             .map_err(|e| classify(String::new(), &e))?;
         let t_maps = t0.elapsed();

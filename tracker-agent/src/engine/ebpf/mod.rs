@@ -36,6 +36,7 @@ mod ledger;
 mod load;
 pub(crate) use load::in_host_pid_ns;
 pub mod node;
+mod offsets_cache;
 mod records;
 mod roster;
 
