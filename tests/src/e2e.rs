@@ -348,7 +348,7 @@ pub fn sh_out(cmd: &mut Command) -> String {
     String::from_utf8_lossy(&o.stdout).trim().to_string()
 }
 
-fn ip(args: &[&str]) -> Result<(), String> {
+pub fn ip(args: &[&str]) -> Result<(), String> {
     let o = Command::new("ip")
         .args(args)
         .output()

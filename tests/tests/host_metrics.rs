@@ -641,6 +641,49 @@ fn veth_traffic_into_a_namespace() {
     assert_eq!(last, now, "interfaces of /proc/net/dev but lo");
 }
 
+/// A link's MTU and state, changed while the tracker runs, show in the samples
+/// that follow: the attributes are read again when the kernel says a link
+/// changed, and only then.
+#[test]
+fn link_changes_show_in_the_next_samples() {
+    let Some(ns) = NetNs::create("l") else { return };
+    let s = Scratch::new("hm-link");
+    let t = HostTracker::start(&s.0, "link", &["-i", "0.2"]);
+    t.wait_samples(2, 20 * SEC);
+    ip(&["link", "set", &ns.host_if, "mtu", "1400"]).expect("set the mtu");
+    let n = line_count(&t.out);
+    t.wait_samples(n + 2, 20 * SEC);
+    ip(&["link", "set", &ns.host_if, "down"]).expect("set the link down");
+    let n = line_count(&t.out);
+    t.wait_samples(n + 2, 20 * SEC);
+    let run = t.finish_json();
+    let seen: Vec<(Option<u64>, String)> = run
+        .samples
+        .iter()
+        .filter_map(|x| {
+            let e = x["network"]
+                .as_array()?
+                .iter()
+                .find(|e| e["interface"] == ns.host_if.as_str())?;
+            Some((e["mtu"].as_u64(), e["operstate"].as_str()?.to_string()))
+        })
+        .collect();
+    assert_eq!(
+        seen.first().map(|f| f.0),
+        Some(Some(1500)),
+        "before the change: {seen:?}"
+    );
+    assert!(
+        seen.iter().any(|(m, st)| *m == Some(1400) && st != "down"),
+        "the new mtu on a link still up: {seen:?}"
+    );
+    assert_eq!(
+        seen.last(),
+        Some(&(Some(1400), "down".to_string())),
+        "the link down: {seen:?}"
+    );
+}
+
 #[test]
 fn host_facts_in_the_summary() {
     let s = Scratch::new("hm-host");

@@ -5,7 +5,12 @@
 //! `InterfaceDeviceStatus`: 2.6–2.9× the parse, 1.35–1.42× read and parse, 20
 //! allocations against none (docs/layout.md, "Parsers").
 
-use std::{collections::BTreeMap, path::PathBuf, time::Instant};
+use std::{
+    collections::BTreeMap,
+    os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
+    path::PathBuf,
+    time::Instant,
+};
 
 use super::{read_attr, CachedFile, Roots};
 use crate::{model::sample::NetworkSample, warn::warn_once};
@@ -21,6 +26,9 @@ struct Iface {
     operstate: CachedFile,
     mtu: CachedFile,
     speed: CachedFile,
+    /// operstate, mtu and speed as last read; read again when the kernel says a
+    /// link changed (`LinkWatch`).
+    link: Option<(Option<String>, Option<u32>, i64)>,
     /// rx, tx bytes of the previous reading.
     prev: Option<(u64, u64)>,
     /// The reading that last listed it, to drop vanished interfaces.
@@ -90,8 +98,76 @@ impl Iface {
             operstate: CachedFile::whole(dir.join("operstate")),
             mtu: CachedFile::whole(dir.join("mtu")),
             speed: CachedFile::whole(dir.join("speed")),
+            link: None,
             prev: None,
             seen: 0,
+        }
+    }
+}
+
+/// The kernel's link notifications (rtnetlink, `RTMGRP_LINK`): a link's state,
+/// MTU or speed changes with an RTM_NEWLINK message, so the three attributes of
+/// every interface are read again only in a sample after one came, or when the
+/// socket overflowed. Reading them each sample was 3 sysfs reads per interface,
+/// `speed` under the RTNL lock (docs/cost.md).
+struct LinkWatch(OwnedFd);
+
+impl LinkWatch {
+    fn open() -> Option<LinkWatch> {
+        // SAFETY: plain socket(2) with constant arguments.
+        let fd = unsafe {
+            libc::socket(
+                libc::AF_NETLINK,
+                libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                libc::NETLINK_ROUTE,
+            )
+        };
+        if fd < 0 {
+            return None;
+        }
+        // SAFETY: fd was just opened and is owned by nobody else.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: an all-zero sockaddr_nl is valid; the fields are set below.
+        let mut sa: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
+        sa.nl_family = libc::AF_NETLINK as libc::sa_family_t;
+        sa.nl_groups = libc::RTMGRP_LINK as u32;
+        // SAFETY: a valid socket and a sockaddr_nl of the size given.
+        let r = unsafe {
+            libc::bind(
+                fd.as_raw_fd(),
+                (&sa as *const libc::sockaddr_nl).cast(),
+                std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t,
+            )
+        };
+        (r == 0).then_some(LinkWatch(fd))
+    }
+
+    /// Whether a link changed since the last call: messages drained, or the
+    /// socket overflowed (something changed that was not kept).
+    fn changed(&mut self) -> bool {
+        let mut buf = [0u8; 8192];
+        let mut any = false;
+        loop {
+            // SAFETY: a valid socket and buffer of the length given.
+            let n = unsafe {
+                libc::recv(
+                    self.0.as_raw_fd(),
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if n > 0 {
+                any = true;
+                continue;
+            }
+            let e = std::io::Error::last_os_error();
+            return match e.kind() {
+                std::io::ErrorKind::WouldBlock => any,
+                std::io::ErrorKind::Interrupted => continue,
+                // ENOBUFS: messages were lost; read everything again.
+                _ => true,
+            };
         }
     }
 }
@@ -106,6 +182,9 @@ pub struct NetworkCollector {
     reading: u64,
     /// Reading the running kernel's /sys (not a test tree).
     live: bool,
+    /// On the running kernel: the link notifications; None reads the attributes
+    /// every sample (a test tree, or a socket that could not be had).
+    watch: Option<LinkWatch>,
 }
 
 /// Interface name, rx bytes, tx bytes of one /proc/net/dev line.
@@ -117,6 +196,30 @@ fn parse_line(line: &str) -> Option<(&str, u64, u64)> {
     Some((name.trim(), rx, tx))
 }
 
+/// operstate, MTU and speed (Mbit/s, −1 for none) of an interface, from sysfs.
+fn link_attrs(i: &mut Iface, buf: &mut Vec<u8>) -> (Option<String>, Option<u32>, i64) {
+    let operstate = attr(&mut i.operstate, buf).map(str::to_string);
+    if operstate.is_none() {
+        warn_once(
+            "collect.network.operstate",
+            format!("cannot read {}", i.operstate.path().display()),
+        );
+    }
+    let mtu = attr(&mut i.mtu, buf).and_then(|s| s.parse().ok());
+    if mtu.is_none() {
+        warn_once(
+            "collect.network.mtu",
+            format!("cannot read {}", i.mtu.path().display()),
+        );
+    }
+    // EINVAL on virtual or down links, or -1: no speed.
+    let speed_mbps = attr(&mut i.speed, buf)
+        .and_then(|s| s.parse::<i64>().ok())
+        .filter(|&s| s >= 0)
+        .unwrap_or(-1);
+    (operstate, mtu, speed_mbps)
+}
+
 /// A sysfs attribute, trimmed; None when unreadable.
 fn attr<'a>(f: &mut CachedFile, buf: &'a mut Vec<u8>) -> Option<&'a str> {
     f.read(buf).ok()?;
@@ -125,9 +228,12 @@ fn attr<'a>(f: &mut CachedFile, buf: &'a mut Vec<u8>) -> Option<&'a str> {
 
 impl NetworkCollector {
     pub fn new(roots: &Roots) -> NetworkCollector {
+        let live = roots.sys == std::path::Path::new("/sys");
         NetworkCollector {
             class_net: roots.sys.join("class/net"),
-            live: roots.sys == std::path::Path::new("/sys"),
+            live,
+            // Opened before the first reading: a change after it is not missed.
+            watch: live.then(LinkWatch::open).flatten(),
             dev: CachedFile::records(roots.proc.join("net/dev")),
             buf: Vec::new(),
             attr: Vec::new(),
@@ -154,6 +260,9 @@ impl NetworkCollector {
             .filter(|&e| e > 0.0);
         self.prev_at = Some(now);
         self.reading += 1;
+        // Drained before the attributes are read: a change after this is read now
+        // or at the next sample.
+        let relink = self.watch.as_mut().is_none_or(LinkWatch::changed);
         let text = String::from_utf8_lossy(&self.buf);
         let mut out = Vec::with_capacity(self.ifaces.len());
         // Header lines have no ':'; malformed lines are skipped.
@@ -177,25 +286,10 @@ impl NetworkCollector {
             // A counter that went backwards (driver reset) gives 0, not a spike.
             let rate =
                 |now: u64, before: u64| elapsed.map(|e| now.saturating_sub(before) as f64 / e);
-            let operstate = attr(&mut i.operstate, &mut self.attr).map(str::to_string);
-            if operstate.is_none() {
-                warn_once(
-                    "collect.network.operstate",
-                    format!("cannot read {}", i.operstate.path().display()),
-                );
+            if relink || i.link.is_none() {
+                i.link = Some(link_attrs(i, &mut self.attr));
             }
-            let mtu = attr(&mut i.mtu, &mut self.attr).and_then(|s| s.parse().ok());
-            if mtu.is_none() {
-                warn_once(
-                    "collect.network.mtu",
-                    format!("cannot read {}", i.mtu.path().display()),
-                );
-            }
-            // EINVAL on virtual or down links, or -1: no speed.
-            let speed_mbps = attr(&mut i.speed, &mut self.attr)
-                .and_then(|s| s.parse::<i64>().ok())
-                .filter(|&s| s >= 0)
-                .unwrap_or(-1);
+            let (operstate, mtu, speed_mbps) = i.link.clone().unwrap_or((None, None, -1));
             out.push(NetworkSample {
                 interface: name.to_string(),
                 mac_address: i.mac.clone(),
