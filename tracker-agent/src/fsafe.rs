@@ -327,21 +327,7 @@ pub fn private_dir(parent: &Path, prefix: &str) -> io::Result<(PathBuf, OwnedFd)
     }
     buf.pop();
     let path = PathBuf::from(std::ffi::OsStr::from_bytes(&buf));
-    let c = cstr(&path)?;
-    // SAFETY: c is a valid C string; the flags make open refuse anything but a
-    // directory that is not a link.
-    let fd = unsafe {
-        libc::open(
-            c.as_ptr(),
-            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: fd was just opened and is owned by nobody else.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    let m = File::from(fd.try_clone()?).metadata()?;
+    let (fd, m) = open_dir(&path)?;
     if m.uid() != euid() || m.mode() & 0o077 != 0 {
         return Err(io::Error::new(
             io::ErrorKind::PermissionDenied,
@@ -363,20 +349,7 @@ pub fn own_dir(path: &Path) -> io::Result<OwnedFd> {
             return Err(e);
         }
     }
-    // SAFETY: c is a valid C string; the flags refuse anything but a directory that
-    // is not a link.
-    let fd = unsafe {
-        libc::open(
-            c.as_ptr(),
-            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: fd was just opened and is owned by nobody else.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    let m = File::from(fd.try_clone()?).metadata()?;
+    let (fd, m) = open_dir(path)?;
     if m.uid() != euid() || m.mode() & 0o022 != 0 {
         return Err(io::Error::new(
             io::ErrorKind::PermissionDenied,
@@ -393,16 +366,30 @@ pub fn own_dir(path: &Path) -> io::Result<OwnedFd> {
 
 /// Opens `name` in the directory open as `dir` for reading, never through a link.
 pub fn open_in(dir: &OwnedFd, name: &str) -> io::Result<File> {
+    open_at(
+        dir,
+        name,
+        libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+    )
+}
+
+/// Creates `name` in the directory open as `dir`: never an existing file, never
+/// through a link. `read`: also open it for reading.
+pub fn create_in(dir: &OwnedFd, name: &str, read: bool) -> io::Result<File> {
+    let access = if read { libc::O_RDWR } else { libc::O_WRONLY };
+    open_at(
+        dir,
+        name,
+        access | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+    )
+}
+
+/// `openat(dir, name, flags)`, mode 0600 where it creates.
+fn open_at(dir: &OwnedFd, name: &str, flags: libc::c_int) -> io::Result<File> {
     let c = CString::new(name)
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL byte in the name"))?;
     // SAFETY: a valid directory descriptor and C string.
-    let fd = unsafe {
-        libc::openat(
-            dir.as_raw_fd(),
-            c.as_ptr(),
-            libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-        )
-    };
+    let fd = unsafe { libc::openat(dir.as_raw_fd(), c.as_ptr(), flags, 0o600 as libc::c_uint) };
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -410,26 +397,25 @@ pub fn open_in(dir: &OwnedFd, name: &str) -> io::Result<File> {
     Ok(unsafe { File::from_raw_fd(fd) })
 }
 
-/// Creates `name` in the directory open as `dir`: never an existing file, never
-/// through a link. `read`: also open it for reading.
-pub fn create_in(dir: &OwnedFd, name: &str, read: bool) -> io::Result<File> {
-    let c = CString::new(name)
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL byte in the name"))?;
-    let access = if read { libc::O_RDWR } else { libc::O_WRONLY };
-    // SAFETY: a valid directory descriptor and C string.
+/// The directory `path`, held open, and what it is: never through a link, and
+/// nothing but a directory.
+fn open_dir(path: &Path) -> io::Result<(OwnedFd, std::fs::Metadata)> {
+    let c = cstr(path)?;
+    // SAFETY: c is a valid C string; the flags make open refuse anything but a
+    // directory that is not a link.
     let fd = unsafe {
-        libc::openat(
-            dir.as_raw_fd(),
+        libc::open(
             c.as_ptr(),
-            access | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-            0o600 as libc::c_uint,
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
         )
     };
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: fd was just opened and is owned by nobody else.
-    Ok(unsafe { File::from_raw_fd(fd) })
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let m = File::from(fd.try_clone()?).metadata()?;
+    Ok((fd, m))
 }
 
 #[cfg(test)]

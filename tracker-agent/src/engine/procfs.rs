@@ -176,15 +176,13 @@ pub fn names_and_parents(pids: impl Iterator<Item = u32>) -> Vec<(u32, u32, Stri
     let mut buf = String::new();
     let mut out = Vec::new();
     for pid in pids {
-        if procread::read_into(&format!("/proc/{pid}/stat"), &mut buf).is_none() {
+        let Some(st) = procread::stat(pid, &mut buf) else {
             continue;
-        }
-        let comm = match (buf.find('('), buf.rfind(')')) {
-            (Some(a), Some(b)) if a < b => buf[a + 1..b].to_string(),
-            _ => continue,
         };
-        if let Some(st) = procread::parse_stat(&buf) {
-            out.push((pid, st.ppid, comm));
+        if let (Some(a), Some(b)) = (buf.find('('), buf.rfind(')')) {
+            if let Some(comm) = buf.get(a + 1..b) {
+                out.push((pid, st.ppid, comm.to_string()));
+            }
         }
     }
     out

@@ -48,9 +48,14 @@ fn second_copies() -> bool {
 /// else the running kernel's own. It must describe the running kernel: the offsets
 /// the programs read come from it.
 fn btf_path() -> std::path::PathBuf {
+    btf_override().unwrap_or_else(|| "/sys/kernel/btf/vmlinux".into())
+}
+
+/// `TRACKER_KERNEL_BTF`, when set and not empty.
+fn btf_override() -> Option<std::path::PathBuf> {
     std::env::var_os("TRACKER_KERNEL_BTF")
         .filter(|p| !p.is_empty())
-        .map_or_else(|| "/sys/kernel/btf/vmlinux".into(), Into::into)
+        .map(Into::into)
 }
 
 /// What this kernel's layout keeps from being exact, by name. Each is a field or an
@@ -238,8 +243,7 @@ fn kernel_offsets(
     // The programs are plain raw tracepoints: the kernel's BTF is read only for
     // the offsets they use, once a boot (offsets_cache.rs) unless a test names
     // another BTF.
-    let override_btf = std::env::var_os("TRACKER_KERNEL_BTF").is_some_and(|p| !p.is_empty());
-    let cache = (!override_btf && crate::fsafe::euid() == 0)
+    let cache = (btf_override().is_none() && crate::fsafe::euid() == 0)
         .then(offsets_cache::name)
         .flatten();
     let dir = Path::new(offsets_cache::DIR);
