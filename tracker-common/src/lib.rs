@@ -347,6 +347,26 @@ pub struct CommandCpu {
 /// (cgroup, command) pairs the node programs can count at once.
 pub const MAX_NODE_COMMANDS: u32 = 16_384;
 
+/// A thread that exited, as the node programs saw it at `sched_process_exit`: what
+/// it counts with should its free never reach the programs.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ExitedTask {
+    pub key: CommandKey,
+    /// `sum_exec_runtime` at the exit (short by the last stretch since the
+    /// scheduler last brought it up to date, and by the rest of the exit path).
+    pub cpu_ns: u64,
+    /// `bpf_ktime_get_ns` (CLOCK_MONOTONIC) at the exit.
+    pub at_ns: u64,
+    /// The thread's id in the initial pid namespace.
+    pub tid: u32,
+    /// 1 for a process's leader.
+    pub leader: u32,
+}
+
+/// Threads exited and not yet freed that the node programs can keep at once.
+pub const MAX_NODE_EXITED: u32 = 16_384;
+
 /// One OOM kill, as the node programs see it at `mark_victim`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -370,3 +390,6 @@ unsafe impl aya::Pod for CommandKey {}
 #[cfg(feature = "user")]
 // SAFETY: repr(C), Copy, only u64s.
 unsafe impl aya::Pod for CommandCpu {}
+#[cfg(feature = "user")]
+// SAFETY: repr(C), Copy, a CommandKey and integers, no padding (48 bytes).
+unsafe impl aya::Pod for ExitedTask {}

@@ -4,14 +4,15 @@
 //! the number of containers.
 
 use aya_ebpf::{
-    bindings::BPF_NOEXIST,
-    helpers::bpf_get_current_cgroup_id,
+    bindings::{BPF_ANY, BPF_NOEXIST},
+    helpers::{bpf_get_current_cgroup_id, bpf_ktime_get_ns},
     macros::{map, raw_tracepoint},
-    maps::{PerCpuArray, PerCpuHashMap, RingBuf},
+    maps::{HashMap, PerCpuArray, PerCpuHashMap, RingBuf},
     programs::RawTracePointContext,
 };
 use tracker_common::{
-    CommandCpu, CommandKey, NodeCounts, NodeOffsets, OomVictim, MAX_NODE_CGROUPS, MAX_NODE_COMMANDS,
+    CommandCpu, CommandKey, ExitedTask, NodeCounts, NodeOffsets, OomVictim, MAX_NODE_CGROUPS,
+    MAX_NODE_COMMANDS, MAX_NODE_EXITED,
 };
 
 use super::{exit_group_dead, field, off};
@@ -35,6 +36,13 @@ static NODE_OFFSETS: NodeOffsets = NodeOffsets {
 static NODE_COMMANDS: PerCpuHashMap<CommandKey, CommandCpu> =
     PerCpuHashMap::with_max_entries(MAX_NODE_COMMANDS, 0);
 
+/// Threads that exited and are not yet freed, by task address: what each would
+/// count with should the kernel free it without running the free program (user
+/// space takes an entry over once it is old). Whichever removes the entry, the
+/// free or user space, counts it, so it counts once.
+#[map]
+static NODE_EXITED: HashMap<u64, ExitedTask> = HashMap::with_max_entries(MAX_NODE_EXITED, 0);
+
 /// Counts the node programs could not keep (a full map or ring), per CPU.
 #[map]
 static NODE_LOST: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
@@ -55,6 +63,20 @@ static NODE_OOM: RingBuf = RingBuf::with_byte_size(16 * 1024, 0);
 fn node_off() -> &'static NodeOffsets {
     // SAFETY: as `off()`: the value user space wrote into .rodata, read volatile.
     unsafe { &*core::ptr::read_volatile(&&NODE_OFFSETS) }
+}
+
+/// The cgroup v2 id of `task`'s own cgroup (0 where a pointer on the way is bad).
+///
+/// # Safety
+/// `task` is a tracepoint's task argument; the pointers on the way are read through
+/// the fault-tolerant helper.
+#[inline(always)]
+unsafe fn task_cgroup_id(task: *const u8) -> u64 {
+    let n = node_off();
+    let cset: *const u8 = field::<u64>(task, n.task_cgroups) as *const u8;
+    let cgrp: *const u8 = field::<u64>(cset, n.css_set_dfl_cgrp) as *const u8;
+    let kn: *const u8 = field::<u64>(cgrp, n.cgroup_kn) as *const u8;
+    field(kn, n.kernfs_node_id)
 }
 
 #[inline(always)]
@@ -95,14 +117,38 @@ pub fn node_exec(_ctx: RawTracePointContext) -> u32 {
     0
 }
 
-/// sched_process_exit(p[, group_dead]), run in the exiting thread: a process
+/// sched_process_exit(p[, group_dead]), run in the exiting thread. Every thread
+/// leaves what it would count with in `NODE_EXITED` (see `node_free`); a process
 /// counts when its last thread leaves, with how it ended (`exit_code`: the signal
 /// in the low 7 bits, else the status in bits 8–15).
 #[raw_tracepoint(tracepoint = "sched_process_exit")]
 pub fn node_exit(ctx: RawTracePointContext) -> u32 {
     let task: *const u8 = ctx.arg(0);
     let o = off();
-    // SAFETY: `task` is the tracepoint's task argument (current).
+    // SAFETY: `task` is the tracepoint's task argument (current); the helpers take
+    // no arguments.
+    let exited = unsafe {
+        let (pid, tgid): (u32, u32) = (field(task, o.task_pid), field(task, o.task_tgid));
+        ExitedTask {
+            key: CommandKey {
+                // The exiting thread is current: the same id as the chain
+                // `node_free` reads, for one helper call.
+                cgroup_id: bpf_get_current_cgroup_id(),
+                comm: field(task, o.task_comm),
+            },
+            cpu_ns: field(task, o.task_sum_exec_runtime),
+            at_ns: bpf_ktime_get_ns(),
+            tid: pid,
+            leader: u32::from(pid == tgid),
+        }
+    };
+    if NODE_EXITED
+        .insert(&(task as u64), &exited, BPF_ANY as u64)
+        .is_err()
+    {
+        lost();
+    }
+    // SAFETY: as above.
     let (group_dead, _) = unsafe { exit_group_dead(&ctx, task) };
     if !group_dead {
         return 0;
@@ -123,22 +169,25 @@ pub fn node_exit(ctx: RawTracePointContext) -> u32 {
 /// sched_process_free(p): a thread's CPU is final only from its last context
 /// switch on (at its exit it may still lack the last stretch: all of it, for a short
 /// one), so it is added here, when the kernel frees the task, by the task's own
-/// cgroup and command (the current task is another, this is an RCU callback). A
-/// zombie nobody reaps is not freed, and not counted.
+/// cgroup and command (the current task is another, this is an RCU callback). It
+/// counts only a thread whose exit the programs saw, and only if its `NODE_EXITED`
+/// entry is still there: the kernel sometimes frees a task without running this
+/// program (docs/engine.md), and user space then counts the entry's figures as of
+/// the exit, once the thread is reaped and the entry old. A zombie nobody reaps is
+/// not freed, and not counted.
 #[raw_tracepoint(tracepoint = "sched_process_free")]
 pub fn node_free(ctx: RawTracePointContext) -> u32 {
     let task: *const u8 = ctx.arg(0);
-    let n = node_off();
+    if NODE_EXITED.remove(&(task as u64)).is_err() {
+        return 0;
+    }
     let o = off();
     // SAFETY: `task` is the tracepoint's task argument, valid for its whole run;
     // its css_set is released after this tracepoint. Pointers are read through the
     // fault-tolerant helper.
     let (key, cpu_ns, leader) = unsafe {
-        let cset: *const u8 = field::<u64>(task, n.task_cgroups) as *const u8;
-        let cgrp: *const u8 = field::<u64>(cset, n.css_set_dfl_cgrp) as *const u8;
-        let kn: *const u8 = field::<u64>(cgrp, n.cgroup_kn) as *const u8;
         let key = CommandKey {
-            cgroup_id: field(kn, n.kernfs_node_id),
+            cgroup_id: task_cgroup_id(task),
             comm: field(task, o.task_comm),
         };
         let (pid, tgid): (u32, u32) = (field(task, o.task_pid), field(task, o.task_tgid));
@@ -180,10 +229,7 @@ pub fn node_oom(ctx: RawTracePointContext) -> u32 {
         unsafe {
             v.pid = field(task, o.task_tgid);
             v.comm = field(task, o.task_comm);
-            let cset: *const u8 = field::<u64>(task, n.task_cgroups) as *const u8;
-            let cgrp: *const u8 = field::<u64>(cset, n.css_set_dfl_cgrp) as *const u8;
-            let kn: *const u8 = field::<u64>(cgrp, n.cgroup_kn) as *const u8;
-            v.cgroup_id = field(kn, n.kernfs_node_id);
+            v.cgroup_id = task_cgroup_id(task);
         }
     } else {
         v.pid = ctx.arg::<u64>(0) as u32;

@@ -369,6 +369,7 @@ impl EbpfEngine {
             // start (strace -T of BPF_MAP_CREATE, docs/cost.md).
             .map_max_entries("NODE_COUNTS", 1)
             .map_max_entries("NODE_COMMANDS", 1)
+            .map_max_entries("NODE_EXITED", 1)
             .map_max_entries("NODE_OOM", UNUSED_RING)
             .load(OBJECT)
             .map_err(|e| classify(String::new(), &e))?;

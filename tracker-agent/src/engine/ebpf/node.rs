@@ -6,10 +6,10 @@
 use std::collections::HashMap as StdHashMap;
 
 use aya::{
-    maps::{MapData, PerCpuArray, PerCpuHashMap, RingBuf},
+    maps::{HashMap, MapData, PerCpuArray, PerCpuHashMap, RingBuf},
     Ebpf,
 };
-use tracker_common::{CommandCpu, CommandKey, NodeCounts, NodeOffsets, OomVictim};
+use tracker_common::{CommandCpu, CommandKey, ExitedTask, NodeCounts, NodeOffsets, OomVictim};
 
 use super::load::{classify, has_cap_bpf, loader_without_btf, raw_tp, EbpfUnavailable, OBJECT};
 use crate::engine::btf::Btf;
@@ -25,10 +25,24 @@ const PROGRAMS: [(&str, &str); 4] = [
 /// are dropped: a new container is matched at the first scan after it is made.
 const UNMATCHED_SCANS: u32 = 3;
 
+/// How often the exited threads the kernel has not freed are looked at.
+const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+/// An exited thread's entry is taken over once it is this old and its tid is gone
+/// from /proc (reaped: the kernel frees it one RCU grace period later, milliseconds).
+const REAPED_AFTER_NS: u64 = 5_000_000_000;
+/// Where the agent cannot look tids up (another pid namespace): once this old.
+const HELD_AFTER_NS: u64 = 600_000_000_000;
+
 pub struct NodeLife {
     bpf: Ebpf,
     counts: PerCpuHashMap<MapData, u64, NodeCounts>,
     commands: PerCpuHashMap<MapData, CommandKey, CommandCpu>,
+    exited: HashMap<MapData, u64, ExitedTask>,
+    /// What the threads freed without the free program counted, as of their exit:
+    /// CPU ns and processes by command.
+    taken_over: StdHashMap<CommandKey, (u64, u64)>,
+    last_sweep: std::time::Instant,
+    host_pids: bool,
     lost: PerCpuArray<MapData, u64>,
     /// OOM victims (None where `mark_victim` could not be attached).
     oom: Option<RingBuf<MapData>>,
@@ -106,6 +120,11 @@ impl NodeLife {
         let commands = PerCpuHashMap::try_from(map)
             .map_err(|e| EbpfUnavailable::Load(format!("NODE_COMMANDS: {e}")))?;
         let map = bpf
+            .take_map("NODE_EXITED")
+            .ok_or_else(|| EbpfUnavailable::Load("map NODE_EXITED missing".into()))?;
+        let exited = HashMap::try_from(map)
+            .map_err(|e| EbpfUnavailable::Load(format!("NODE_EXITED: {e}")))?;
+        let map = bpf
             .take_map("NODE_LOST")
             .ok_or_else(|| EbpfUnavailable::Load("map NODE_LOST missing".into()))?;
         let lost = PerCpuArray::try_from(map)
@@ -116,6 +135,10 @@ impl NodeLife {
             bpf,
             counts,
             commands,
+            exited,
+            taken_over: StdHashMap::new(),
+            last_sweep: std::time::Instant::now(),
+            host_pids: super::load::in_host_pid_ns(),
             lost,
             oom,
             unmatched: StdHashMap::new(),
@@ -130,7 +153,11 @@ impl NodeLife {
         tracked: &dyn Fn(u64) -> bool,
         top: usize,
     ) -> StdHashMap<u64, Vec<(String, f64, u64)>> {
-        let mut by: StdHashMap<u64, Vec<(String, f64, u64)>> = StdHashMap::new();
+        if self.last_sweep.elapsed() >= SWEEP_EVERY {
+            self.last_sweep = std::time::Instant::now();
+            self.take_over_unfreed();
+        }
+        let mut sums: StdHashMap<CommandKey, (u64, u64)> = StdHashMap::new();
         let mut gone = Vec::new();
         for item in self.commands.iter() {
             let Ok((k, per_cpu)) = item else { continue };
@@ -140,25 +167,76 @@ impl NodeLife {
                 }
                 continue;
             }
-            let (mut ns, mut n) = (0u64, 0u64);
+            let s = sums.entry(k).or_default();
             for c in per_cpu.iter() {
-                ns += c.cpu_ns;
-                n += c.processes;
+                s.0 += c.cpu_ns;
+                s.1 += c.processes;
             }
+        }
+        for k in gone {
+            let _ = self.commands.remove(&k);
+        }
+        let unmatched = &self.unmatched;
+        self.taken_over
+            .retain(|k, _| tracked(k.cgroup_id) || unmatched.contains_key(&k.cgroup_id));
+        for (k, v) in &self.taken_over {
+            if tracked(k.cgroup_id) {
+                let s = sums.entry(*k).or_default();
+                s.0 += v.0;
+                s.1 += v.1;
+            }
+        }
+        let mut by: StdHashMap<u64, Vec<(String, f64, u64)>> = StdHashMap::new();
+        for (k, (ns, n)) in sums {
             let end = k.comm.iter().position(|&b| b == 0).unwrap_or(k.comm.len());
             let comm = String::from_utf8_lossy(&k.comm[..end]).into_owned();
             by.entry(k.cgroup_id)
                 .or_default()
                 .push((comm, ns as f64 / 1e9, n));
         }
-        for k in gone {
-            let _ = self.commands.remove(&k);
-        }
         for v in by.values_mut() {
             v.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
             v.truncate(top);
         }
         by
+    }
+
+    /// Counts, with their figures as of their exit, the exited threads whose free
+    /// the programs never saw: the kernel sometimes frees a task without running
+    /// the free program (docs/engine.md). An entry is taken only by removing it,
+    /// and the free program counts only by removing it, so each thread counts once.
+    fn take_over_unfreed(&mut self) {
+        let mut now = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: a valid out-pointer for the call.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+        let now = now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64;
+        let old: Vec<(u64, ExitedTask)> = self
+            .exited
+            .iter()
+            .filter_map(Result::ok)
+            .filter(|(_, e)| {
+                unfreed(e, now, self.host_pids, |tid| {
+                    !std::path::Path::new(&format!("/proc/{tid}")).exists()
+                })
+            })
+            .collect();
+        let mut n = 0;
+        for (addr, e) in old {
+            if self.exited.remove(&addr).is_ok() {
+                let t = self.taken_over.entry(e.key).or_default();
+                t.0 += e.cpu_ns;
+                t.1 += u64::from(e.leader);
+                n += 1;
+            }
+        }
+        if n > 0 {
+            log::debug!(
+                "{n} exited threads freed without the free program: counted as of their exit"
+            );
+        }
     }
 
     /// Counts the programs could not keep (a full map or ring) since the start, and
@@ -254,10 +332,49 @@ impl NodeLife {
     }
 }
 
+/// Whether an exited thread's entry is to be taken over at `now_ns`: it is old, and
+/// its thread reaped where tids can be looked up (a zombie keeps its tid until it
+/// is reaped, and is freed only then).
+fn unfreed(e: &ExitedTask, now_ns: u64, host_pids: bool, reaped: impl Fn(u32) -> bool) -> bool {
+    let age = now_ns.saturating_sub(e.at_ns);
+    if host_pids {
+        age >= REAPED_AFTER_NS && reaped(e.tid)
+    } else {
+        age >= HELD_AFTER_NS
+    }
+}
+
 fn attach_oom(bpf: &mut Ebpf) -> Result<(), String> {
     let prog = raw_tp(bpf, "node_oom").map_err(|e| e.to_string())?;
     prog.load().map_err(|e| crate::warn::error_chain(&e))?;
     prog.attach("mark_victim")
         .map_err(|e| crate::warn::error_chain(&e))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_exited_thread_is_taken_over_only_once_reaped_and_old() {
+        let e = ExitedTask {
+            at_ns: 1_000_000_000,
+            tid: 42,
+            ..Default::default()
+        };
+        let reaped = |tid: u32| tid == 42;
+        let zombie = |_: u32| false;
+        let at = |s: u64| e.at_ns + s * 1_000_000_000;
+        // Freed within milliseconds of the reap, as a rule: not yet.
+        assert!(!unfreed(&e, at(1), true, reaped));
+        assert!(unfreed(&e, at(5), true, reaped));
+        // A zombie is never freed while it stays one.
+        assert!(!unfreed(&e, at(3600), true, zombie));
+        // Tids of another pid namespace cannot be looked up: age alone, longer.
+        assert!(!unfreed(&e, at(5), false, reaped));
+        assert!(unfreed(&e, at(600), false, zombie));
+        // A clock read before the exit (another CPU) is not an age.
+        assert!(!unfreed(&e, 0, true, reaped));
+    }
 }
