@@ -1,4 +1,5 @@
-//! The system's constants every layer reads: clock ticks and the page size.
+//! The system's constants every layer reads: clock ticks and the page size; and
+//! the open-file limit.
 
 /// `sysconf(name)`, or `default` where the system does not say.
 fn sysconf(name: libc::c_int, default: u64) -> u64 {
@@ -15,4 +16,29 @@ pub fn clk_tck() -> u64 {
 /// Bytes per page.
 pub fn page_size() -> u64 {
     sysconf(libc::_SC_PAGESIZE, 4096)
+}
+
+/// Raises this process's soft limit of open files to its hard limit (at most
+/// 2^20) and returns the soft limit now in force (1024 where it cannot be read).
+pub fn raise_open_files() -> u64 {
+    let mut l = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: a valid out-pointer for the call.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) } != 0 {
+        return 1024;
+    }
+    let want = l.rlim_max.min(1 << 20);
+    if want > l.rlim_cur {
+        let new = libc::rlimit {
+            rlim_cur: want,
+            rlim_max: l.rlim_max,
+        };
+        // SAFETY: a valid pointer to an initialised rlimit.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &new) } == 0 {
+            return want;
+        }
+    }
+    l.rlim_cur
 }
