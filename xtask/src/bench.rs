@@ -55,20 +55,6 @@ fn wall_and_peak(cmd: &mut Command) -> anyhow::Result<(f64, f64, f64)> {
 
 const COST_MARK: &str = "## Tracker cost per sample";
 
-/// The CPU time every thread of `pid` has run, ns: the scheduler's own clock
-/// (`/proc/PID/task/*/schedstat`), which also holds what tick-based accounting
-/// misses.
-fn sched_ns(pid: u32) -> u64 {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return 0;
-    };
-    tasks
-        .flatten()
-        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
-        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-        .sum()
-}
-
 /// One run's cost: the tracker's CPU per sample (ms) from its samples, those other
 /// than the first and the last; its CPU per second (ms) by the scheduler's clock,
 /// from 2.5 s after the start to 1.5 s before the end (at `-i 1`, a sample's
@@ -98,9 +84,9 @@ fn cost_run(
         .with_context(|| format!("{cmd:?}"))?;
     let pid = child.id();
     std::thread::sleep(Duration::from_millis(2500));
-    let (a, ta) = (sched_ns(pid), Instant::now());
+    let (a, ta) = (crate::measure::sched_ns(pid), Instant::now());
     std::thread::sleep(Duration::from_secs_f64((n as f64 - 4.0).max(1.0)));
-    let (b, tb) = (sched_ns(pid), Instant::now());
+    let (b, tb) = (crate::measure::sched_ns(pid), Instant::now());
     let sched = (a > 0 && b > a).then(|| (b - a) as f64 / 1e6 / (tb - ta).as_secs_f64());
     if backend == "host only" {
         std::thread::sleep(Duration::from_millis(1500));

@@ -92,6 +92,20 @@ pub fn unrelated_sleepers(w: &Path, n: usize, secs: &str, until: usize) -> anyho
     Ok(bg)
 }
 
+/// The CPU time every thread of `pid` has run, ns: the scheduler's own clock
+/// (`/proc/PID/task/*/schedstat`), which also holds what tick-based accounting
+/// misses.
+pub fn sched_ns(pid: u32) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
+
 pub fn count_procs() -> usize {
     std::fs::read_dir("/proc")
         .map(|d| {

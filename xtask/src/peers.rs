@@ -533,22 +533,9 @@ fn tool_pids(root: i32) -> Vec<i32> {
 
 /// Run time of every thread of `pids`, ns (schedstat: exact, unlike 10 ms ticks).
 fn run_time_ns(pids: &[i32]) -> u64 {
-    let mut sum = 0;
-    for p in pids {
-        let Ok(d) = std::fs::read_dir(format!("/proc/{p}/task")) else {
-            continue;
-        };
-        for t in d.flatten() {
-            if let Ok(s) = std::fs::read_to_string(t.path().join("schedstat")) {
-                sum += s
-                    .split_whitespace()
-                    .next()
-                    .and_then(|x| x.parse::<u64>().ok())
-                    .unwrap_or(0);
-            }
-        }
-    }
-    sum
+    pids.iter()
+        .map(|&p| crate::measure::sched_ns(p as u32))
+        .sum()
 }
 
 fn rss_mib(pids: &[i32]) -> f64 {
