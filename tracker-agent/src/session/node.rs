@@ -264,6 +264,7 @@ impl Scanner {
         {
             let live: HashSet<&str> = found.iter().map(|f| f.rel.as_str()).collect();
             self.reader.retain(&|rel| live.contains(rel));
+            self.oom.retain(|rel, _| live.contains(rel.as_str()));
         }
         if life.is_some() {
             let mut next = HashMap::with_capacity(found.len());
@@ -290,8 +291,6 @@ impl Scanner {
                 .unwrap_or_default();
         }
         let gpu_by = self.gpu_groups(&found);
-        self.oom
-            .retain(|rel, _| found.iter().any(|f| &f.rel == rel));
         let mut read = Vec::with_capacity(found.len());
         let mut unnamed = false;
         for f in found {
@@ -313,13 +312,20 @@ impl Scanner {
                 .filter(|v| v.cgroup_id != 0 && Some(v.cgroup_id) == f.cgroup_id)
                 .map(|v| v.comm.clone())
                 .collect();
-            let cmds = self.oom.entry(f.rel.clone()).or_default();
-            for c in &new {
-                if cmds.contains_key(c) || cmds.len() < MAX_OOM_COMMANDS {
-                    *cmds.entry(c.clone()).or_insert(0) += 1;
+            // Kept only for containers that had a victim.
+            if !new.is_empty() {
+                let cmds = self.oom.entry(f.rel.clone()).or_default();
+                for c in &new {
+                    if cmds.contains_key(c) || cmds.len() < MAX_OOM_COMMANDS {
+                        *cmds.entry(c.clone()).or_insert(0) += 1;
+                    }
                 }
             }
-            let oom_commands = cmds.iter().map(|(k, v)| (k.clone(), *v)).collect();
+            let oom_commands = self
+                .oom
+                .get(&f.rel)
+                .map(|cmds| cmds.iter().map(|(k, v)| (k.clone(), *v)).collect())
+                .unwrap_or_default();
             let gpu = gpu_by
                 .as_ref()
                 .map(|g| g.get(&f.rel).copied().unwrap_or_default());
