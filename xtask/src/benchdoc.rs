@@ -24,6 +24,10 @@ pub fn doc_section<'a>(doc: &'a str, mark: &str) -> Option<&'a str> {
 pub fn write_section(path: &Path, mark: &str, md: &str) -> anyhow::Result<()> {
     let old = std::fs::read_to_string(path).unwrap_or_default();
     let text = match doc_section(&old, mark) {
+        // A section followed by another keeps the blank line before its heading.
+        Some(s) if s.len() < old.len() - old.find(mark).unwrap_or(0) => {
+            old.replacen(s, &format!("{}\n\n", md.trim_end()), 1)
+        }
         Some(s) => old.replacen(s, &format!("{}\n", md.trim_end()), 1),
         None => match old.find(PEERS_MARK) {
             Some(i) => format!("{}{}\n\n{}", &old[..i], md.trim_end(), &old[i..]),
@@ -31,4 +35,22 @@ pub fn write_section(path: &Path, mark: &str, md: &str) -> anyhow::Result<()> {
         },
     };
     std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rewritten_section_keeps_the_blank_line_before_the_next() {
+        let dir = std::env::temp_dir().join(format!("benchdoc-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("b.md");
+        std::fs::write(&p, "# B\n\n## A\n\nold\n\n## C\n\nc\n\n## D\n\nlast\n").unwrap();
+        write_section(&p, "## A", "## A\n\nnew\n").unwrap();
+        write_section(&p, "## D", "## D\n\nnewer\n").unwrap();
+        let text = std::fs::read_to_string(&p).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(text, "# B\n\n## A\n\nnew\n\n## C\n\nc\n\n## D\n\nnewer\n");
+    }
 }
