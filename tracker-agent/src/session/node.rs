@@ -91,8 +91,6 @@ pub fn run(st: NodeSettings) -> anyhow::Result<i32> {
         let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;
         let mut int = signal(SignalKind::interrupt()).context("SIGINT handler")?;
         let mut model = NodeModel::default();
-        // Each container's cgroup files stay open between scans (collect/containers.rs),
-        // as many as the open-file limit allows beside the agent's other files.
         // An exposition is built twice over (OpenMetrics, then the text format),
         // ~4 MB each with 500 containers, on the server's thread. glibc's moving
         // mmap threshold put them in that thread's arena after the first scrape,
@@ -100,7 +98,9 @@ pub fn run(st: NodeSettings) -> anyhow::Result<i32> {
         // are mapped and handed back when freed.
         // SAFETY: mallopt has no preconditions.
         unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024) };
-        // An eighth of them for the directories of the tree's listings.
+        // Each container's cgroup files stay open between scans (collect/containers.rs),
+        // as many as the open-file limit allows beside the agent's other files; an
+        // eighth of them for the directories of the tree's listings.
         let fds = crate::sys::raise_open_files().saturating_sub(FDS_SPARE) as usize;
         let mut scanner = Scanner::new(
             Reader::new(h, fds - fds / 8),

@@ -242,8 +242,9 @@ impl NodeLife {
     /// Counts the programs could not keep (a full map or ring) since the start, and
     /// their runs the kernel skipped (`recursion_misses`: where tracepoints are
     /// preemptible, 6.19 on, a task preempted inside a program makes the next task
-    /// on that CPU skip it). A skipped run is one fork, exec, exit or free of some
-    /// task of the host not counted.
+    /// on that CPU skip it). A skipped run is one fork, exec or exit of some task
+    /// of the host not counted, or a free counted later from the exit's figures
+    /// (`take_over_unfreed`).
     pub fn lost(&self) -> u64 {
         use std::os::fd::AsFd as _;
         let full: u64 = self.lost.get(&0, 0).map(|v| v.iter().sum()).unwrap_or(0);
