@@ -243,6 +243,52 @@ fn churn_leaves_no_series_and_no_memory() {
     assert!(bg.wait_for(Duration::from_secs(5)).success());
 }
 
+/// The agent lists a pod's directory again only when its link count changes or a
+/// container under it vanished (collect/containers.rs): a container added to a
+/// pod, and one removed and another made at once (the count as it was), show in
+/// the next scans, not at the every-30th-scan relisting (15 s here).
+#[test]
+fn a_container_replaced_within_an_interval_is_seen() {
+    if !require(is_root(), "the node tests make cgroups and need root") {
+        return;
+    }
+    let s = Scratch::new("nodereplace");
+    let port = free_port();
+    let mut bg = agent(&s.0, port, "0.5");
+    const UID4: &str = "9d4a3f1b-5e6a-4b8c-8d3e-4f5a6b7c8d9e";
+    let pod = format!("kubepods/burstable/pod{UID4}");
+    // The pod made apart, so that removing a container removes its directory only.
+    let _pod = FakeContainer::new(&pod);
+    let shown = |id: &str| {
+        get(port, "/metrics", "*/*")
+            .is_some_and(|(_, t)| t.contains(&format!("container_id=\"{id}\"")))
+    };
+    let within = |what: &str, ok: &dyn Fn() -> bool| {
+        let t0 = Instant::now();
+        while !ok() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(4),
+                "{what}: not within 4 s\n{}",
+                get(port, "/metrics", "*/*")
+                    .map(|r| r.1)
+                    .unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        t0.elapsed()
+    };
+    let a = FakeContainer::new(&format!("{pod}/{}", cid(7)));
+    within("the first container", &|| shown(&cid(7)));
+    let _b = FakeContainer::new(&format!("{pod}/{}", cid(8)));
+    let added = within("a second one in the pod", &|| shown(&cid(8)));
+    drop(a);
+    let _c = FakeContainer::new(&format!("{pod}/{}", cid(9)));
+    let replaced = within("a replacement", &|| shown(&cid(9)) && !shown(&cid(7)));
+    eprintln!("added seen after {added:?}, replacement after {replaced:?}");
+    bg.signal(libc::SIGTERM);
+    assert!(bg.wait_for(Duration::from_secs(5)).success());
+}
+
 /// Bad input: one line each, never a panic; a busy port or a flood of idle
 /// connections does not stop the sampling.
 #[test]

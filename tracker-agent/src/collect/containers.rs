@@ -175,10 +175,13 @@ impl Listings {
                     .open(dir)
                     .ok()
             })
-            .flatten();
+            .flatten()
+            .map(|f| {
+                let n = nlink(&f);
+                (f, n)
+            });
         let v: std::rc::Rc<[String]> = subdirs(dir).into();
-        if let Some(f) = kept {
-            let n = nlink(&f);
+        if let Some((f, n)) = kept {
             self.dirs
                 .insert(dir.to_path_buf(), (f, n, std::rc::Rc::clone(&v)));
         }
