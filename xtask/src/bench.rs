@@ -517,11 +517,13 @@ mod section_tests {
         std::fs::write(&path, doc).unwrap();
         write_section(&path, "## X", "## X\nnew x\n").unwrap();
         write_section(&path, "## Y", "## Y\ny\n").unwrap();
+        // The last section ends the file with one newline.
+        write_section(&path, "## Peers", "## Peers, side by side\nq\n").unwrap();
         let got = std::fs::read_to_string(&path).unwrap();
         let _ = std::fs::remove_file(&path);
         assert_eq!(
             got,
-            "# B\n\n## A\nold a\n\n## X\nnew x\n## Y\ny\n\n## Peers, side by side\np\n"
+            "# B\n\n## A\nold a\n\n## X\nnew x\n\n## Y\ny\n\n## Peers, side by side\nq\n"
         );
     }
 }

@@ -36,21 +36,3 @@ pub fn write_section(path: &Path, mark: &str, md: &str) -> anyhow::Result<()> {
     };
     std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_rewritten_section_keeps_the_blank_line_before_the_next() {
-        let dir = std::env::temp_dir().join(format!("benchdoc-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let p = dir.join("b.md");
-        std::fs::write(&p, "# B\n\n## A\n\nold\n\n## C\n\nc\n\n## D\n\nlast\n").unwrap();
-        write_section(&p, "## A", "## A\n\nnew\n").unwrap();
-        write_section(&p, "## D", "## D\n\nnewer\n").unwrap();
-        let text = std::fs::read_to_string(&p).unwrap();
-        std::fs::remove_dir_all(&dir).unwrap();
-        assert_eq!(text, "# B\n\n## A\n\nnew\n\n## C\n\nc\n\n## D\n\nnewer\n");
-    }
-}
