@@ -1,5 +1,5 @@
-//! The system's constants every layer reads: clock ticks and the page size; and
-//! the open-file limit.
+//! The system's constants every layer reads: clock ticks and the page size; the
+//! monotonic clock; and the open-file limit.
 
 /// `sysconf(name)`, or `default` where the system does not say.
 fn sysconf(name: libc::c_int, default: u64) -> u64 {
@@ -16,6 +16,18 @@ pub fn clk_tck() -> u64 {
 /// Bytes per page.
 pub fn page_size() -> u64 {
     sysconf(libc::_SC_PAGESIZE, 4096)
+}
+
+/// CLOCK_MONOTONIC now, ns: the clock of the kernel's `bpf_ktime_get_ns` and of
+/// timerfd deadlines (an `Instant` reads it too, but keeps its value opaque).
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid out-pointer for the call.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// Raises this process's soft limit of open files to its hard limit (at most

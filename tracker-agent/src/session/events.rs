@@ -16,14 +16,7 @@ pub struct EventLog {
 
 /// Unix seconds minus monotonic seconds, now.
 fn clock_offset() -> f64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid out pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    let mono = ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9;
-    crate::model::reading::unix_now() - mono
+    crate::model::reading::unix_now() - crate::sys::monotonic_ns() as f64 / 1e9
 }
 
 impl EventLog {

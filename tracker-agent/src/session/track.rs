@@ -351,19 +351,10 @@ impl Ticker {
     /// Fires at `at` (an `Instant` is CLOCK_MONOTONIC on Linux; the offset from now is
     /// carried over to the clock's own reading, so no conversion of its internals).
     fn arm(&self, at: Instant) -> std::io::Result<()> {
-        let mut now = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: a valid out pointer.
-        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+        let now = crate::sys::monotonic_ns();
         let left = at.saturating_duration_since(Instant::now());
-        let mut nsec = now.tv_nsec as u64 + u64::from(left.subsec_nanos());
-        let mut sec = now.tv_sec as u64 + left.as_secs();
-        if nsec >= 1_000_000_000 {
-            nsec -= 1_000_000_000;
-            sec += 1;
-        }
+        let deadline = now.saturating_add(u64::try_from(left.as_nanos()).unwrap_or(u64::MAX));
+        let (sec, nsec) = (deadline / 1_000_000_000, deadline % 1_000_000_000);
         let spec = libc::itimerspec {
             it_interval: libc::timespec {
                 tv_sec: 0,

@@ -206,13 +206,7 @@ impl NodeLife {
     /// the free program (docs/engine.md). An entry is taken only by removing it,
     /// and the free program counts only by removing it, so each thread counts once.
     fn take_over_unfreed(&mut self) {
-        let mut now = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: a valid out-pointer for the call.
-        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
-        let now = now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64;
+        let now = crate::sys::monotonic_ns();
         let old: Vec<(u64, ExitedTask)> = self
             .exited
             .iter()
