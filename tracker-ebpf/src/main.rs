@@ -66,6 +66,18 @@ const BPF_RB_FORCE_WAKEUP: u64 = 2;
 const BPF_RB_AVAIL_DATA: u64 = 0;
 const WAKEUP_BYTES: u64 = EVENTS_BYTES as u64 / 4;
 
+/// Set for good once an old leader waits in the graveyard (see `GRAVEYARD_KEY`):
+/// until a non-leader thread of a member execs, the free program, which runs for
+/// every task the host frees, looks up one key and not two.
+static mut GRAVEYARD_USED: u32 = 0;
+
+#[inline(always)]
+fn graveyard_used() -> bool {
+    // SAFETY: a plain load of the program's own global; a stale 0 is the race the
+    // graveyard already has with a free that comes before the exec's insertion.
+    unsafe { core::ptr::read_volatile(core::ptr::addr_of!(GRAVEYARD_USED)) != 0 }
+}
+
 /// tid → tree membership. Sized by user space (`set_max_entries`).
 #[map]
 static TASKS: HashMap<u32, TaskInfo> = HashMap::with_max_entries(DEFAULT_MAX_TASKS, 0);
@@ -98,6 +110,36 @@ unsafe fn field<T: Copy + Default>(base: *const u8, offset: u32) -> T {
         return T::default();
     }
     bpf_probe_read_kernel(base.add(offset as usize) as *const T).unwrap_or_default()
+}
+
+/// What `zeroed` copies from.
+static ZEROS: [u64; 16] = [0; 16];
+
+/// A task's tid and tgid, in one read: the two are adjacent in every task_struct
+/// (user space checks). The fork and free programs run for every task the host
+/// makes and frees, and each helper call is a call and a return through the
+/// kernel's mitigations.
+///
+/// # Safety
+/// As `field`.
+#[inline(always)]
+pub(crate) unsafe fn ids(task: *const u8) -> (u32, u32) {
+    let both: [u32; 2] = field(task, off().task_pid);
+    (both[0], both[1])
+}
+
+/// A `T` with every byte zero. A struct literal that leaves most fields at their
+/// default becomes an LLVM `memset`, which the BPF backend here emits as a call to
+/// a byte loop: for the fork's task entry and record, ~800 instructions run per
+/// fork and one verifier state per byte at every start. A volatile copy from
+/// zeros is one 8-byte load and store per word, and LLVM cannot turn what it
+/// does not know is zero into a `memset` again.
+#[inline(always)]
+pub(crate) fn zeroed<T: Copy>() -> T {
+    const { assert!(core::mem::size_of::<T>() <= core::mem::size_of::<[u64; 16]>()) };
+    // SAFETY: ZEROS is at least as large as T and aligned for u64; the types used
+    // are plain integers and arrays of them, for which all zeros is a value.
+    unsafe { core::ptr::read_volatile(core::ptr::addr_of!(ZEROS) as *const T) }
 }
 
 /// At `sched_process_exit(p[, group_dead])`: whether `task` is its process's last
@@ -258,9 +300,15 @@ fn on_fork(ctx: &RawTracePointContext) -> u32 {
     let parent_tgid = parent.tgid;
     let parent_flags = parent.flags;
     let child: *const u8 = ctx.arg(1);
-    let o = off();
     // SAFETY: `child` is the tracepoint's task argument.
-    let (tid, tgid): (u32, u32) = unsafe { (field(child, o.task_pid), field(child, o.task_tgid)) };
+    let (tid, tgid) = unsafe { ids(child) };
+    let ids = (u64::from(tid) << 32) | u64::from(tgid);
+    let tree_parent = (u64::from(tree) << 32) | u64::from(parent_tgid);
+    let parent_flags = u64::from(parent_flags);
+    // Almost always the tid keys no entry: one insertion that fails if it does.
+    if add_child(child as u64, ids, tree_parent, parent_flags, BPF_NOEXIST) != ADD_EXISTS {
+        return 0;
+    }
     // The child's tid may still key a dead member's entry (freed at its reap, the
     // entry waiting for its sweep or free): that member retires now, with figures
     // final since its exit, before the tid becomes the child's. An entry already
@@ -273,23 +321,32 @@ fn on_fork(ctx: &RawTracePointContext) -> u32 {
         }
         retire_displaced_key(tid);
     }
-    add_child(
-        child as u64,
-        (u64::from(tid) << 32) | u64::from(tgid),
-        (u64::from(tree) << 32) | u64::from(parent_tgid),
-        u64::from(parent_flags),
-    )
+    add_child(child as u64, ids, tree_parent, parent_flags, BPF_ANY);
+    0
 }
+
+/// `add_child`'s answer when `BPF_NOEXIST` found the tid taken.
+const ADD_EXISTS: u32 = 1;
+const BPF_ANY: u64 = 0;
+const BPF_NOEXIST: u64 = 1;
+const EEXIST: i32 = 17;
 
 /// The forked `child` becomes a member of the tree: its entry, the count and the
 /// FORK record. `ids`: tid << 32 | tgid; `tree_parent`: tree << 32 | the parent's
-/// tgid. A global function, like `retire_displaced_key`: each is checked once on
-/// its own, and neither's stack adds to the other's (the kernel allows 512 bytes
+/// tgid; `how`: the map update's flag. Nothing is counted or sent when the
+/// insertion fails for `BPF_NOEXIST` (`ADD_EXISTS`). A global function, like
+/// `retire_displaced_key`: each is checked once on its own, and neither's stack adds to the other's (the kernel allows 512 bytes
 /// along a chain of calls; the fork program with both inlined needed 576).
 /// Exported by the link (build.rs).
 #[no_mangle]
 #[inline(never)]
-pub extern "C" fn add_child(child: u64, ids: u64, tree_parent: u64, parent_flags: u64) -> u32 {
+pub extern "C" fn add_child(
+    child: u64,
+    ids: u64,
+    tree_parent: u64,
+    parent_flags: u64,
+    how: u64,
+) -> u32 {
     let (tid, tgid) = ((ids >> 32) as u32, ids as u32);
     let (tree, parent_tgid) = ((tree_parent >> 32) as u32, tree_parent as u32);
     let parent_flags = parent_flags as u32;
@@ -299,15 +356,16 @@ pub extern "C" fn add_child(child: u64, ids: u64, tree_parent: u64, parent_flags
     } else {
         0
     };
-    let info = TaskInfo {
-        tgid,
-        tree,
-        flags,
-        task: child,
-        ..TaskInfo::default()
-    };
+    let mut info: TaskInfo = zeroed();
+    info.tgid = tgid;
+    info.tree = tree;
+    info.flags = flags;
+    info.task = child;
     let Some(s) = stats(tree) else { return 0 };
-    if TASKS.insert(tid, info, 0).is_err() {
+    if let Err(e) = TASKS.insert(tid, info, how) {
+        if e == -EEXIST && how == BPF_NOEXIST {
+            return ADD_EXISTS;
+        }
         s.untracked_tasks += 1;
         return 0;
     }
@@ -320,14 +378,12 @@ pub extern "C" fn add_child(child: u64, ids: u64, tree_parent: u64, parent_flags
         s.threads_spawned += 1;
         EVENT_FLAG_THREAD
     };
-    let ev = Event {
-        kind: EVENT_FORK,
-        pid: tgid,
-        tid,
-        ppid: parent_tgid,
-        flags,
-        ..Event::default()
-    };
+    let mut ev: Event = zeroed();
+    ev.kind = EVENT_FORK;
+    ev.pid = tgid;
+    ev.tid = tid;
+    ev.ppid = parent_tgid;
+    ev.flags = flags;
     // SAFETY: `child` is the address of the task the fork tracepoint passed.
     unsafe { emit(tree, child as *const u8, ev, false) };
     0
@@ -351,13 +407,15 @@ fn on_exec(ctx: &RawTracePointContext) -> u32 {
     let old: u32 = ctx.arg::<u64>(1) as u32;
     // A non-leader thread that execs takes over the leader's pid: move its entry.
     let key = if old != cur && old != 0 { old } else { cur };
-    // SAFETY: the map value is copied out at once.
-    let Some(mut info) = (unsafe { TASKS.get(key) }).copied() else {
+    let Some(p) = TASKS.get_ptr_mut(key) else {
         return 0;
     };
+    // SAFETY: a hash map value, valid while this program runs (a live member's
+    // entry is removed only by its own later exit and retirement).
+    let entry = unsafe { &mut *p };
     let task: *const u8 = ctx.arg(0);
     // SAFETY: `task` is the tracepoint's task argument.
-    if !unsafe { is_member(&info, task) } {
+    if !unsafe { is_member(entry, task) } {
         return 0;
     }
     // Every exec gives the task a new mm, allocated while the old one still lives:
@@ -365,24 +423,33 @@ fn on_exec(ctx: &RawTracePointContext) -> u32 {
     // exec. (A non-leader's entry was moved away from `old`: nothing is found.)
     // SAFETY: `task` is the tracepoint's task argument.
     let mm: u64 = unsafe { field(task, off().task_mm) };
-    if mm != 0 && info.exec_mm == mm {
+    if mm != 0 && entry.exec_mm == mm {
         return 0;
     }
-    info.exec_mm = mm;
-    // A root registered from user space learns its identity here.
-    info.task = task as u64;
-    if key != cur {
+    let (tree, tgid) = (entry.tree, entry.tgid);
+    if key == cur {
+        // In place: a replacing update would cost a second hash operation per exec
+        // and hand the entry's element to whichever key comes next.
+        entry.exec_mm = mm;
+        // A root registered from user space learns its identity here.
+        entry.task = task as u64;
+    } else {
+        let mut info = *entry;
+        info.exec_mm = mm;
+        info.task = task as u64;
         // A non-leader thread exec'd and took the leader's tid: the old leader (dead)
         // waits under a key of its own until it retires.
         // SAFETY: the value is copied out at once.
         if let Some(old) = unsafe { TASKS.get(cur) }.copied() {
             if old.task != task as u64 {
+                // SAFETY: a plain store to the program's own global.
+                unsafe { core::ptr::write_volatile(core::ptr::addr_of_mut!(GRAVEYARD_USED), 1) };
                 let _ = TASKS.insert(GRAVEYARD_KEY | cur, old, 0);
             }
         }
         let _ = TASKS.remove(key);
+        let _ = TASKS.insert(cur, info, 0);
     }
-    let _ = TASKS.insert(cur, info, 0);
     let o = off();
     // SAFETY: `task` is the tracepoint's task argument; its parent pointer is read
     // through the fault-tolerant helper.
@@ -390,19 +457,17 @@ fn on_exec(ctx: &RawTracePointContext) -> u32 {
         let parent: *const u8 = field::<u64>(task, o.task_real_parent) as *const u8;
         field::<u32>(parent, o.task_tgid)
     };
-    if let Some(s) = stats(info.tree) {
+    if let Some(s) = stats(tree) {
         s.execs += 1;
     }
-    let ev = Event {
-        kind: EVENT_EXEC,
-        pid: info.tgid,
-        // The exec'ing thread's tid before the exec (the tgid from now on).
-        tid: key,
-        ppid,
-        ..Event::default()
-    };
+    let mut ev: Event = zeroed();
+    ev.kind = EVENT_EXEC;
+    ev.pid = tgid;
+    // The exec'ing thread's tid before the exec (the tgid from now on).
+    ev.tid = key;
+    ev.ppid = ppid;
     // SAFETY: `task` is the tracepoint's task argument.
-    unsafe { emit(info.tree, task, ev, false) };
+    unsafe { emit(tree, task, ev, false) };
     0
 }
 
@@ -489,23 +554,24 @@ pub fn again_free(ctx: RawTracePointContext) -> u32 {
 #[inline(always)]
 fn on_free(ctx: &RawTracePointContext) -> u32 {
     let task: *const u8 = ctx.arg(0);
-    let o = off();
     // SAFETY: `task` is the tracepoint's task argument, valid for its whole run.
-    let (tid, tgid): (u32, u32) = unsafe { (field(task, o.task_pid), field(task, o.task_tgid)) };
-    for key in [tid, GRAVEYARD_KEY | tgid] {
-        if let Some(info) = held(key) {
-            if info.task == task as u64 {
-                if info.flags & TASK_FLAG_RETIRED != 0 {
-                    let _ = TASKS.remove(key);
-                    return 0;
-                }
-                // SAFETY: as above.
-                let ev = unsafe { final_figures(task, key, &info) };
-                commit(key, info, ev);
-                return 0;
-            }
-        }
+    let (tid, tgid) = unsafe { ids(task) };
+    let mine = |key: u32| held(key).filter(|info| info.task == task as u64);
+    let (key, info) = match mine(tid) {
+        Some(info) => (tid, info),
+        None if graveyard_used() => match mine(GRAVEYARD_KEY | tgid) {
+            Some(info) => (GRAVEYARD_KEY | tgid, info),
+            None => return 0,
+        },
+        None => return 0,
+    };
+    if info.flags & TASK_FLAG_RETIRED != 0 {
+        let _ = TASKS.remove(key);
+        return 0;
     }
+    // SAFETY: as above.
+    let ev = unsafe { final_figures(task, key, &info) };
+    commit(key, info, ev);
     0
 }
 
@@ -705,13 +771,12 @@ unsafe fn rss_pages(task: *const u8) -> u64 {
 /// `task` is read through the fault-tolerant helper.
 #[inline(always)]
 unsafe fn still_member(task: *const u8, key: u32, info: &Held) -> bool {
-    let o = off();
-    let tgid: u32 = field(task, o.task_tgid);
+    let (tid, tgid) = ids(task);
     if tgid != info.tgid {
         return false;
     }
     // A displaced old leader is known by its process alone.
-    key & GRAVEYARD_KEY != 0 || field::<u32>(task, o.task_pid) == key
+    key & GRAVEYARD_KEY != 0 || tid == key
 }
 
 /// The entry at `key` when it still is the one read (`info`) and its task fails

@@ -15,7 +15,7 @@ use tracker_common::{
     MAX_NODE_COMMANDS, MAX_NODE_EXITED,
 };
 
-use super::{exit_group_dead, field, off};
+use super::{exit_group_dead, field, ids, off, zeroed};
 
 #[map]
 static NODE_COUNTS: PerCpuHashMap<u64, NodeCounts> =
@@ -88,7 +88,7 @@ fn bump(f: impl FnOnce(&mut NodeCounts)) {
     // reason) and then adding to this CPU's copy counts both; a full map loses this
     // count only (counted); user space removes cgroups that are gone.
     if NODE_COUNTS.get_ptr_mut(&id).is_none() {
-        let _ = NODE_COUNTS.insert(&id, &NodeCounts::default(), BPF_NOEXIST as u64);
+        let _ = NODE_COUNTS.insert(&id, &zeroed::<NodeCounts>(), BPF_NOEXIST as u64);
     }
     match NODE_COUNTS.get_ptr_mut(&id) {
         // SAFETY: this CPU's copy of a hash value, valid for the program's run.
@@ -102,9 +102,8 @@ fn bump(f: impl FnOnce(&mut NodeCounts)) {
 #[raw_tracepoint(tracepoint = "sched_process_fork")]
 pub fn node_fork(ctx: RawTracePointContext) -> u32 {
     let child: *const u8 = ctx.arg(1);
-    let o = off();
     // SAFETY: `child` is the tracepoint's task argument.
-    let (tid, tgid): (u32, u32) = unsafe { (field(child, o.task_pid), field(child, o.task_tgid)) };
+    let (tid, tgid) = unsafe { ids(child) };
     if tid == tgid {
         bump(|c| c.spawned += 1);
     }
@@ -128,7 +127,7 @@ pub fn node_exit(ctx: RawTracePointContext) -> u32 {
     // SAFETY: `task` is the tracepoint's task argument (current); the helpers take
     // no arguments.
     let exited = unsafe {
-        let (pid, tgid): (u32, u32) = (field(task, o.task_pid), field(task, o.task_tgid));
+        let (pid, tgid) = ids(task);
         ExitedTask {
             key: CommandKey {
                 // The exiting thread is current: the same id as the chain
@@ -190,7 +189,7 @@ pub fn node_free(ctx: RawTracePointContext) -> u32 {
             cgroup_id: task_cgroup_id(task),
             comm: field(task, o.task_comm),
         };
-        let (pid, tgid): (u32, u32) = (field(task, o.task_pid), field(task, o.task_tgid));
+        let (pid, tgid) = ids(task);
         (
             key,
             field::<u64>(task, o.task_sum_exec_runtime),
@@ -200,7 +199,7 @@ pub fn node_free(ctx: RawTracePointContext) -> u32 {
     // As in `bump`: zeros first (a concurrent first insert may win), then this
     // CPU's copy.
     if NODE_COMMANDS.get_ptr_mut(&key).is_none() {
-        let _ = NODE_COMMANDS.insert(&key, &CommandCpu::default(), BPF_NOEXIST as u64);
+        let _ = NODE_COMMANDS.insert(&key, &zeroed::<CommandCpu>(), BPF_NOEXIST as u64);
     }
     match NODE_COMMANDS.get_ptr_mut(&key) {
         Some(p) => {
@@ -221,7 +220,7 @@ pub fn node_free(ctx: RawTracePointContext) -> u32 {
 pub fn node_oom(ctx: RawTracePointContext) -> u32 {
     let n = node_off();
     let o = off();
-    let mut v = OomVictim::default();
+    let mut v: OomVictim = zeroed();
     if n.mark_victim_has_task != 0 {
         let task: *const u8 = ctx.arg(0);
         // SAFETY: `task` is the tracepoint's task argument; the chain of pointers is

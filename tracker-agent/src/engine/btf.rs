@@ -346,11 +346,15 @@ impl<'a> Btf<'a> {
         let s = "signal_struct";
         let exit_args = self.tracepoint_args("sched_process_exit")?;
         let (mm_rss_stat, rss_stride, rss_count) = self.rss_layout()?;
-        // The programs read utime and stime together, and the four I/O counters.
+        // The programs read utime and stime together, pid and tgid together, and
+        // the four I/O counters.
         if self.required(t, "stime")? != self.required(t, "utime")? + 8 {
             return Err(BtfError::Missing(
                 "task_struct.stime right after utime".into(),
             ));
+        }
+        if self.required(t, "tgid")? != self.required(t, "pid")? + 4 {
+            return Err(BtfError::Missing("task_struct.tgid right after pid".into()));
         }
         let io = [
             self.optional(t, "ioac.rchar")?,
