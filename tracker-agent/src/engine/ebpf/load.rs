@@ -346,9 +346,32 @@ fn enable_stats() -> Option<std::os::fd::OwnedFd> {
     }
 }
 
+/// The task map's size: `max_tasks`, or fewer where the host's tids cannot fill
+/// that many. Its keys are tids, which stay below `kernel.pid_max`, and the tgids
+/// of old leaders a non-leader exec displaced (`GRAVEYARD_KEY`), each waiting
+/// seconds to retire: an eighth more covers them. The map is preallocated, and
+/// its entries (~180 bytes each, zeroed at every start) were ~3.5 ms of a 2-vCPU
+/// start at 65,536 (docs/cost.md); hosts keep the kernel's default of 32,768 tids
+/// where nothing raises it.
+pub(super) fn task_map_size(max_tasks: u32, pid_max: Option<u32>) -> u32 {
+    match pid_max {
+        Some(p) if p > 0 => max_tasks.min(p.saturating_add(p / 8)),
+        _ => max_tasks,
+    }
+}
+
+/// `kernel.pid_max`, if it can be read.
+fn pid_max() -> Option<u32> {
+    std::fs::read_to_string("/proc/sys/kernel/pid_max")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
 impl EbpfEngine {
-    /// Loads and attaches everything. `max_tasks` sizes the task map, `ring_bytes`
-    /// the event ring.
+    /// Loads and attaches everything. `max_tasks` sizes the task map (`task_map_size`),
+    /// `ring_bytes` the event ring.
     pub fn load(max_tasks: u32, ring_bytes: u32, bpf_stats: bool) -> Result<Self, EbpfUnavailable> {
         let t0 = Instant::now();
         has_cap_bpf().map_err(EbpfUnavailable::NoPrivilege)?;
@@ -359,6 +382,7 @@ impl EbpfEngine {
         let t_parsed = t0.elapsed();
         log::debug!("kernel offsets: {offsets:?}");
         let rss_in_kernel = offsets.mm_rss_stat != tracker_common::NO_FIELD;
+        let max_tasks = task_map_size(max_tasks, pid_max());
         let mut bpf = loader_without_btf()
             .btf(None)
             .override_global("OFFSETS", &offsets, true)
@@ -447,5 +471,23 @@ pub(super) fn classify(what: String, e: &(dyn std::error::Error + 'static)) -> E
         EbpfUnavailable::NoPrivilege(msg)
     } else {
         EbpfUnavailable::Load(msg)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::task_map_size;
+
+    #[test]
+    fn the_task_map_is_never_larger_than_the_hosts_tids_can_fill() {
+        // The kernel's default pid_max: 32,768 tids and an eighth for old leaders.
+        assert_eq!(task_map_size(65_536, Some(32_768)), 36_864);
+        // A host that raised pid_max (systemd sets 4,194,304) keeps --max-tasks.
+        assert_eq!(task_map_size(65_536, Some(4_194_304)), 65_536);
+        // A smaller --max-tasks is kept as asked.
+        assert_eq!(task_map_size(64, Some(32_768)), 64);
+        // pid_max unreadable (or nonsense): as asked.
+        assert_eq!(task_map_size(65_536, None), 65_536);
+        assert_eq!(task_map_size(65_536, Some(0)), 65_536);
     }
 }

@@ -775,8 +775,8 @@ impl EbpfEngine {
             self.degraded.set(
                 degraded::MAP_FULL,
                 format!(
-                    "{} task(s) not tracked: the task map (--max-tasks {}) was full when they \
-                     were forked, so their CPU, I/O and memory are missing from the totals",
+                    "{} task(s) not tracked: the task map ({} entries, --max-tasks) was full when \
+                     they were forked, so their CPU, I/O and memory are missing from the totals",
                     k.untracked_tasks, self.max_tasks
                 ),
             );
