@@ -112,9 +112,6 @@ unsafe fn field<T: Copy + Default>(base: *const u8, offset: u32) -> T {
     bpf_probe_read_kernel(base.add(offset as usize) as *const T).unwrap_or_default()
 }
 
-/// What `zeroed` copies from.
-static ZEROS: [u64; 16] = [0; 16];
-
 /// A task's tid and tgid, in one read: the two are adjacent in every task_struct
 /// (user space checks). The fork and free programs run for every task the host
 /// makes and frees, and each helper call is a call and a return through the
@@ -128,18 +125,26 @@ pub(crate) unsafe fn ids(task: *const u8) -> (u32, u32) {
     (both[0], both[1])
 }
 
-/// A `T` with every byte zero. A struct literal that leaves most fields at their
-/// default becomes an LLVM `memset`, which the BPF backend here emits as a call to
-/// a byte loop: for the fork's task entry and record, ~800 instructions run per
-/// fork and one verifier state per byte at every start. A volatile copy from
-/// zeros is one 8-byte load and store per word, and LLVM cannot turn what it
-/// does not know is zero into a `memset` again.
+/// Writes zeros over `*dst`, 8 bytes a store. A struct literal that leaves most
+/// fields at their default becomes an LLVM `memset`, which the BPF backend here
+/// emits as a call to a byte loop: for the fork's task entry and record, ~800
+/// instructions run per fork and one verifier state per byte at every start.
+/// Volatile stores are never merged into a `memset`; made where the value stays
+/// (the ring, or the stack slot a map update reads), no copy of them is either.
+///
+/// # Safety
+/// `dst` must be valid for writes of a `T`, aligned, and `T` plain integers and
+/// arrays of them, for which all zeros is a value.
 #[inline(always)]
-pub(crate) fn zeroed<T: Copy>() -> T {
-    const { assert!(core::mem::size_of::<T>() <= core::mem::size_of::<[u64; 16]>()) };
-    // SAFETY: ZEROS is at least as large as T and aligned for u64; the types used
-    // are plain integers and arrays of them, for which all zeros is a value.
-    unsafe { core::ptr::read_volatile(core::ptr::addr_of!(ZEROS) as *const T) }
+pub(crate) unsafe fn clear<T>(dst: *mut T) {
+    const { assert!(core::mem::size_of::<T>() % 8 == 0 && core::mem::align_of::<T>() >= 8) };
+    let words = dst as *mut u64;
+    let mut i = 0;
+    while i < core::mem::size_of::<T>() / 8 {
+        // SAFETY: within `*dst` (its size is a multiple of 8), aligned for u64.
+        words.add(i).write_volatile(0);
+        i += 1;
+    }
 }
 
 /// At `sched_process_exit(p[, group_dead])`: whether `task` is its process's last
@@ -219,16 +224,39 @@ unsafe fn is_member(info: &TaskInfo, task: *const u8) -> bool {
     (start / u64::from(o.tick_ns)) as u32 == info.start_ticks
 }
 
-/// Sends one record. A full ring costs only the record: the totals in
-/// `TREE_STATS` are kept apart from it.
+/// What a FORK or EXEC record says besides the command, the tree and the time.
+struct Ids {
+    kind: u32,
+    pid: u32,
+    tid: u32,
+    ppid: u32,
+    flags: u32,
+}
+
+/// Sends a FORK or EXEC record, built where the ring holds it: the rest of the
+/// record is zeros written in place, so that neither a copy of it nor a `memset`
+/// sits on the program's stack (see `clear`). A full ring costs only the record:
+/// the totals in `TREE_STATS` are kept apart from it.
 ///
 /// # Safety
 /// `task` must be the kernel task the record is about.
 #[inline(always)]
-unsafe fn emit(tree: u32, task: *const u8, ev: Event, wake: bool) {
-    let mut ev = ev;
-    ev.comm = field(task, off().task_comm);
-    send(tree, ev, wake);
+unsafe fn emit(tree: u32, task: *const u8, ids: Ids) {
+    let Some(mut entry) = EVENTS.reserve::<Event>(0) else {
+        lost_record(tree);
+        return;
+    };
+    let ev = entry.as_mut_ptr();
+    clear(ev);
+    (*ev).kind = ids.kind;
+    (*ev).tree = tree;
+    (*ev).pid = ids.pid;
+    (*ev).tid = ids.tid;
+    (*ev).ppid = ids.ppid;
+    (*ev).flags = ids.flags;
+    (*ev).ts_ns = bpf_ktime_get_ns();
+    (*ev).comm = field(task, off().task_comm);
+    entry.submit(wake_flags(false));
 }
 
 /// Sends a record whose every field is filled, reading nothing through a task.
@@ -243,21 +271,28 @@ fn send(tree: u32, ev: Event, wake: bool) {
                 ev.ts_ns = unsafe { bpf_ktime_get_ns() };
             }
             entry.write(ev);
-            // Wake user space only once a quarter of the ring is filled (it also
-            // drains at every sample), or for a record it waits for. A wake-up per
-            // event costs the host far more than the programs themselves.
-            let flags = if wake || EVENTS.query(BPF_RB_AVAIL_DATA) >= WAKEUP_BYTES {
-                BPF_RB_FORCE_WAKEUP
-            } else {
-                BPF_RB_NO_WAKEUP
-            };
-            entry.submit(flags);
+            entry.submit(wake_flags(wake));
         }
-        None => {
-            if let Some(s) = stats(tree) {
-                s.lost_events += 1;
-            }
-        }
+        None => lost_record(tree),
+    }
+}
+
+/// Wake user space only once a quarter of the ring is filled (it also drains at
+/// every sample), or for a record it waits for. A wake-up per event costs the
+/// host far more than the programs themselves.
+#[inline(always)]
+fn wake_flags(wake: bool) -> u64 {
+    if wake || EVENTS.query(BPF_RB_AVAIL_DATA) >= WAKEUP_BYTES {
+        BPF_RB_FORCE_WAKEUP
+    } else {
+        BPF_RB_NO_WAKEUP
+    }
+}
+
+#[inline(always)]
+fn lost_record(tree: u32) {
+    if let Some(s) = stats(tree) {
+        s.lost_events += 1;
     }
 }
 
@@ -356,13 +391,19 @@ pub extern "C" fn add_child(
     } else {
         0
     };
-    let mut info: TaskInfo = zeroed();
+    let mut info = core::mem::MaybeUninit::<TaskInfo>::uninit();
+    // SAFETY: a stack slot of a TaskInfo, made of integers and arrays of them; every
+    // byte is written before it is read.
+    let info = unsafe {
+        clear(info.as_mut_ptr());
+        info.assume_init_mut()
+    };
     info.tgid = tgid;
     info.tree = tree;
     info.flags = flags;
     info.task = child;
     let Some(s) = stats(tree) else { return 0 };
-    if let Err(e) = TASKS.insert(tid, info, how) {
+    if let Err(e) = TASKS.insert(tid, &*info, how) {
         if e == -EEXIST && how == BPF_NOEXIST {
             return ADD_EXISTS;
         }
@@ -378,14 +419,15 @@ pub extern "C" fn add_child(
         s.threads_spawned += 1;
         EVENT_FLAG_THREAD
     };
-    let mut ev: Event = zeroed();
-    ev.kind = EVENT_FORK;
-    ev.pid = tgid;
-    ev.tid = tid;
-    ev.ppid = parent_tgid;
-    ev.flags = flags;
+    let ids = Ids {
+        kind: EVENT_FORK,
+        pid: tgid,
+        tid,
+        ppid: parent_tgid,
+        flags,
+    };
     // SAFETY: `child` is the address of the task the fork tracepoint passed.
-    unsafe { emit(tree, child as *const u8, ev, false) };
+    unsafe { emit(tree, child as *const u8, ids) };
     0
 }
 
@@ -434,21 +476,7 @@ fn on_exec(ctx: &RawTracePointContext) -> u32 {
         // A root registered from user space learns its identity here.
         entry.task = task as u64;
     } else {
-        let mut info = *entry;
-        info.exec_mm = mm;
-        info.task = task as u64;
-        // A non-leader thread exec'd and took the leader's tid: the old leader (dead)
-        // waits under a key of its own until it retires.
-        // SAFETY: the value is copied out at once.
-        if let Some(old) = unsafe { TASKS.get(cur) }.copied() {
-            if old.task != task as u64 {
-                // SAFETY: a plain store to the program's own global.
-                unsafe { core::ptr::write_volatile(core::ptr::addr_of_mut!(GRAVEYARD_USED), 1) };
-                let _ = TASKS.insert(GRAVEYARD_KEY | cur, old, 0);
-            }
-        }
-        let _ = TASKS.remove(key);
-        let _ = TASKS.insert(cur, info, 0);
+        move_exec_entry(key, cur, task as u64, mm);
     }
     let o = off();
     // SAFETY: `task` is the tracepoint's task argument; its parent pointer is read
@@ -460,14 +488,44 @@ fn on_exec(ctx: &RawTracePointContext) -> u32 {
     if let Some(s) = stats(tree) {
         s.execs += 1;
     }
-    let mut ev: Event = zeroed();
-    ev.kind = EVENT_EXEC;
-    ev.pid = tgid;
-    // The exec'ing thread's tid before the exec (the tgid from now on).
-    ev.tid = key;
-    ev.ppid = ppid;
+    let ids = Ids {
+        kind: EVENT_EXEC,
+        pid: tgid,
+        // The exec'ing thread's tid before the exec (the tgid from now on).
+        tid: key,
+        ppid,
+        flags: 0,
+    };
     // SAFETY: `task` is the tracepoint's task argument.
-    unsafe { emit(tree, task, ev, false) };
+    unsafe { emit(tree, task, ids) };
+    0
+}
+
+/// A non-leader thread exec'd and took its leader's tid: its entry moves from its
+/// old tid `from` to the leader's `to`, and the old leader (dead) waits under a
+/// key of its own until it retires. A global function, verified once on its own
+/// (exported by the link, build.rs): the two entries it copies (240 bytes) stay
+/// off the exec program's stack, which the verifier copies with every state it
+/// keeps.
+#[no_mangle]
+#[inline(never)]
+pub extern "C" fn move_exec_entry(from: u32, to: u32, task: u64, mm: u64) -> u32 {
+    // SAFETY: the value is copied out at once.
+    let Some(mut info) = (unsafe { TASKS.get(from) }).copied() else {
+        return 0;
+    };
+    info.exec_mm = mm;
+    info.task = task;
+    // SAFETY: the value is copied out at once.
+    if let Some(old) = unsafe { TASKS.get(to) }.copied() {
+        if old.task != task {
+            // SAFETY: a plain store to the program's own global.
+            unsafe { core::ptr::write_volatile(core::ptr::addr_of_mut!(GRAVEYARD_USED), 1) };
+            let _ = TASKS.insert(GRAVEYARD_KEY | to, old, 0);
+        }
+    }
+    let _ = TASKS.remove(from);
+    let _ = TASKS.insert(to, info, 0);
     0
 }
 
@@ -523,7 +581,7 @@ fn on_exit(ctx: &RawTracePointContext) -> u32 {
     }
     info.flags |= TASK_FLAG_GROUP_DEAD;
     // SAFETY: as above; the leader lives while a thread of its process does.
-    (info.exit_code, info.ppid) = unsafe { process_end(task) };
+    (info.exit_code, info.ppid) = unsafe { process_end(task, cur == info.tgid) };
     // SAFETY: as above.
     let maxrss: u64 = unsafe { field(signal, o.signal_maxrss) };
     if let Some(s) = stats(info.tree) {
@@ -879,32 +937,41 @@ fn sweep_one(key: u32) -> bool {
 #[inline(always)]
 unsafe fn final_figures(task: *const u8, key: u32, info: &Held) -> Event {
     let o = off();
+    // A graveyard entry's key is its process's; any other is the thread's tid
+    // (checked against the task before its figures count).
+    let graveyard = key & GRAVEYARD_KEY != 0;
     let mut ev = Event {
         kind: EVENT_EXIT,
-        tid: field(task, o.task_pid),
-        fig: thread_figures(task),
-        flags: if key & GRAVEYARD_KEY != 0 {
-            EVENT_FLAG_SHARED_TID
+        tid: if graveyard {
+            field(task, o.task_pid)
         } else {
-            0
+            key
         },
+        fig: thread_figures(task),
+        flags: if graveyard { EVENT_FLAG_SHARED_TID } else { 0 },
         comm: field(task, o.task_comm),
         ..Event::default()
     };
     if info.flags & TASK_FLAG_GROUP_DEAD != 0 {
-        (ev.exit_code, ev.ppid) = process_end(task);
+        (ev.exit_code, ev.ppid) = process_end(task, !graveyard && key == info.tgid);
     }
     ev
 }
 
-/// A process's exit code and parent (its leader's), read through its last thread.
+/// A process's exit code and parent (its leader's), read through its last thread;
+/// `is_leader`: that thread is the leader itself (its tid is the tgid), whose
+/// pointer then need not be read.
 ///
 /// # Safety
 /// `task` must be a task_struct, or a freed one whose reads are then discarded.
 #[inline(always)]
-unsafe fn process_end(task: *const u8) -> (u32, u32) {
+unsafe fn process_end(task: *const u8, is_leader: bool) -> (u32, u32) {
     let o = off();
-    let leader: *const u8 = field::<u64>(task, o.task_group_leader) as *const u8;
+    let leader: *const u8 = if is_leader {
+        task
+    } else {
+        field::<u64>(task, o.task_group_leader) as *const u8
+    };
     let parent: *const u8 = field::<u64>(leader, o.task_real_parent) as *const u8;
     (field(leader, o.task_exit_code), field(parent, o.task_tgid))
 }
