@@ -12,6 +12,21 @@
 #![no_std]
 #![no_main]
 
+/// `zeroed_slot!(name: T)`: `name`, a `&mut T` to a slot of the calling function's
+/// stack whose every byte is zero (see `clear`). A macro, so that the slot is the
+/// caller's; `T` must be plain integers and arrays of them.
+macro_rules! zeroed_slot {
+    ($name:ident: $t:ty) => {
+        let mut slot = core::mem::MaybeUninit::<$t>::uninit();
+        // SAFETY: `clear` writes every byte of the slot, and the types this is used
+        // for are plain integers and arrays of them, for which all zeros is a value.
+        let $name = unsafe {
+            $crate::clear(slot.as_mut_ptr());
+            slot.assume_init_mut()
+        };
+    };
+}
+
 mod node;
 
 use aya_ebpf::{
@@ -391,13 +406,7 @@ pub extern "C" fn add_child(
     } else {
         0
     };
-    let mut info = core::mem::MaybeUninit::<TaskInfo>::uninit();
-    // SAFETY: a stack slot of a TaskInfo, made of integers and arrays of them; every
-    // byte is written before it is read.
-    let info = unsafe {
-        clear(info.as_mut_ptr());
-        info.assume_init_mut()
-    };
+    zeroed_slot!(info: TaskInfo);
     info.tgid = tgid;
     info.tree = tree;
     info.flags = flags;

@@ -15,9 +15,7 @@ use tracker_common::{
     MAX_NODE_COMMANDS, MAX_NODE_EXITED,
 };
 
-use core::mem::MaybeUninit;
-
-use super::{clear, exit_group_dead, field, ids, off};
+use super::{exit_group_dead, field, ids, off};
 
 #[map]
 static NODE_COUNTS: PerCpuHashMap<u64, NodeCounts> =
@@ -90,13 +88,8 @@ fn bump(f: impl FnOnce(&mut NodeCounts)) {
     // reason) and then adding to this CPU's copy counts both; a full map loses this
     // count only (counted); user space removes cgroups that are gone.
     if NODE_COUNTS.get_ptr_mut(&id).is_none() {
-        let mut zeros = MaybeUninit::<NodeCounts>::uninit();
-        // SAFETY: a stack slot of plain integers, every byte written by `clear`.
-        let zeros = unsafe {
-            clear(zeros.as_mut_ptr());
-            zeros.assume_init_ref()
-        };
-        let _ = NODE_COUNTS.insert(&id, zeros, BPF_NOEXIST as u64);
+        zeroed_slot!(zeros: NodeCounts);
+        let _ = NODE_COUNTS.insert(&id, &*zeros, BPF_NOEXIST as u64);
     }
     match NODE_COUNTS.get_ptr_mut(&id) {
         // SAFETY: this CPU's copy of a hash value, valid for the program's run.
@@ -207,13 +200,8 @@ pub fn node_free(ctx: RawTracePointContext) -> u32 {
     // As in `bump`: zeros first (a concurrent first insert may win), then this
     // CPU's copy.
     if NODE_COMMANDS.get_ptr_mut(&key).is_none() {
-        let mut zeros = MaybeUninit::<CommandCpu>::uninit();
-        // SAFETY: as in `bump`.
-        let zeros = unsafe {
-            clear(zeros.as_mut_ptr());
-            zeros.assume_init_ref()
-        };
-        let _ = NODE_COMMANDS.insert(&key, zeros, BPF_NOEXIST as u64);
+        zeroed_slot!(zeros: CommandCpu);
+        let _ = NODE_COMMANDS.insert(&key, &*zeros, BPF_NOEXIST as u64);
     }
     match NODE_COMMANDS.get_ptr_mut(&key) {
         Some(p) => {
@@ -234,12 +222,7 @@ pub fn node_free(ctx: RawTracePointContext) -> u32 {
 pub fn node_oom(ctx: RawTracePointContext) -> u32 {
     let n = node_off();
     let o = off();
-    let mut v = MaybeUninit::<OomVictim>::uninit();
-    // SAFETY: a stack slot of plain integers, every byte written by `clear`.
-    let v = unsafe {
-        clear(v.as_mut_ptr());
-        v.assume_init_mut()
-    };
+    zeroed_slot!(v: OomVictim);
     if n.mark_victim_has_task != 0 {
         let task: *const u8 = ctx.arg(0);
         // SAFETY: `task` is the tracepoint's task argument; the chain of pointers is
