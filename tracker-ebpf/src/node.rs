@@ -4,7 +4,7 @@
 //! the number of containers.
 
 use aya_ebpf::{
-    bindings::{BPF_ANY, BPF_NOEXIST},
+    bindings::BPF_NOEXIST,
     helpers::{bpf_get_current_cgroup_id, bpf_ktime_get_ns},
     macros::{map, raw_tracepoint},
     maps::{HashMap, PerCpuArray, PerCpuHashMap, RingBuf},
@@ -142,11 +142,27 @@ pub fn node_exit(ctx: RawTracePointContext) -> u32 {
             leader: u32::from(pid == tgid),
         }
     };
+    let addr = task as u64;
     if NODE_EXITED
-        .insert(&(task as u64), &exited, BPF_ANY as u64)
+        .insert(&addr, &exited, BPF_NOEXIST as u64)
         .is_err()
     {
-        lost();
+        // An entry at this address is a task the kernel freed without the free
+        // program: its memory is this task's now. It counts here, with its figures
+        // at its exit, if user space has not taken it over meanwhile (whoever
+        // removes the entry counts it), and this task's entry takes its place.
+        // SAFETY: the value is copied out at once.
+        if let Some(old) = unsafe { NODE_EXITED.get(&addr) }.copied() {
+            if NODE_EXITED.remove(&addr).is_ok() {
+                count_command(&old.key, old.cpu_ns, old.leader != 0);
+            }
+        }
+        if NODE_EXITED
+            .insert(&addr, &exited, BPF_NOEXIST as u64)
+            .is_err()
+        {
+            lost();
+        }
     }
     // SAFETY: as above.
     let (group_dead, _) = unsafe { exit_group_dead(&ctx, task) };
@@ -172,9 +188,10 @@ pub fn node_exit(ctx: RawTracePointContext) -> u32 {
 /// cgroup and command (the current task is another, this is an RCU callback). It
 /// counts only a thread whose exit the programs saw, and only if its `NODE_EXITED`
 /// entry is still there: the kernel sometimes frees a task without running this
-/// program (docs/engine.md), and user space then counts the entry's figures as of
-/// the exit, once the thread is reaped and the entry old. A zombie nobody reaps is
-/// not freed, and not counted.
+/// program (docs/engine.md), and the entry's figures as of the exit then count at
+/// the exit of the next task given its memory (`node_exit`), or in user space once
+/// the thread is reaped and the entry old, whichever removes the entry first. A
+/// zombie nobody reaps is not freed, and not counted.
 #[raw_tracepoint(tracepoint = "sched_process_free")]
 pub fn node_free(ctx: RawTracePointContext) -> u32 {
     let task: *const u8 = ctx.arg(0);
@@ -197,13 +214,20 @@ pub fn node_free(ctx: RawTracePointContext) -> u32 {
             pid == tgid,
         )
     };
+    count_command(&key, cpu_ns, leader);
+    0
+}
+
+/// Adds a thread's CPU, and its process when it is the leader, to its command.
+#[inline(always)]
+fn count_command(key: &CommandKey, cpu_ns: u64, leader: bool) {
     // As in `bump`: zeros first (a concurrent first insert may win), then this
     // CPU's copy.
-    if NODE_COMMANDS.get_ptr_mut(&key).is_none() {
+    if NODE_COMMANDS.get_ptr_mut(key).is_none() {
         zeroed_slot!(zeros: CommandCpu);
-        let _ = NODE_COMMANDS.insert(&key, &*zeros, BPF_NOEXIST as u64);
+        let _ = NODE_COMMANDS.insert(key, &*zeros, BPF_NOEXIST as u64);
     }
-    match NODE_COMMANDS.get_ptr_mut(&key) {
+    match NODE_COMMANDS.get_ptr_mut(key) {
         Some(p) => {
             // SAFETY: this CPU's copy of a hash value, valid for the program's run.
             let c = unsafe { &mut *p };
@@ -212,7 +236,6 @@ pub fn node_free(ctx: RawTracePointContext) -> u32 {
         }
         None => lost(),
     }
-    0
 }
 
 /// mark_victim(task, uid) (6.8+; older kernels pass only the pid): the task the OOM

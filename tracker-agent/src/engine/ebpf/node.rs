@@ -204,7 +204,8 @@ impl NodeLife {
     /// Counts, with their figures as of their exit, the exited threads whose free
     /// the programs never saw: the kernel sometimes frees a task without running
     /// the free program (docs/engine.md). An entry is taken only by removing it,
-    /// and the free program counts only by removing it, so each thread counts once.
+    /// and the free and exit programs (the latter when the next task at the same
+    /// address exits) count only by removing it, so each thread counts once.
     fn take_over_unfreed(&mut self) {
         let now = crate::sys::monotonic_ns();
         let old: Vec<(u64, ExitedTask)> = self
