@@ -266,6 +266,79 @@ fn shared_pages_once_in_pss_when_the_tree_leaves_its_cgroup_procfs() {
     left_its_cgroup("procfs");
 }
 
+/// A member that moves itself out of the command's cgroup mid-run, after samples
+/// in which the whole tree was in it (where the eBPF backend no longer lists the
+/// cgroup's processes, its probe reading each leader's memory cgroup instead): the
+/// samples from the next one on take Σ PSS and name it.
+fn a_member_that_leaves_mid_run(backend: &str) {
+    let away = Cgroup::new(&format!("memaway{backend}"));
+    let adir = memory_dir(&away);
+    let s = Scratch::new(&format!("memaway{backend}"));
+    let moved = s.path("moved");
+    let script = format!(
+        "{w} sleepers 2 4 >/dev/null & sleep 1.5; echo $! > {procs} || exit 99; \
+         date +%s.%N > {moved}; wait",
+        w = workload().display(),
+        procs = adir.join("cgroup.procs").display(),
+        moved = moved.display(),
+    );
+    let mut c = Command::new(tracker());
+    c.args(["run", "-q", "-i", "0.2", "--summary"])
+        .arg(s.path("s.json"))
+        .arg("-o")
+        .arg(s.path("s.jsonl"));
+    if backend == "procfs" {
+        c.arg("--no-ebpf");
+    }
+    let o = run(c.args(["--", "sh", "-c", &script]));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let at: f64 = std::fs::read_to_string(&moved)
+        .expect("the move's time")
+        .trim()
+        .parse()
+        .expect("a time");
+    let samples = read_jsonl(&s.path("s.jsonl"));
+    let seen: Vec<(f64, String)> = samples
+        .iter()
+        .filter_map(|x| {
+            Some((
+                x["timestamp_secs"].as_f64()?,
+                x["process"]["memory_source"].as_str()?.to_string(),
+            ))
+        })
+        .collect();
+    let before = seen.iter().filter(|(t, m)| *t < at - 0.3 && m == "cgroup");
+    assert!(before.count() >= 4, "{backend}: {seen:?}");
+    let late: Vec<_> = seen
+        .iter()
+        .filter(|(t, m)| *t > at + 0.45 && m != "pss")
+        .collect();
+    assert!(
+        late.is_empty(),
+        "{backend}: moved at {at:.3}, still read from the cgroup: {late:?}"
+    );
+    assert!(seen.iter().any(|(t, _)| *t > at + 0.45), "{seen:?}");
+    let sum = read_json(&s.path("s.json"));
+    assert_eq!(sum["memory_source"], "pss", "{sum}");
+}
+
+#[test]
+fn a_member_that_leaves_mid_run_is_seen_in_the_next_sample_ebpf() {
+    if !need_root() || !ebpf_available() {
+        return;
+    }
+    a_member_that_leaves_mid_run("ebpf");
+}
+
+#[test]
+fn a_member_that_leaves_mid_run_is_seen_in_the_next_sample_procfs() {
+    if !need_root() {
+        return;
+    }
+    a_member_that_leaves_mid_run("procfs");
+}
+
 /// A read-only cgroupfs (a bind remounted read-only in a mount namespace of the
 /// tracker's own): one line says the cgroup could not be made, memory is Σ PSS,
 /// named, and the command's exit code is the tracker's.

@@ -167,6 +167,12 @@ pub const READING_FLAG_EXITED: u32 = 1;
 /// READING of a leader that is a zombie (or dead): its process is no longer live,
 /// as /proc/PID/stat would say `Z`.
 pub const READING_FLAG_ZOMBIE: u32 = 2;
+/// READING of a leader whose memory cgroup is the one user space named in the
+/// probe's run (its `cgroup_subsys_state`, alive for the whole run).
+pub const READING_FLAG_MEMCG_KNOWN: u32 = 4;
+/// READING of a leader whose memory cgroup is another: `memcg_id` and `memcg_css`
+/// say which.
+pub const READING_FLAG_MEMCG_ID: u32 = 8;
 
 /// One member's figures, read by the probe program at user space's demand: what
 /// /proc/PID/task/TID/schedstat, /proc/PID/task/TID/io and (for a leader)
@@ -187,6 +193,12 @@ pub struct LiveReading {
     pub rss_pages: u64,
     /// CPU (`se.sum_exec_runtime`), tick times and I/O of this thread alone.
     pub fig: Figures,
+    /// With `READING_FLAG_MEMCG_ID`: the id (its directory's inode) of the memory
+    /// cgroup the leader is charged to, and that cgroup's memory
+    /// `cgroup_subsys_state`, which user space names in later runs once the id is
+    /// the tree's.
+    pub memcg_id: u64,
+    pub memcg_css: u64,
 }
 
 /// One record of the ordered event stream (ring buffer). FORK is sent for new
@@ -266,6 +278,16 @@ pub struct Offsets {
     pub task_start_boottime: u32,
     /// Nanoseconds per clock tick of /proc's times (10,000,000 for USER_HZ 100).
     pub tick_ns: u32,
+    /// `task->cgroups` (the css_set), `css_set.subsys`, `cgroup_subsys_state.cgroup`,
+    /// `cgroup.kn` and `kernfs_node.id`: the leader's memory cgroup, whose id the
+    /// probe reports. `memory_cgrp_id` is the memory controller's index in
+    /// `subsys`, or `NO_FIELD` without one (the probe then reads no cgroup).
+    pub task_cgroups: u32,
+    pub css_set_subsys: u32,
+    pub css_cgroup: u32,
+    pub cgroup_kn: u32,
+    pub kernfs_node_id: u32,
+    pub memory_cgrp_id: u32,
 }
 
 /// `TASK_DEAD` in `task->__state`: set just before the final context switch.

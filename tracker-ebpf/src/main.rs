@@ -41,8 +41,8 @@ use tracker_common::{
     Event, Figures, LiveReading, Offsets, TaskInfo, TreeStats, DEFAULT_MAX_TASKS, EVENTS_BYTES,
     EVENT_EXEC, EVENT_EXIT, EVENT_FLAG_AT_EXIT, EVENT_FLAG_GROUP_DEAD, EVENT_FLAG_SHARED_TID,
     EVENT_FLAG_THREAD, EVENT_FORK, EVENT_READING, GRAVEYARD_KEY, MAX_TREES, NO_FIELD, PROBE_BATCH,
-    READING_FLAG_EXITED, READING_FLAG_ZOMBIE, TASK_DEAD, TASK_FLAG_EXITED, TASK_FLAG_GROUP_DEAD,
-    TASK_FLAG_RETIRED, TASK_FLAG_ROOT,
+    READING_FLAG_EXITED, READING_FLAG_MEMCG_ID, READING_FLAG_MEMCG_KNOWN, READING_FLAG_ZOMBIE,
+    TASK_DEAD, TASK_FLAG_EXITED, TASK_FLAG_GROUP_DEAD, TASK_FLAG_RETIRED, TASK_FLAG_ROOT,
 };
 
 #[no_mangle]
@@ -74,6 +74,12 @@ static OFFSETS: Offsets = Offsets {
     rss_count: 0,
     task_start_boottime: NO_FIELD,
     tick_ns: 0,
+    task_cgroups: 0,
+    css_set_subsys: 0,
+    css_cgroup: 0,
+    cgroup_kn: 0,
+    kernfs_node_id: 0,
+    memory_cgrp_id: NO_FIELD,
 };
 
 const BPF_RB_NO_WAKEUP: u64 = 1;
@@ -665,6 +671,8 @@ pub fn probe(ctx: RawTracePointContext) -> u32 {
         ctx.arg(6),
         ctx.arg(7),
     ];
+    // The tree's memory cgroup as user space last learned it (0: not yet).
+    let memcg_css: u64 = ctx.arg(8);
     for i in 0..PROBE_BATCH {
         let pair = args[i / 2];
         let key = if i % 2 == 0 {
@@ -675,7 +683,7 @@ pub fn probe(ctx: RawTracePointContext) -> u32 {
         if key == 0 {
             continue;
         }
-        probe_member(key);
+        probe_member(key, memcg_css);
     }
     0
 }
@@ -686,13 +694,13 @@ pub fn probe(ctx: RawTracePointContext) -> u32 {
 /// "Start-up"). Exported by the link (build.rs), so that its BTF linkage is global.
 #[no_mangle]
 #[inline(never)]
-pub extern "C" fn probe_member(key: u32) -> u32 {
-    probe_one(key);
+pub extern "C" fn probe_member(key: u32, memcg_css: u64) -> u32 {
+    probe_one(key, memcg_css);
     0
 }
 
 #[inline(always)]
-fn probe_one(key: u32) {
+fn probe_one(key: u32, memcg_css: u64) {
     let Some(info) = held(key) else {
         return;
     };
@@ -738,6 +746,7 @@ fn probe_one(key: u32) {
                 r.flags |= READING_FLAG_ZOMBIE;
             }
             r.rss_pages = rss_pages(task);
+            memcg_of(task, memcg_css, &mut r);
         }
     }
     // SAFETY: as above.
@@ -757,6 +766,47 @@ fn probe_one(key: u32) {
     }
 }
 
+/// The memory cgroup the leader `task` is charged to: known (the `cgroup_subsys_state`
+/// user space named, two reads) or, for any other, its id and css (three more). User
+/// space checks by this that the tree is still wholly in the cgroup it reads the
+/// memory of, without listing the cgroup's processes at every sample. The objects
+/// on the way are freed only after an RCU grace period, which the program's run is
+/// inside of, and the reading is kept only if the task is still the member.
+///
+/// # Safety
+/// As `field`.
+#[inline(always)]
+unsafe fn memcg_of(task: *const u8, known: u64, r: &mut LiveReading) {
+    let o = off();
+    if o.memory_cgrp_id == NO_FIELD {
+        return;
+    }
+    let cset: u64 = field(task, o.task_cgroups);
+    if cset == 0 {
+        return;
+    }
+    let css: u64 = field(
+        cset as *const u8,
+        o.css_set_subsys
+            .wrapping_add(o.memory_cgrp_id.wrapping_mul(8)),
+    );
+    if css == 0 {
+        return;
+    }
+    if css == known {
+        r.flags |= READING_FLAG_MEMCG_KNOWN;
+        return;
+    }
+    let cgrp: u64 = field(css as *const u8, o.css_cgroup);
+    let kn: u64 = field(cgrp as *const u8, o.cgroup_kn);
+    if cgrp == 0 || kn == 0 {
+        return;
+    }
+    r.memcg_id = field(kn as *const u8, o.kernfs_node_id);
+    r.memcg_css = css;
+    r.flags |= READING_FLAG_MEMCG_ID;
+}
+
 /// A thread's figures now, the same fields its EXIT record will carry.
 ///
 /// # Safety
@@ -770,6 +820,8 @@ unsafe fn live_reading(task: *const u8, key: u32) -> LiveReading {
         flags: 0,
         rss_pages: 0,
         fig: thread_figures(task),
+        memcg_id: 0,
+        memcg_css: 0,
     }
 }
 

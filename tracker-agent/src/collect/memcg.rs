@@ -387,6 +387,13 @@ impl TreeCgroup {
         None
     }
 
+    /// The cgroup's id, its directory's inode (what the kernel's `kernfs_node.id`
+    /// holds); None where the directory cannot be looked at.
+    pub fn id(&self) -> Option<u64> {
+        use std::os::unix::fs::MetadataExt as _;
+        std::fs::metadata(&self.dir).ok().map(|m| m.ino())
+    }
+
     /// The memory cgroup of `pid` as /proc/PID/cgroup says; None when it is gone.
     fn cgroup_of(&self, pid: u32) -> Option<String> {
         let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;

@@ -403,7 +403,63 @@ impl<'a> Btf<'a> {
             },
             // Filled by the loader, which knows the tick.
             tick_ns: 0,
+            task_cgroups: self.optional(t, "cgroups")?,
+            css_set_subsys: self.optional("css_set", "subsys")?,
+            css_cgroup: self.optional("cgroup_subsys_state", "cgroup")?,
+            cgroup_kn: self.optional("cgroup", "kn")?,
+            kernfs_node_id: self.optional("kernfs_node", "id")?,
+            memory_cgrp_id: self.memory_cgrp_id()?,
         })
+    }
+
+    /// The memory controller's index in `css_set.subsys` (`memory_cgrp_id` of
+    /// `enum cgroup_subsys_id`, which depends on the controllers built in), or
+    /// `NO_FIELD` where the kernel has no memory controller or the cgroup structs
+    /// lack a field the probe follows. `kernfs_node.id` must be the 64-bit id (5.5
+    /// and later; an `ino`/`generation` union before) for it to be the directory's
+    /// inode.
+    fn memory_cgrp_id(&self) -> Result<u32, BtfError> {
+        let kn_id = self.member_at("kernfs_node", "id")?;
+        let is_u64 = match kn_id {
+            Some((_, ty)) => {
+                let t = self.ty(self.strip(ty)?)?;
+                t.kind == KIND_INT && t.size_or_type == 8
+            }
+            None => false,
+        };
+        let path = [
+            ("task_struct", "cgroups"),
+            ("css_set", "subsys"),
+            ("cgroup_subsys_state", "cgroup"),
+            ("cgroup", "kn"),
+        ];
+        for (strukt, field) in path {
+            if self.offset_of(strukt, field)?.is_none() {
+                return Ok(NO_FIELD);
+            }
+        }
+        if !is_u64 {
+            return Ok(NO_FIELD);
+        }
+        Ok(self
+            .enum_value("cgroup_subsys_id", "memory_cgrp_id")?
+            .and_then(|v| u32::try_from(v).ok())
+            .unwrap_or(NO_FIELD))
+    }
+
+    /// The value of `name` in `enum kind_name`, None where either is missing.
+    fn enum_value(&self, enum_name: &str, name: &str) -> Result<Option<i64>, BtfError> {
+        let Some(id) = self.find(enum_name, KIND_ENUM)? else {
+            return Ok(None);
+        };
+        let t = self.ty(id)?;
+        for i in 0..t.vlen {
+            let at = t.body + 8 * i;
+            if self.str_at(u32_at(self.tsec, at)?) == name.as_bytes() {
+                return Ok(Some(i64::from(u32_at(self.tsec, at + 4)? as i32)));
+            }
+        }
+        Ok(None)
     }
 }
 

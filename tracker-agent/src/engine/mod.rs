@@ -104,4 +104,8 @@ impl Engine {
 pub struct ReadOpts {
     /// Read smaps_rollup for PSS (expensive).
     pub pss: bool,
+    /// The id (directory inode) of the memory cgroup the tree should be wholly in:
+    /// the eBPF backend then says whether every live process's leader is charged
+    /// to it (`TreeTotals::memcg_inside`).
+    pub memcg_id: Option<u64>,
 }

@@ -126,6 +126,10 @@ pub struct TreeTotals {
     pub rss_bytes: u64,
     pub pss_bytes: Option<u64>,
     pub root_alive: bool,
+    /// Every live process's leader was read in the kernel charged to the memory
+    /// cgroup `ReadOpts::memcg_id` names. False where that is not known (any other
+    /// cgroup, a process read from /proc, the procfs backend).
+    pub memcg_inside: bool,
     /// What is no longer exact, by name, since the run began.
     pub degraded: Degradations,
 }

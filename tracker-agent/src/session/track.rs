@@ -104,12 +104,18 @@ impl Loop {
             return None;
         }
         let cg = self.memcg.as_mut()?;
-        let live = self
-            .engine
-            .as_ref()
-            .map(Engine::live_pids)
-            .unwrap_or_default();
-        let why = match cg.stray(&live) {
+        // The kernel read every live process charged to the cgroup: nothing to list.
+        let stray = if tree.memcg_inside {
+            None
+        } else {
+            let live = self
+                .engine
+                .as_ref()
+                .map(Engine::live_pids)
+                .unwrap_or_default();
+            cg.stray(&live)
+        };
+        let why = match stray {
             None => match cg.read() {
                 Some(r) if !ran_outside(tree.max_rss_kib, &r) => return Some(r),
                 Some(r) => format!(
@@ -131,6 +137,7 @@ impl Loop {
         self.memcg_stale = true;
         // From here on the settled pass below reads it.
         self.opts.pss = false;
+        self.opts.memcg_id = None;
         None
     }
 
@@ -470,6 +477,7 @@ async fn run_loop(
         // read by `settled_pss`.
         opts: ReadOpts {
             pss: st.engine.pss && t.memcg.is_some(),
+            memcg_id: t.memcg.as_ref().and_then(TreeCgroup::id),
         },
         memcg: t.memcg,
         memcg_stale: false,

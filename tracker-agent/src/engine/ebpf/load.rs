@@ -445,6 +445,7 @@ impl EbpfEngine {
             buf: String::new(),
             files: procread::FileCache::default(),
             live_max_rss_kib: 0,
+            memcg_css: 0,
             roster: Default::default(),
             ready: Vec::new(),
             pass: 0,

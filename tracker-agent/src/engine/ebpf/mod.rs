@@ -29,7 +29,8 @@ use aya::{
 use tracker_common::{
     Event, Figures, LiveReading, TaskInfo, TreeStats, EVENT_EXEC, EVENT_EXIT,
     EVENT_FLAG_SHARED_TID, EVENT_FORK, GRAVEYARD_KEY, PROBE_BATCH, READING_FLAG_EXITED,
-    READING_FLAG_ZOMBIE, TASK_FLAG_EXITED, TASK_FLAG_ROOT,
+    READING_FLAG_MEMCG_ID, READING_FLAG_MEMCG_KNOWN, READING_FLAG_ZOMBIE, TASK_FLAG_EXITED,
+    TASK_FLAG_ROOT,
 };
 
 mod ledger;
@@ -94,6 +95,8 @@ struct ProcGauge {
     leader: Option<(bool, u64)>,
     /// Threads read that have not exited.
     threads: u64,
+    /// The leader was read charged to the memory cgroup `ReadOpts::memcg_id`.
+    in_memcg: bool,
 }
 
 /// The low 32 bits of a thread's start time in ticks as the kernel keeps it
@@ -141,6 +144,10 @@ pub struct EbpfEngine {
     files: procread::FileCache,
     /// Largest RSS seen of live members (KiB), since they may exit between readings.
     live_max_rss_kib: u64,
+    /// The tree's memory cgroup's `cgroup_subsys_state`, once a reading found a
+    /// leader charged to the cgroup `ReadOpts::memcg_id` names (0 before): named in
+    /// each probe run, so that a leader charged to it costs two kernel reads.
+    memcg_css: u64,
     /// Members by key, from the registration and the ring's FORK and EXEC records.
     roster: Roster,
     /// Process events complete since the last reading (their last thread retired
@@ -316,6 +323,7 @@ impl EbpfEngine {
         for (i, &k) in keys.iter().take(PROBE_BATCH).enumerate() {
             opts.args[i / 2] |= u64::from(k) << (32 * (i % 2));
         }
+        opts.args[PROBE_BATCH / 2] = self.memcg_css;
         prog.test_run(opts)?;
         Ok(())
     }
@@ -605,11 +613,21 @@ impl EbpfEngine {
             let g = procs.entry(r.pid).or_default();
             if r.tid == r.pid {
                 g.leader = Some((r.flags & READING_FLAG_ZOMBIE != 0, r.rss_pages));
+                g.in_memcg = match opts.memcg_id {
+                    _ if r.flags & READING_FLAG_MEMCG_KNOWN != 0 => true,
+                    Some(id) if r.flags & READING_FLAG_MEMCG_ID != 0 && r.memcg_id == id => {
+                        self.memcg_css = r.memcg_css;
+                        true
+                    }
+                    _ => false,
+                };
             }
             if r.flags & READING_FLAG_EXITED == 0 {
                 g.threads += 1;
             }
         }
+        // Live processes whose leader was not read in the tree's memory cgroup.
+        let mut outside = 0u64;
         for (&tgid, g) in &procs {
             let rss_pages = match g.leader {
                 // As /proc/PID/stat would say `Z`: not live.
@@ -625,6 +643,7 @@ impl EbpfEngine {
                 None => continue,
             };
             self.live_pids.insert(tgid);
+            outside += u64::from(!g.in_memcg);
             t.live_procs += 1;
             t.live_threads += g.threads;
             if tgid == self.root {
@@ -642,6 +661,7 @@ impl EbpfEngine {
                 }
             }
         }
+        t.memcg_inside = opts.memcg_id.is_some() && outside == 0 && proc_alive.is_empty();
     }
 
     /// The tree's totals now. `ring` is drained into the ledger before the members
