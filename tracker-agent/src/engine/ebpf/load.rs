@@ -446,6 +446,8 @@ impl EbpfEngine {
             files: procread::FileCache::default(),
             live_max_rss_kib: 0,
             memcg_css: 0,
+            preemptible: names.contains(&TRACEPOINTS[0].1),
+            misses_read_ago: 0,
             roster: Default::default(),
             ready: Vec::new(),
             pass: 0,

@@ -99,6 +99,10 @@ struct ProcGauge {
     in_memcg: bool,
 }
 
+/// Readings between two looks at the kernel's skipped runs where tracepoints are
+/// not preemptible.
+const MISSES_EVERY: u32 = 8;
+
 /// The low 32 bits of a thread's start time in ticks as the kernel keeps it
 /// (`task->start_boottime`), which the programs check before they take a registered
 /// entry as that thread's; 0 (not checked) when it cannot be read. /proc's
@@ -148,6 +152,11 @@ pub struct EbpfEngine {
     /// leader charged to the cgroup `ReadOpts::memcg_id` names (0 before): named in
     /// each probe run, so that a leader charged to it costs two kernel reads.
     memcg_css: u64,
+    /// The programs' second copies are attached: tracepoints run preemptible, and
+    /// the kernel may skip a run (`note_missed_runs`).
+    preemptible: bool,
+    /// Readings since the kernel's skipped runs were last read.
+    misses_read_ago: u32,
     /// Members by key, from the registration and the ring's FORK and EXEC records.
     roster: Roster,
     /// Process events complete since the last reading (their last thread retired
@@ -358,6 +367,7 @@ impl EbpfEngine {
     /// microseconds after its exit (its final context switch), never waiting for a
     /// reaper or RCU. Bounded, so a member stuck in its exit cannot hold the run.
     pub fn settle(&mut self, limit: Duration) -> Duration {
+        self.misses_read_ago = MISSES_EVERY;
         let t0 = Instant::now();
         loop {
             let exited = self.listing().exited;
@@ -752,7 +762,14 @@ impl EbpfEngine {
         // a process whose peak fell between two samples.
         t.max_rss_kib = (k.max_rss_pages * (self.page / 1024)).max(self.live_max_rss_kib);
         self.note_counts(&k);
-        self.note_missed_runs();
+        // Four system calls. Where tracepoints run with preemption disabled a
+        // program cannot be entered again on its CPU, so the kernel skips none:
+        // looked at every 8th reading and in the final one (`settle`), in case.
+        self.misses_read_ago += 1;
+        if self.preemptible || self.misses_read_ago >= MISSES_EVERY {
+            self.misses_read_ago = 0;
+            self.note_missed_runs();
+        }
         t.degraded = self.degraded.clone();
         Ok(t)
     }
