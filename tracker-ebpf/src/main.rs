@@ -738,7 +738,8 @@ fn probe_one(key: u32, memcg_css: u64) {
         r.flags |= READING_FLAG_EXITED;
     }
     if key == info.tgid {
-        // SAFETY: as above; the mm is read only while `task->mm` points to it.
+        // SAFETY: as above; the mm is read only while `task->mm` points to it, the
+        // cgroup objects as `memcg_of` says.
         unsafe {
             let exit_state: u32 = field(task, o.task_exit_state);
             // EXIT_ZOMBIE | EXIT_DEAD, as get_task_state() reports them.
