@@ -279,8 +279,9 @@ pub struct Offsets {
     /// Nanoseconds per clock tick of /proc's times (10,000,000 for USER_HZ 100).
     pub tick_ns: u32,
     /// `task->cgroups` (the css_set), `css_set.subsys`, `cgroup_subsys_state.cgroup`,
-    /// `cgroup.kn` and `kernfs_node.id`: the leader's memory cgroup, whose id the
-    /// probe reports. `memory_cgrp_id` is the memory controller's index in
+    /// `cgroup.kn` and `kernfs_node.id` (a cgroup's id, its directory's inode): the
+    /// leader's memory cgroup, whose id the probe reports, and the node programs'
+    /// v2 cgroup of a task. `memory_cgrp_id` is the memory controller's index in
     /// `subsys`, or `NO_FIELD` without one (the probe then reads no cgroup).
     pub task_cgroups: u32,
     pub css_set_subsys: u32,
@@ -331,22 +332,16 @@ pub const MAX_NODE_CGROUPS: u32 = 16_384;
 // SAFETY: repr(C), Copy, only u64s, no padding.
 unsafe impl aya::Pod for NodeCounts {}
 
-/// Offsets the node programs read, resolved from the running kernel's BTF by user
-/// space (a read-only global of the node programs).
+/// Offsets the node programs read beside `Offsets` (whose cgroup fields they use
+/// too), resolved from the running kernel's BTF by user space (a read-only global
+/// of the node programs).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct NodeOffsets {
-    /// `task_struct.cgroups` (the css_set).
-    pub task_cgroups: u32,
     /// `css_set.dfl_cgrp` (the v2 cgroup).
     pub css_set_dfl_cgrp: u32,
-    /// `cgroup.kn`.
-    pub cgroup_kn: u32,
-    /// `kernfs_node.id` (the cgroup's id, its directory's inode).
-    pub kernfs_node_id: u32,
     /// 1 when `mark_victim` passes the victim's task (6.8+); 0: only its pid.
     pub mark_victim_has_task: u32,
-    pub _pad: u32,
 }
 
 /// Key of the node programs' CPU by command: a cgroup and a command name.

@@ -799,13 +799,25 @@ unsafe fn memcg_of(task: *const u8, known: u64, r: &mut LiveReading) {
         return;
     }
     let cgrp: u64 = field(css as *const u8, o.css_cgroup);
-    let kn: u64 = field(cgrp as *const u8, o.cgroup_kn);
-    if cgrp == 0 || kn == 0 {
+    let id = cgroup_id(cgrp as *const u8);
+    if id == 0 {
         return;
     }
-    r.memcg_id = field(kn as *const u8, o.kernfs_node_id);
+    r.memcg_id = id;
     r.memcg_css = css;
     r.flags |= READING_FLAG_MEMCG_ID;
+}
+
+/// A cgroup's id (`cgrp->kn->id`, its directory's inode); 0 where a pointer on the
+/// way is bad.
+///
+/// # Safety
+/// As `field`.
+#[inline(always)]
+pub(crate) unsafe fn cgroup_id(cgrp: *const u8) -> u64 {
+    let o = off();
+    let kn: *const u8 = field::<u64>(cgrp, o.cgroup_kn) as *const u8;
+    field(kn, o.kernfs_node_id)
 }
 
 /// A thread's figures now, the same fields its EXIT record will carry.

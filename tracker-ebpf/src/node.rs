@@ -15,7 +15,7 @@ use tracker_common::{
     MAX_NODE_COMMANDS, MAX_NODE_EXITED,
 };
 
-use super::{exit_group_dead, field, ids, off};
+use super::{cgroup_id, exit_group_dead, field, ids, off};
 
 #[map]
 static NODE_COUNTS: PerCpuHashMap<u64, NodeCounts> =
@@ -23,12 +23,8 @@ static NODE_COUNTS: PerCpuHashMap<u64, NodeCounts> =
 
 #[no_mangle]
 static NODE_OFFSETS: NodeOffsets = NodeOffsets {
-    task_cgroups: 0,
     css_set_dfl_cgrp: 0,
-    cgroup_kn: 0,
-    kernfs_node_id: 0,
     mark_victim_has_task: 0,
-    _pad: 0,
 };
 
 /// CPU of freed threads by (cgroup, command), one copy per CPU.
@@ -72,11 +68,9 @@ fn node_off() -> &'static NodeOffsets {
 /// the fault-tolerant helper.
 #[inline(always)]
 unsafe fn task_cgroup_id(task: *const u8) -> u64 {
-    let n = node_off();
-    let cset: *const u8 = field::<u64>(task, n.task_cgroups) as *const u8;
-    let cgrp: *const u8 = field::<u64>(cset, n.css_set_dfl_cgrp) as *const u8;
-    let kn: *const u8 = field::<u64>(cgrp, n.cgroup_kn) as *const u8;
-    field(kn, n.kernfs_node_id)
+    let cset: *const u8 = field::<u64>(task, off().task_cgroups) as *const u8;
+    let cgrp: *const u8 = field::<u64>(cset, node_off().css_set_dfl_cgrp) as *const u8;
+    cgroup_id(cgrp)
 }
 
 #[inline(always)]

@@ -366,7 +366,7 @@ impl<'a> Btf<'a> {
             [r, w, rb, wb] if r != NO_FIELD && w == r + 8 && rb == r + 32 && wb == r + 40 => r,
             _ => NO_FIELD,
         };
-        Ok(Offsets {
+        let mut o = Offsets {
             task_pid: self.required(t, "pid")?,
             task_tgid: self.required(t, "tgid")?,
             task_real_parent: self.required(t, "real_parent")?,
@@ -408,36 +408,34 @@ impl<'a> Btf<'a> {
             css_cgroup: self.optional("cgroup_subsys_state", "cgroup")?,
             cgroup_kn: self.optional("cgroup", "kn")?,
             kernfs_node_id: self.optional("kernfs_node", "id")?,
-            memory_cgrp_id: self.memory_cgrp_id()?,
-        })
+            memory_cgrp_id: NO_FIELD,
+        };
+        let chain = [
+            o.task_cgroups,
+            o.css_set_subsys,
+            o.css_cgroup,
+            o.cgroup_kn,
+            o.kernfs_node_id,
+        ];
+        if !chain.contains(&NO_FIELD) {
+            o.memory_cgrp_id = self.memory_cgrp_id()?;
+        }
+        Ok(o)
     }
 
     /// The memory controller's index in `css_set.subsys` (`memory_cgrp_id` of
     /// `enum cgroup_subsys_id`, which depends on the controllers built in), or
-    /// `NO_FIELD` where the kernel has no memory controller or the cgroup structs
-    /// lack a field the probe follows. `kernfs_node.id` must be the 64-bit id (5.5
-    /// and later; an `ino`/`generation` union before) for it to be the directory's
-    /// inode.
+    /// `NO_FIELD` where the kernel has no memory controller. `kernfs_node.id` must
+    /// be the 64-bit id (5.5 and later; an `ino`/`generation` union before) for it
+    /// to be the directory's inode.
     fn memory_cgrp_id(&self) -> Result<u32, BtfError> {
-        let kn_id = self.member_at("kernfs_node", "id")?;
-        let is_u64 = match kn_id {
+        let is_u64 = match self.member_at("kernfs_node", "id")? {
             Some((_, ty)) => {
                 let t = self.ty(self.strip(ty)?)?;
                 t.kind == KIND_INT && t.size_or_type == 8
             }
             None => false,
         };
-        let path = [
-            ("task_struct", "cgroups"),
-            ("css_set", "subsys"),
-            ("cgroup_subsys_state", "cgroup"),
-            ("cgroup", "kn"),
-        ];
-        for (strukt, field) in path {
-            if self.offset_of(strukt, field)?.is_none() {
-                return Ok(NO_FIELD);
-            }
-        }
         if !is_u64 {
             return Ok(NO_FIELD);
         }

@@ -9,10 +9,12 @@ use aya::{
     maps::{HashMap, MapData, PerCpuArray, PerCpuHashMap, RingBuf},
     Ebpf,
 };
-use tracker_common::{CommandCpu, CommandKey, ExitedTask, NodeCounts, NodeOffsets, OomVictim};
+use tracker_common::{
+    CommandCpu, CommandKey, ExitedTask, NodeCounts, NodeOffsets, Offsets, OomVictim, NO_FIELD,
+};
 
 use super::load::{classify, has_cap_bpf, loader_without_btf, raw_tp, EbpfUnavailable, OBJECT};
-use crate::engine::btf::Btf;
+use crate::engine::btf::{Btf, BtfError};
 
 const PROGRAMS: [(&str, &str); 4] = [
     ("node_fork", "sched_process_fork"),
@@ -57,19 +59,22 @@ pub struct Victim {
     pub comm: String,
 }
 
-/// The node programs' offsets for this kernel.
-fn node_offsets(btf: &Btf) -> Result<NodeOffsets, crate::engine::btf::BtfError> {
-    let need = |s: &str, f: &str| {
-        btf.offset_of(s, f)?
-            .ok_or_else(|| crate::engine::btf::BtfError::Missing(format!("{s}.{f}")))
-    };
+/// The node programs' offsets for this kernel. The cgroup fields they share with
+/// the probe (`o`, from `Btf::offsets`) are optional there and required here.
+fn node_offsets(btf: &Btf, o: &Offsets) -> Result<NodeOffsets, BtfError> {
+    let shared = [
+        (o.task_cgroups, "task_struct.cgroups"),
+        (o.cgroup_kn, "cgroup.kn"),
+        (o.kernfs_node_id, "kernfs_node.id"),
+    ];
+    if let Some((_, name)) = shared.iter().find(|(off, _)| *off == NO_FIELD) {
+        return Err(BtfError::Missing((*name).to_string()));
+    }
     Ok(NodeOffsets {
-        task_cgroups: need("task_struct", "cgroups")?,
-        css_set_dfl_cgrp: need("css_set", "dfl_cgrp")?,
-        cgroup_kn: need("cgroup", "kn")?,
-        kernfs_node_id: need("kernfs_node", "id")?,
+        css_set_dfl_cgrp: btf
+            .offset_of("css_set", "dfl_cgrp")?
+            .ok_or_else(|| BtfError::Missing("css_set.dfl_cgrp".into()))?,
         mark_victim_has_task: u32::from(btf.tracepoint_args("mark_victim").unwrap_or(1) >= 2),
-        _pad: 0,
     })
 }
 
@@ -80,7 +85,11 @@ impl NodeLife {
         let data = crate::fsafe::read_input(std::path::Path::new(path), super::load::MAX_BTF)
             .map_err(|e| EbpfUnavailable::NoBtf(format!("{path}: {e}")))?;
         let (offsets, node) = Btf::parse(&data)
-            .and_then(|b| Ok((b.offsets()?, node_offsets(&b)?)))
+            .and_then(|b| {
+                let o = b.offsets()?;
+                let n = node_offsets(&b, &o)?;
+                Ok((o, n))
+            })
             .map_err(|e| EbpfUnavailable::NoBtf(format!("{path}: {e}")))?;
         drop(data);
         let mut bpf = loader_without_btf()
