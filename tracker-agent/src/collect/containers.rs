@@ -9,7 +9,12 @@
 //! Other cgroups join by `--include` patterns. On a hybrid host each controller is
 //! read from the v1 hierarchy that has it, else from v2 (the same relative path).
 
-use std::path::{Path, PathBuf};
+use std::{
+    path::{Path, PathBuf},
+    rc::Rc,
+};
+
+use foldhash::{HashMap, HashMapExt as _, HashSet, HashSetExt as _};
 
 use super::Roots;
 use crate::model::node::{CgroupCounters, Found};
@@ -103,34 +108,62 @@ fn container_of(component: &str) -> Option<String> {
     (id.len() >= 12 && id.bytes().all(|b| b.is_ascii_hexdigit())).then(|| id.to_string())
 }
 
-fn subdirs(dir: &Path) -> Vec<String> {
-    let Ok(rd) = std::fs::read_dir(dir) else {
-        return Vec::new();
-    };
+/// The subdirectories of `dir`, sorted; None when it cannot be listed (missing).
+fn subdirs(dir: &Path) -> Option<Vec<String>> {
+    let rd = std::fs::read_dir(dir).ok()?;
     let mut v: Vec<String> = rd
         .flatten()
         .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
         .filter_map(|e| e.file_name().into_string().ok())
         .collect();
     v.sort();
-    v
+    Some(v)
 }
 
-/// Listings of the kubepods tree kept from one scan to the next. Listing a pod's
-/// directory (open, stat, two getdents, close) was a third of the agent's CPU with
-/// 100 containers (perf, 2 vCPU); its link count, which the cgroup filesystem
-/// keeps at 2 + its subdirectories, costs one stat of a directory kept open
-/// (`O_PATH`: no path walk, no buffer). A directory is listed again when that
-/// count changed, when a container below it vanished (a removal and a creation in
-/// one interval leave the count as it was, and the removed one's read fails), and
-/// every RELIST_SCANS scans whatever it shows.
+/// How a kept listing learns that its directory changed.
+enum Watch {
+    /// An inotify watch: the kernel queues an event at each mkdir, rmdir or rename
+    /// in the directory, and a scan with none queued makes no system call for it.
+    Notified(inotify::WatchDescriptor),
+    /// Its link count, which the cgroup filesystem keeps at 2 + its
+    /// subdirectories, by a stat of a kept `O_PATH` descriptor (no path walk, no
+    /// buffer): where inotify is not to be had (out of watches, or found not to
+    /// see this mount's changes).
+    Counted(std::fs::File, u64),
+    /// Missing when listed (the top directory of the driver a node does not use):
+    /// looked for at each scan.
+    Absent,
+}
+
+struct Dir {
+    watch: Watch,
+    list: Rc<[String]>,
+    /// The scan that last reached it.
+    seen: u64,
+}
+
+/// Listings of the kubepods tree kept from one scan to the next, and whether any
+/// changed. Listing a pod's directory (open, stat, two getdents, close) was a
+/// third of the agent's CPU with 100 containers, and a stat of each kept one a
+/// tenth with 500 (perf, 2 vCPU); a scan in which no kept directory changed is
+/// the last one's, at the cost of one `read` of the inotify queue. A directory is
+/// listed again when it changed, when a container below it vanished (its read
+/// failed), and every RELIST_SCANS scans whatever it shows; a watched directory
+/// found changed then with no event queued means inotify does not see this
+/// mount's changes (another superblock's), and every listing is counted instead.
 pub struct Listings {
-    dirs: std::collections::HashMap<PathBuf, (std::fs::File, u64, std::rc::Rc<[String]>)>,
-    stale: std::collections::HashSet<PathBuf>,
+    dirs: HashMap<PathBuf, Dir>,
+    by_wd: HashMap<inotify::WatchDescriptor, PathBuf>,
+    stale: HashSet<PathBuf>,
+    notify: Option<inotify::Inotify>,
     scans: u64,
+    /// How many directories may be kept by descriptor (`Counted`) at once.
     max_kept: usize,
+    n_counted: usize,
     /// Containers the last scan found.
     found: usize,
+    /// A directory listed in this scan could not be kept: the next scan is a full one.
+    unkept: bool,
 }
 
 /// Scans after which every directory is listed again.
@@ -142,50 +175,236 @@ fn nlink(f: &std::fs::File) -> u64 {
 }
 
 impl Listings {
-    /// `max_kept`: how many directories may stay open at once.
+    /// `max_kept`: how many directories may stay open at once where inotify
+    /// cannot watch them.
     pub fn new(max_kept: usize) -> Listings {
+        let notify = inotify::Inotify::init()
+            .inspect_err(|e| log::info!("inotify: {e}; pod directories are stat'ed each scan"))
+            .ok();
         Listings {
-            dirs: std::collections::HashMap::new(),
-            stale: std::collections::HashSet::new(),
-            scans: 0,
-            max_kept,
-            found: 0,
+            notify,
+            ..Listings::counted(max_kept)
         }
     }
 
-    fn subdirs(&mut self, dir: &Path) -> std::rc::Rc<[String]> {
-        use std::os::unix::fs::OpenOptionsExt as _;
-        if !self.stale.remove(dir) {
-            if let Some((f, n, v)) = self.dirs.get(dir) {
-                // A file system that keeps no such count (1, as btrfs has) is
-                // listed always.
-                let now = nlink(f);
-                if now >= 2 && now == *n {
-                    return std::rc::Rc::clone(v);
+    /// Without inotify: each kept directory's link count is checked at each scan.
+    pub fn counted(max_kept: usize) -> Listings {
+        Listings {
+            dirs: HashMap::new(),
+            by_wd: HashMap::new(),
+            stale: HashSet::new(),
+            notify: None,
+            scans: 0,
+            max_kept,
+            n_counted: 0,
+            found: 0,
+            unkept: false,
+        }
+    }
+
+    /// Whether the listings are watched by inotify (for the tests).
+    #[cfg(test)]
+    fn notified(&self) -> bool {
+        self.notify.is_some()
+    }
+
+    /// Marks the directories that have events queued as stale, and drops the
+    /// kept state of those that are gone.
+    fn drain(&mut self) {
+        let Some(n) = &mut self.notify else {
+            return;
+        };
+        let mut buf = [0u8; 4096];
+        loop {
+            let events = match n.read_events(&mut buf) {
+                Ok(ev) => ev,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+                Err(e) => {
+                    log::info!("inotify: {e}; pod directories are stat'ed each scan");
+                    self.distrust();
+                    return;
+                }
+            };
+            for e in events {
+                if e.mask.contains(inotify::EventMask::Q_OVERFLOW) {
+                    self.stale.extend(self.dirs.keys().cloned());
+                } else if e.mask.contains(inotify::EventMask::IGNORED) {
+                    // Removed (or unmounted): its parent's event lists it out.
+                    if let Some(p) = self.by_wd.remove(&e.wd) {
+                        self.dirs.remove(&p);
+                        self.stale.insert(p);
+                    }
+                } else if let Some(p) = self.by_wd.get(&e.wd) {
+                    self.stale.insert(p.clone());
                 }
             }
         }
-        self.dirs.remove(dir);
-        // Counted before the listing: a change in between lists it once more.
-        let kept = (self.dirs.len() < self.max_kept)
-            .then(|| {
-                std::fs::OpenOptions::new()
-                    .read(true)
-                    .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC)
-                    .open(dir)
-                    .ok()
-            })
-            .flatten()
-            .map(|f| {
-                let n = nlink(&f);
-                (f, n)
-            });
-        let v: std::rc::Rc<[String]> = subdirs(dir).into();
-        if let Some((f, n)) = kept {
-            self.dirs
-                .insert(dir.to_path_buf(), (f, n, std::rc::Rc::clone(&v)));
+    }
+
+    /// inotify is given up: every watched directory is listed again and counted.
+    fn distrust(&mut self) {
+        self.notify = None;
+        self.by_wd.clear();
+        self.dirs
+            .retain(|_, d| !matches!(d.watch, Watch::Notified(_)));
+        self.unkept = true;
+    }
+
+    /// Whether no kept listing can have changed since the last scan, whose output
+    /// then stands.
+    fn quiet(&mut self) -> bool {
+        self.drain();
+        for (p, d) in &self.dirs {
+            let moved = match &d.watch {
+                Watch::Notified(_) => false,
+                Watch::Counted(f, n) => {
+                    // A file system that keeps no such count (1, as btrfs has) is
+                    // listed always.
+                    let now = nlink(f);
+                    now < 2 || now != *n
+                }
+                Watch::Absent => p.exists(),
+            };
+            if moved {
+                self.stale.insert(p.clone());
+            }
         }
-        v
+        self.stale.is_empty() && !self.unkept && !self.scans.is_multiple_of(RELIST_SCANS)
+    }
+
+    /// A watch on `dir`, made before it is listed: a change during the listing
+    /// shows at the next scan.
+    fn watch(&mut self, dir: &Path) -> Option<Watch> {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        if let Some(n) = &self.notify {
+            use inotify::WatchMask as M;
+            let mask = M::CREATE | M::DELETE | M::MOVE | M::ONLYDIR | M::DONT_FOLLOW;
+            match n.watches().add(dir, mask) {
+                Ok(wd) => {
+                    // The same directory renamed keeps its descriptor.
+                    self.by_wd.insert(wd.clone(), dir.to_path_buf());
+                    return Some(Watch::Notified(wd));
+                }
+                Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => {
+                    log::debug!("inotify: out of watches at {}", dir.display());
+                }
+                Err(_) => return None,
+            }
+        }
+        if self.n_counted >= self.max_kept {
+            return None;
+        }
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC)
+            .open(dir)
+            .ok()?;
+        self.n_counted += 1;
+        let n = nlink(&f);
+        Some(Watch::Counted(f, n))
+    }
+
+    fn subdirs(&mut self, dir: &Path) -> Rc<[String]> {
+        let stale = self.stale.remove(dir);
+        let relist = self.scans.is_multiple_of(RELIST_SCANS);
+        if let Some(d) = self.dirs.get_mut(dir) {
+            d.seen = self.scans;
+            if !stale && !relist {
+                return Rc::clone(&d.list);
+            }
+        }
+        let prev = self.dirs.remove(dir);
+        let (watch, before, notified) = match prev {
+            Some(Dir {
+                watch: Watch::Notified(wd),
+                list,
+                ..
+            }) => (Some(Watch::Notified(wd)), Some(list), !stale),
+            Some(Dir {
+                watch: Watch::Counted(f, _),
+                list,
+                ..
+            }) => {
+                let n = nlink(&f);
+                (Some(Watch::Counted(f, n)), Some(list), false)
+            }
+            Some(Dir { list, .. }) => (self.watch(dir), Some(list), false),
+            None => (self.watch(dir), None, false),
+        };
+        let (list, watch): (Rc<[String]>, _) = match (subdirs(dir), watch) {
+            (Some(v), Some(w)) => (v.into(), w),
+            (Some(v), None) => {
+                self.unkept = true;
+                return v.into();
+            }
+            (None, w) => {
+                if let Some(Watch::Counted(..)) = w {
+                    self.n_counted -= 1;
+                }
+                (Rc::from(Vec::new()), Watch::Absent)
+            }
+        };
+        // A watched directory that changed with no event seen, once the queue is
+        // read again (the change may be newer than the last read).
+        if notified && before.as_deref() != Some(&*list) {
+            self.drain();
+            if self.notify.is_some() && !self.stale.contains(dir) {
+                log::info!(
+                    "inotify saw no change to {}, which changed; pod directories are stat'ed each scan",
+                    dir.display()
+                );
+                self.distrust();
+                return list;
+            }
+        }
+        let keep = match watch {
+            // distrust() may have come between.
+            Watch::Notified(_) if self.notify.is_none() => {
+                self.unkept = true;
+                return list;
+            }
+            w => w,
+        };
+        self.dirs.insert(
+            dir.to_path_buf(),
+            Dir {
+                watch: keep,
+                list: Rc::clone(&list),
+                seen: self.scans,
+            },
+        );
+        list
+    }
+
+    /// After a full scan: the state of directories it did not reach goes.
+    fn prune(&mut self) {
+        let (scans, by_wd, notify, n_counted) = (
+            self.scans,
+            &mut self.by_wd,
+            &self.notify,
+            &mut self.n_counted,
+        );
+        self.dirs.retain(|p, d| {
+            if d.seen == scans {
+                return true;
+            }
+            match &d.watch {
+                Watch::Notified(wd) => {
+                    // Unless the directory was renamed to a path still kept.
+                    if by_wd.get(wd) == Some(p) {
+                        by_wd.remove(wd);
+                        if let Some(n) = notify {
+                            let _ = n.watches().remove(wd.clone());
+                        }
+                    }
+                }
+                Watch::Counted(..) => *n_counted -= 1,
+                Watch::Absent => {}
+            }
+            false
+        });
+        let dirs = &self.dirs;
+        self.stale.retain(|p| dirs.contains_key(p));
     }
 
     /// A container at `rel` (under `root`) vanished: its pod and the level above
@@ -234,17 +453,17 @@ fn glob(p: &[u8], s: &[u8]) -> bool {
     p[pi..].iter().all(|&c| c == b'*')
 }
 
-/// Every container cgroup under `root`, and the cgroups `include` patterns name.
-pub fn scan(root: &Path, include: &[String], kept: &mut Listings) -> Vec<Found> {
+/// Every container cgroup under `root`, and the cgroups `include` patterns name;
+/// None when no listing changed since the last scan (its output stands).
+pub fn scan(root: &Path, include: &[String], kept: &mut Listings) -> Option<Vec<Found>> {
+    if kept.quiet() && include.is_empty() {
+        kept.scans += 1;
+        return None;
+    }
+    kept.unkept = false;
     // Sized as the last scan found: growing it by doubling made glibc consolidate
     // its freed small chunks at each step (~10 % of the agent's CPU at 500).
     let mut out = Vec::with_capacity(kept.found);
-    // Every RELIST_SCANS scans each directory is listed anew, and the listings of
-    // directories gone meanwhile are dropped.
-    if kept.scans.is_multiple_of(RELIST_SCANS) {
-        kept.dirs.clear();
-    }
-    kept.scans += 1;
     for top in ["kubepods.slice", "kubepods"] {
         let base = root.join(top);
         let tops = kept.subdirs(&base);
@@ -282,9 +501,10 @@ pub fn scan(root: &Path, include: &[String], kept: &mut Listings) -> Vec<Found> 
             }
         }
     }
-    kept.stale.clear();
+    kept.prune();
+    kept.scans += 1;
     if !include.is_empty() {
-        let known: std::collections::HashSet<String> = out.iter().map(|f| f.rel.clone()).collect();
+        let known: HashSet<String> = out.iter().map(|f| f.rel.clone()).collect();
         walk(root, "", 0, &mut |rel| {
             if include.iter().any(|p| matches(p, rel)) && !known.contains(rel) {
                 out.push(Found {
@@ -299,7 +519,7 @@ pub fn scan(root: &Path, include: &[String], kept: &mut Listings) -> Vec<Found> 
     }
     out.sort();
     kept.found = out.len();
-    out
+    Some(out)
 }
 
 /// Calls `f` with every cgroup below `dir` (relative paths), to depth 6.
@@ -307,7 +527,7 @@ fn walk(dir: &Path, rel: &str, depth: usize, f: &mut dyn FnMut(&str)) {
     if depth >= 6 {
         return;
     }
-    for d in subdirs(dir) {
+    for d in subdirs(dir).unwrap_or_default() {
         let r = if rel.is_empty() {
             d.clone()
         } else {
@@ -327,7 +547,7 @@ fn walk(dir: &Path, rel: &str, depth: usize, f: &mut dyn FnMut(&str)) {
 pub struct Reader {
     h: Hierarchies,
     bytes: Vec<u8>,
-    kept: std::collections::HashMap<String, Kept>,
+    kept: HashMap<String, Kept>,
     /// The files of the container being read (out of `kept` meanwhile).
     cur: Kept,
     n_kept: usize,
@@ -338,7 +558,7 @@ pub struct Reader {
 /// the reader reads from one hierarchy only).
 #[derive(Default)]
 struct Kept {
-    files: std::collections::HashMap<&'static str, Option<std::fs::File>>,
+    files: HashMap<&'static str, Option<std::fs::File>>,
     reads: u32,
     /// What the last read found.
     last: Option<CgroupCounters>,
@@ -388,7 +608,7 @@ impl Reader {
         Reader {
             h,
             bytes: Vec::with_capacity(4096),
-            kept: std::collections::HashMap::new(),
+            kept: HashMap::new(),
             cur: Kept::default(),
             n_kept: 0,
             max_kept,
@@ -623,7 +843,8 @@ mod tests {
             &t.path("cg"),
             &["system.slice/ssh.*".into()],
             &mut Listings::new(64),
-        );
+        )
+        .expect("a first scan");
         let got: Vec<(Option<&str>, Option<&str>, bool)> = found
             .iter()
             .map(|f| {
@@ -830,37 +1051,87 @@ mod tests {
         assert!(n > 0);
     }
 
-    /// A pod is listed again when its count of subdirectories changes, when one of
-    /// its containers vanished, and every RELIST_SCANS scans.
+    /// The containers' ids after one more scan, the last scan's where it says
+    /// that nothing changed.
+    fn rescan(root: &Path, l: &mut Listings, last: &mut Vec<Found>) -> Vec<String> {
+        if let Some(f) = scan(root, &[], l) {
+            *last = f;
+        }
+        last.iter().filter_map(|f| f.container_id.clone()).collect()
+    }
+
+    fn cid(n: u8) -> String {
+        format!("{:064x}", n)
+    }
+
+    /// Counted: a pod is listed again when its count of subdirectories changes,
+    /// when one of its containers vanished, and every RELIST_SCANS scans.
     #[test]
     fn listings_follow_link_counts_and_vanished_containers() {
         let t = TestRoot::new("cglist");
         let pod = format!("kubepods/burstable/pod{UID}");
-        let ids = |f: &[Found]| -> Vec<String> {
-            f.iter().filter_map(|f| f.container_id.clone()).collect()
-        };
-        let c = |n: u8| format!("{:064x}", n);
+        let c = cid;
         t.mkdir(&format!("cg/{pod}/{}", c(1)));
         let root = t.path("cg");
-        let mut l = Listings::new(64);
-        assert_eq!(ids(&scan(&root, &[], &mut l)), [c(1)]);
+        let mut l = Listings::counted(64);
+        let last = &mut Vec::new();
+        assert_eq!(rescan(&root, &mut l, last), [c(1)]);
         t.mkdir(&format!("cg/{pod}/{}", c(2)));
-        assert_eq!(ids(&scan(&root, &[], &mut l)), [c(1), c(2)]);
+        assert_eq!(rescan(&root, &mut l, last), [c(1), c(2)]);
         // One removed and one made within an interval: the count is the same.
         std::fs::remove_dir(root.join(format!("{pod}/{}", c(1)))).unwrap();
         t.mkdir(&format!("cg/{pod}/{}", c(3)));
-        assert_eq!(ids(&scan(&root, &[], &mut l)), [c(1), c(2)]);
+        assert_eq!(rescan(&root, &mut l, last), [c(1), c(2)]);
         // Its read fails: listed again.
         l.vanished(&root, &format!("{pod}/{}", c(1)));
-        assert_eq!(ids(&scan(&root, &[], &mut l)), [c(2), c(3)]);
+        assert_eq!(rescan(&root, &mut l, last), [c(2), c(3)]);
         std::fs::remove_dir(root.join(format!("{pod}/{}", c(2)))).unwrap();
         t.mkdir(&format!("cg/{pod}/{}", c(4)));
         let mut n = 0;
-        while ids(&scan(&root, &[], &mut l)) != [c(3), c(4)] {
+        while rescan(&root, &mut l, last) != [c(3), c(4)] {
             n += 1;
             assert!(n <= RELIST_SCANS, "never listed again");
         }
         assert!(n > 0);
+    }
+
+    /// Watched: a scan with no event queued is the last one's (None); a pod,
+    /// a QoS level and the driver's top directory made or removed show at the
+    /// next scan, a removal and a creation in one interval included, and a
+    /// missing top directory is looked for at each scan.
+    #[test]
+    fn listings_follow_inotify_events() {
+        let t = TestRoot::new("cgnotify");
+        let c = cid;
+        let pod = |p: u8| format!("kubepods/burstable/pod{}{p:02x}", &UID[..UID.len() - 2]);
+        t.mkdir(&format!("cg/{}/{}", pod(1), c(1)));
+        let root = t.path("cg");
+        let mut l = Listings::new(64);
+        assert!(l.notified(), "no inotify here");
+        let last = &mut Vec::new();
+        assert_eq!(rescan(&root, &mut l, last), [c(1)]);
+        assert!(scan(&root, &[], &mut l).is_none(), "nothing changed");
+        std::fs::remove_dir(root.join(format!("{}/{}", pod(1), c(1)))).unwrap();
+        t.mkdir(&format!("cg/{}/{}", pod(1), c(3)));
+        assert_eq!(rescan(&root, &mut l, last), [c(3)]);
+        // A new pod, then a new QoS level with a pod, then the systemd driver's tree.
+        t.mkdir(&format!("cg/{}/{}", pod(2), c(4)));
+        assert_eq!(rescan(&root, &mut l, last), [c(3), c(4)]);
+        let u = UID.replace('-', "_");
+        t.mkdir(&format!("cg/kubepods/besteffort/pod{UID}/{}", c(5)));
+        assert_eq!(rescan(&root, &mut l, last), [c(5), c(3), c(4)]);
+        t.mkdir(&format!(
+            "cg/kubepods.slice/kubepods-pod{u}.slice/cri-containerd-{}.scope",
+            c(6)
+        ));
+        assert_eq!(rescan(&root, &mut l, last), [c(6), c(5), c(3), c(4)]);
+        assert!(scan(&root, &[], &mut l).is_none(), "nothing changed");
+        std::fs::remove_dir(root.join(format!("{}/{}", pod(2), c(4)))).unwrap();
+        std::fs::remove_dir(root.join(pod(2))).unwrap();
+        assert_eq!(rescan(&root, &mut l, last), [c(6), c(5), c(3)]);
+        assert!(l.notified(), "inotify given up");
+        // The directories of the removed pod are no longer kept.
+        assert!(!l.dirs.keys().any(|d| d.ends_with(pod(2))));
     }
 
     #[test]

@@ -2,8 +2,6 @@
 //! kernel's cumulative cgroup counters. The Prometheus sink exports the totals; the
 //! JSON-lines sink writes the samples.
 
-use std::collections::BTreeMap;
-
 use serde::Serialize;
 
 /// A cgroup found on the node: where it is (relative to each hierarchy's root) and
@@ -118,7 +116,8 @@ pub struct TopCommand {
 /// A container as last read: what it is and its counters.
 #[derive(Clone, Debug)]
 pub struct Current {
-    pub found: Found,
+    /// Shared with the scans that find it again unchanged.
+    pub found: std::sync::Arc<Found>,
     pub counters: CgroupCounters,
     pub names: Option<ContainerName>,
     /// OOM kills by the victim's command since the agent began (eBPF).
@@ -162,7 +161,9 @@ pub struct NodeScan {
 /// Turns successive readings into samples; forgets containers that are gone.
 #[derive(Default)]
 pub struct NodeModel {
-    prev: BTreeMap<String, (CgroupCounters, std::time::Instant)>,
+    /// Each container's last reading, and the step that made it.
+    prev: foldhash::HashMap<String, (CgroupCounters, std::time::Instant, u64)>,
+    steps: u64,
 }
 
 /// The counter's growth; a counter below its previous value belongs to a cgroup
@@ -193,11 +194,11 @@ impl NodeModel {
         at: std::time::Instant,
         unix: f64,
     ) -> Vec<ContainerSample> {
-        let mut next = BTreeMap::new();
+        self.steps += 1;
         let mut out = Vec::new();
         for cur in read {
             let c = &cur.counters;
-            if let Some((p, before)) = self.prev.get(&cur.found.rel) {
+            if let Some((p, before, _)) = self.prev.get(&cur.found.rel) {
                 let dt = at
                     .saturating_duration_since(*before)
                     .as_secs_f64()
@@ -263,10 +264,18 @@ impl NodeModel {
                         .collect(),
                 });
             }
-            next.insert(cur.found.rel.clone(), (c.clone(), at));
+            // Updated in place: no key made again for a container already known.
+            match self.prev.get_mut(&cur.found.rel) {
+                Some(e) => *e = (c.clone(), at, self.steps),
+                None => {
+                    self.prev
+                        .insert(cur.found.rel.clone(), (c.clone(), at, self.steps));
+                }
+            }
         }
         // Containers not read this time are gone: nothing of them is kept.
-        self.prev = next;
+        let step = self.steps;
+        self.prev.retain(|_, e| e.2 == step);
         out
     }
 
@@ -282,13 +291,13 @@ mod tests {
 
     fn cur(rel: &str, cpu_ns: u64, oom: u64) -> Current {
         Current {
-            found: Found {
+            found: std::sync::Arc::new(Found {
                 rel: rel.into(),
                 pod_uid: Some("u".into()),
                 container_id: Some("c".into()),
                 qos: Some("burstable"),
                 cgroup_id: None,
-            },
+            }),
             counters: CgroupCounters {
                 cpu_usage_ns: Some(cpu_ns),
                 oom_kills: Some(oom),

@@ -2,8 +2,9 @@
 //! the kernel's counters of each, turn them into samples (JSON lines) and the
 //! snapshot `/metrics` exports; until SIGTERM or SIGINT.
 
+use foldhash::{HashMap, HashMapExt as _, HashSet, HashSetExt as _};
 use std::{
-    collections::{BTreeMap, HashMap, HashSet},
+    collections::BTreeMap,
     path::Path,
     sync::{Arc, Mutex},
     time::{Duration, Instant},
@@ -18,7 +19,7 @@ use crate::{
     },
     discovery::kubelet::{Kubelet, Names},
     engine::ebpf::node::NodeLife,
-    model::node::{Current, NodeModel, NodeScan, NodeSnapshot},
+    model::node::{Current, Found, NodeModel, NodeScan, NodeSnapshot},
     selfcost,
     settings::node::NodeSettings,
     sink::{self, jsonl::JsonLines, prometheus::Endpoint, Sink, Sinks},
@@ -219,7 +220,7 @@ struct Scanner {
     reader: Reader,
     /// A directory keeps its inode for its life: looked up once.
     id_cache: HashMap<String, u64>,
-    tops: HashMap<u64, Vec<(String, f64, u64)>>,
+    tops: std::collections::HashMap<u64, Vec<(String, f64, u64)>>,
     /// OOM kills by command per container (cgroup path), for the containers alive.
     oom: HashMap<String, BTreeMap<String, u64>>,
     /// NVIDIA GPUs through NVML, probed once.
@@ -228,6 +229,9 @@ struct Scanner {
     scans: u64,
     vanished: u64,
     listings: Listings,
+    /// What the last scan that listed anything found, with cgroup ids.
+    found: Vec<Arc<Found>>,
+    ids: HashSet<u64>,
 }
 
 impl Scanner {
@@ -240,13 +244,15 @@ impl Scanner {
         Scanner {
             reader,
             id_cache: HashMap::new(),
-            tops: HashMap::new(),
+            tops: std::collections::HashMap::new(),
             oom: HashMap::new(),
             gpus,
             gpu_pids_ok,
             scans: 0,
             vanished: 0,
             listings,
+            found: Vec::new(),
+            ids: HashSet::new(),
         }
     }
 
@@ -259,27 +265,29 @@ impl Scanner {
         mut life: Option<&mut NodeLife>,
         known: &Names,
     ) -> (Vec<Current>, bool) {
-        let mut found = scan(root, include, &mut self.listings);
-        self.scans += 1;
-        {
+        if let Some(mut found) = scan(root, include, &mut self.listings) {
             let live: HashSet<&str> = found.iter().map(|f| f.rel.as_str()).collect();
             self.reader.retain(&|rel| live.contains(rel));
             self.oom.retain(|rel, _| live.contains(rel.as_str()));
-        }
-        if life.is_some() {
-            let mut next = HashMap::with_capacity(found.len());
-            for f in &mut found {
-                f.cgroup_id = match self.id_cache.get(&f.rel) {
-                    Some(id) => Some(*id),
-                    None => self.reader.cgroup_id(&f.rel),
-                };
-                if let Some(id) = f.cgroup_id {
-                    next.insert(f.rel.clone(), id);
+            if life.is_some() {
+                let mut next = HashMap::with_capacity(found.len());
+                for f in &mut found {
+                    f.cgroup_id = match self.id_cache.get(&f.rel) {
+                        Some(id) => Some(*id),
+                        None => self.reader.cgroup_id(&f.rel),
+                    };
+                    if let Some(id) = f.cgroup_id {
+                        next.insert(f.rel.clone(), id);
+                    }
                 }
+                self.id_cache = next;
             }
-            self.id_cache = next;
+            self.ids = found.iter().filter_map(|f| f.cgroup_id).collect();
+            self.found = found.into_iter().map(Arc::new).collect();
         }
-        let ids: HashSet<u64> = found.iter().filter_map(|f| f.cgroup_id).collect();
+        self.scans += 1;
+        let found = self.found.clone();
+        let ids = &self.ids;
         let counts = life.as_mut().map(|l| l.read(&|id| ids.contains(&id)));
         let victims = life.as_mut().map(|l| l.victims()).unwrap_or_default();
         // Walking the commands' map costs two syscalls a key: every few scans is
@@ -321,9 +329,10 @@ impl Scanner {
                     }
                 }
             }
-            let oom_commands = self
-                .oom
-                .get(&f.rel)
+            // Looked up only where a container had a victim (hashing each path).
+            let oom_commands = (!self.oom.is_empty())
+                .then(|| self.oom.get(&f.rel))
+                .flatten()
                 .map(|cmds| cmds.iter().map(|(k, v)| (k.clone(), *v)).collect())
                 .unwrap_or_default();
             let gpu = gpu_by
@@ -350,7 +359,7 @@ impl Scanner {
     /// holds the container id (the rest depends on the reader's cgroup namespace).
     fn gpu_groups(
         &mut self,
-        found: &[crate::model::node::Found],
+        found: &[Arc<Found>],
     ) -> Option<BTreeMap<String, crate::model::ProcessGpu>> {
         if !(self.gpus.active() && self.gpu_pids_ok) {
             return None;

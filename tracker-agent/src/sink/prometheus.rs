@@ -619,13 +619,13 @@ mod tests {
     fn snap() -> Shared {
         Arc::new(Mutex::new(Arc::new(NodeSnapshot {
             containers: vec![Current {
-                found: Found {
+                found: Arc::new(Found {
                     rel: "kubepods/pod\"x/abc".into(),
                     pod_uid: Some("u-1".into()),
                     container_id: Some("abc".into()),
                     qos: Some("burstable"),
                     cgroup_id: None,
-                },
+                }),
                 counters: CgroupCounters {
                     cpu_usage_ns: Some(1_500_000_000),
                     memory_bytes: Some(4096),
