@@ -54,3 +54,48 @@ pub fn raise_open_files() -> u64 {
     }
     l.rlim_cur
 }
+
+/// Hands back the pages of the program's own file that this process alone maps
+/// (`MADV_PAGEOUT`): after start-up they are mostly code and data it ran once
+/// (arguments, BTF, the BPF loader, ~3.5 MiB of the node agent's RSS), and the
+/// pages a loop still uses fault back in at its next pass. Pages another process
+/// maps are left alone by the kernel. Returns the bytes advised; 0 where the
+/// kernel (before 5.4) or /proc cannot do it.
+pub fn page_out_own_file() -> u64 {
+    let (Ok(exe), Ok(maps)) = (
+        std::fs::read_link("/proc/self/exe"),
+        std::fs::read_to_string("/proc/self/maps"),
+    ) else {
+        return 0;
+    };
+    let Some(exe) = exe.to_str() else {
+        return 0;
+    };
+    let mut advised = 0;
+    for line in maps.lines() {
+        // start-end perms offset dev inode path
+        let mut f = line.splitn(6, ' ');
+        let (Some(range), Some(perms)) = (f.next(), f.next()) else {
+            continue;
+        };
+        let path = f.nth(3).map(str::trim_start);
+        // Written pages are the process's own copies: not the file's.
+        if path != Some(exe) || perms.contains('w') {
+            continue;
+        }
+        let Some((a, b)) = range.split_once('-') else {
+            continue;
+        };
+        let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16)) else {
+            continue;
+        };
+        // SAFETY: a range the kernel lists as this process's mapping of a file it
+        // does not write; paging it out changes no content (it is read again from
+        // the file when touched), only what is resident.
+        if b > a && unsafe { libc::madvise(a as *mut libc::c_void, b - a, libc::MADV_PAGEOUT) } == 0
+        {
+            advised += (b - a) as u64;
+        }
+    }
+    advised
+}

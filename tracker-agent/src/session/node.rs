@@ -151,6 +151,12 @@ pub fn run(st: NodeSettings) -> anyhow::Result<i32> {
                 snapshot: Arc::new(snapshot),
             });
             log::debug!("node: {} containers in {:?}", model.len(), t0.elapsed());
+            if scanner.scans == 1 {
+                // The agent runs for the node's life: what only its start used
+                // need not stay resident.
+                let n = crate::sys::page_out_own_file();
+                log::debug!("node: {n} bytes of the program's file paged out");
+            }
         }
         sinks.finish(&mut ());
         anyhow::Ok(0)
