@@ -132,7 +132,7 @@ pub fn run(st: NodeSettings) -> anyhow::Result<i32> {
                 ask.notify_one();
             }
             let now = crate::model::reading::unix_now();
-            let samples = model.step(&read, Instant::now(), now);
+            let samples = model.step(&read, Instant::now(), now, st.output.is_some());
             let snapshot = NodeSnapshot {
                 containers: read,
                 agent_cpu_secs: selfcost::cpu_secs(),
