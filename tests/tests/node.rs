@@ -200,8 +200,21 @@ fn churn_leaves_no_series_and_no_memory() {
             })
             .count()
     };
+    // The agent's inotify watches (fdinfo lists one line per watch): a removed
+    // cgroup's own watch gets no event from the cgroup file system, so the agent
+    // must drop it itself.
+    let watches = || -> usize {
+        let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
+            return 0;
+        };
+        rd.flatten()
+            .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+            .map(|t| t.lines().filter(|l| l.starts_with("inotify wd:")).count())
+            .sum()
+    };
     // Warm up with a first wave, then measure across the rest.
     let mut before = None;
+    let mut watched = 0;
     let mut peak = 0usize;
     for wave in 0..10 {
         let batch: Vec<FakeContainer> = (0..50)
@@ -220,6 +233,7 @@ fn churn_leaves_no_series_and_no_memory() {
         if wave == 0 {
             std::thread::sleep(Duration::from_millis(300));
             before = get(port, "/metrics", "*/*").and_then(|(_, t)| rss(&t));
+            watched = watches();
         }
     }
     std::thread::sleep(Duration::from_millis(400));
@@ -229,13 +243,19 @@ fn churn_leaves_no_series_and_no_memory() {
         "the containers were seen while they lived: {peak}"
     );
     assert_eq!(ours(&text), 0, "{text}");
+    // 450 pods came and went after the first count; other tests' pods may add a few.
+    let left = watches();
+    assert!(
+        watched > 0 && left <= watched + 25,
+        "inotify watches {watched} after the first wave, {left} at the end"
+    );
     let (b, a) = (before.unwrap(), rss(&text).unwrap());
     assert!(
         a <= b + 2.0 * 1048576.0,
         "agent RSS grew from {b} to {a} bytes"
     );
     eprintln!(
-        "churn: peak {peak} series; agent RSS {:.1} → {:.1} MiB",
+        "churn: peak {peak} series; agent RSS {:.1} → {:.1} MiB; watches {watched} → {left}",
         b / 1048576.0,
         a / 1048576.0
     );

@@ -229,7 +229,8 @@ impl Listings {
                 if e.mask.contains(inotify::EventMask::Q_OVERFLOW) {
                     self.stale.extend(self.dirs.keys().cloned());
                 } else if e.mask.contains(inotify::EventMask::IGNORED) {
-                    // Removed (or unmounted): its parent's event lists it out.
+                    // Removed where the file system says so (not cgroupfs, whose
+                    // directories `prune` unwatches), or unmounted.
                     if let Some(p) = self.by_wd.remove(&e.wd) {
                         self.dirs.remove(&p);
                         self.stale.insert(p);
