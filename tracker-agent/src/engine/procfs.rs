@@ -229,6 +229,21 @@ impl ProcfsEngine {
         self.reaped.insert(pid, (user_ns + sys_ns, user_ns, sys_ns));
     }
 
+    /// Whether a child of the tracker (the subreaper) is a zombie: the reaper
+    /// thread has yet to reap it, and its exact figures (`note_reaped`) to come.
+    /// Until they do, its /proc figures are whole clock ticks read while it ran,
+    /// short by up to a tick and by what it ran since; one never seen alive is not
+    /// counted at all.
+    pub fn zombie_children(&mut self) -> bool {
+        let Some(me) = self.reaper else {
+            return false;
+        };
+        let mut kids = Vec::new();
+        children_of(me, &mut self.buf, &mut kids);
+        kids.into_iter()
+            .any(|k| procread::stat(k, &mut self.buf).is_some_and(|st| st.state == b'Z'))
+    }
+
     /// Live processes of the tree at the last `read` (for the GPU attribution).
     pub fn live_pids(&self) -> impl Iterator<Item = u32> + '_ {
         self.live.iter().copied()

@@ -424,6 +424,10 @@ async fn tick(ticker: &Option<Ticker>, next: tokio::time::Instant) {
 /// walk of the members (procfs).
 const TAIL_POLL: Duration = Duration::from_millis(5);
 
+/// At the end of a procfs run, how long the tracker waits at most for the reaps of
+/// its zombie children (their exact figures).
+const REAP_WAIT: Duration = Duration::from_secs(2);
+
 /// Whether any process of the tree is still running.
 fn tree_alive(engine: &mut Option<Engine>) -> bool {
     engine.as_mut().is_some_and(Engine::tree_alive)
@@ -608,13 +612,20 @@ async fn run_loop(
     if let Some(e) = &mut lp.engine {
         e.settle();
     }
-    // Orphans the tracker reaped (procfs): collect what is already there. Zombies
-    // are reaped at once, so a short quiet gap means none is left.
+    // Orphans the tracker reaps (procfs): their exact figures, each as its reap
+    // comes. The reaper thread reaps a zombie as soon as it runs, which on a busy
+    // host may be tens of milliseconds later: the wait lasts while a child of ours
+    // is a zombie (bounded), and otherwise ends after a short quiet gap.
     if let Some(Engine::Procfs(p)) = &mut lp.engine {
-        while let Ok(Some(r)) =
-            tokio::time::timeout(Duration::from_millis(20), reap_rx.recv()).await
-        {
-            p.note_reaped(r.pid, r.user_ns, r.sys_ns, r.maxrss_kib);
+        let until = Instant::now() + REAP_WAIT;
+        loop {
+            match tokio::time::timeout(Duration::from_millis(20), reap_rx.recv()).await {
+                Ok(Some(r)) => p.note_reaped(r.pid, r.user_ns, r.sys_ns, r.maxrss_kib),
+                // The reaper is gone: it had no child left to wait for.
+                Ok(None) => break,
+                Err(_) if p.zombie_children() && Instant::now() < until => {}
+                Err(_) => break,
+            }
         }
     }
     emit(&mut lp, ring.as_mut().map(|r| r.get_mut()), sinks);
