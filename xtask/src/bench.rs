@@ -54,6 +54,7 @@ fn wall_and_peak(cmd: &mut Command) -> anyhow::Result<(f64, f64, f64)> {
 }
 
 const COST_MARK: &str = "## Tracker cost per sample";
+const STARTUP_MARK: &str = "## Start-up";
 
 /// One run's cost: the tracker's CPU per sample (ms) from its samples, those other
 /// than the first and the last; its CPU per second (ms) by the scheduler's clock,
@@ -177,6 +178,22 @@ fn only_cost(dir: &Path, path: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `--only-startup`: every other section kept as it is; the start-up's replaced,
+/// 14 runs of each command as in the whole bench.
+fn only_startup(dir: &Path, path: &Path) -> anyhow::Result<()> {
+    let old =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let (head, rest) = old
+        .split_once(STARTUP_MARK)
+        .context("no start-up section in docs/benchmarks.md")?;
+    let tail = rest.find("\n## ").map_or("", |i| &rest[i + 1..]);
+    let md = startup_section(&dir.join("resource-tracker"), 7)?;
+    std::fs::write(path, format!("{head}{}\n{tail}", md.join("\n")))
+        .with_context(|| format!("writing {}", path.display()))?;
+    eprintln!("xtask: wrote {}", path.display());
+    Ok(())
+}
+
 /// `--only-real`: every other section kept as it is; the real workloads' replaced
 /// (or added), measured now or rendered again from an earlier run's raw file.
 fn only_real(dir: &Path, args: &[String], quick: bool, path: &Path) -> anyhow::Result<()> {
@@ -291,8 +308,7 @@ fn overhead_section(
 /// Wall time and peak memory of `run -q -- true`, eBPF and procfs, beside `true`.
 fn startup_section(tr: &Path, reps: usize) -> anyhow::Result<Vec<String>> {
     let mut out: Vec<String> = vec![
-        "## Start-up: `resource-tracker run -q -- true` (goals: CPU ≤ 15 ms, wall ≤ 25 ms, peak RSS ≤ 20 MiB)"
-            .into(),
+        format!("{STARTUP_MARK}: `resource-tracker run -q -- true` (goals: CPU ≤ 15 ms, wall ≤ 25 ms, peak RSS ≤ 20 MiB)"),
         String::new(),
     ];
     let cmds: [Vec<&str>; 2] = [
@@ -379,6 +395,9 @@ pub fn run(dir: &Path, args: &[String]) -> anyhow::Result<()> {
     let path = crate::root().join("docs/benchmarks.md");
     if args.iter().any(|a| a == "--only-cost") {
         return only_cost(dir, &path);
+    }
+    if args.iter().any(|a| a == "--only-startup") {
+        return only_startup(dir, &path);
     }
     if args.iter().any(|a| a == "--only-real") {
         return only_real(dir, args, quick, &path);
