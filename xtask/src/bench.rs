@@ -164,30 +164,34 @@ fn cost_section(tr: &Path, w: &Path, quick: bool) -> anyhow::Result<Vec<String>>
 
 /// `--only-cost`: every other section kept as it is; the cost per sample replaced.
 fn only_cost(dir: &Path, path: &Path) -> anyhow::Result<()> {
-    // Keep every other section as it is; replace the cost per sample.
-    let old =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let (head, rest) = old
-        .split_once(COST_MARK)
-        .context("no cost section in docs/benchmarks.md")?;
-    let tail = rest.find("\n## ").map_or("", |i| &rest[i + 1..]);
-    let md = cost_section(&dir.join("resource-tracker"), &dir.join("workload"), false)?;
-    std::fs::write(path, format!("{head}{}\n{tail}", md.join("\n")))
-        .with_context(|| format!("writing {}", path.display()))?;
-    eprintln!("xtask: wrote {}", path.display());
-    Ok(())
+    replace_section(path, COST_MARK, || {
+        cost_section(&dir.join("resource-tracker"), &dir.join("workload"), false)
+    })
 }
 
 /// `--only-startup`: every other section kept as it is; the start-up's replaced,
 /// 14 runs of each command as in the whole bench.
 fn only_startup(dir: &Path, path: &Path) -> anyhow::Result<()> {
+    replace_section(path, STARTUP_MARK, || {
+        startup_section(&dir.join("resource-tracker"), 7)
+    })
+}
+
+/// Replaces the section of `path` that starts with `mark` (up to the next `## `)
+/// with what `measure` gives; the file is read first, so a missing section fails
+/// before anything is measured.
+fn replace_section(
+    path: &Path,
+    mark: &str,
+    measure: impl FnOnce() -> anyhow::Result<Vec<String>>,
+) -> anyhow::Result<()> {
     let old =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let (head, rest) = old
-        .split_once(STARTUP_MARK)
-        .context("no start-up section in docs/benchmarks.md")?;
+        .split_once(mark)
+        .with_context(|| format!("no {mark:?} section in {}", path.display()))?;
     let tail = rest.find("\n## ").map_or("", |i| &rest[i + 1..]);
-    let md = startup_section(&dir.join("resource-tracker"), 7)?;
+    let md = measure()?;
     std::fs::write(path, format!("{head}{}\n{tail}", md.join("\n")))
         .with_context(|| format!("writing {}", path.display()))?;
     eprintln!("xtask: wrote {}", path.display());
