@@ -125,8 +125,8 @@ fn off() -> &'static Offsets {
 /// The helper's result is not looked at: it zeroes the destination when the read
 /// fails (every kernel since 5.5, where it came), which is the default. A branch on
 /// it, as `aya_ebpf::helpers::bpf_probe_read_kernel` makes, is two paths the
-/// verifier walks for every read: with them, the verifier took 2.2–4.2 ms per
-/// program at every start on a 2-vCPU host, against 0.4–1.7 ms (docs/cost.md).
+/// verifier walks for every read: with them, the probe's and the fork program's
+/// took 4.2 and 2.4 ms at every start on a 2-vCPU host, against 1.7 and 1.2.
 ///
 /// # Safety
 /// `base` must be a kernel pointer handed to the program (or read from such a
