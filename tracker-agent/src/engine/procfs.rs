@@ -463,3 +463,46 @@ impl ProcfsEngine {
         Ok(t)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::{procread, ProcfsEngine};
+
+    /// Waits up to 5 s for `done`.
+    fn eventually(mut done: impl FnMut() -> bool) -> bool {
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(5) {
+            if done() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        false
+    }
+
+    #[test]
+    fn a_zombie_child_of_the_reaper_is_seen_until_it_is_reaped() {
+        let me = std::process::id();
+        let mut child = std::process::Command::new("true")
+            .spawn()
+            .expect("spawning true");
+        let pid = child.id();
+        let mut buf = String::new();
+        assert!(
+            eventually(|| procread::stat(pid, &mut buf).is_some_and(|st| st.state == b'Z')),
+            "true never became a zombie"
+        );
+        let mut e = ProcfsEngine::new(pid, Some(me));
+        assert!(e.zombie_children(), "the zombie child {pid} was not seen");
+        // Without being the subreaper, the tracker reaps nothing: nothing to wait for.
+        assert!(!ProcfsEngine::new(pid, None).zombie_children());
+        child.wait().expect("reaping true");
+        // Another test's child may be a zombie for a moment.
+        assert!(
+            eventually(|| !e.zombie_children()),
+            "still a zombie after the reap"
+        );
+    }
+}
