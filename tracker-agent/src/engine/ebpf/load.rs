@@ -453,6 +453,7 @@ impl EbpfEngine {
             pass: 0,
             readings: Vec::new(),
             keys: Vec::new(),
+            procs: Default::default(),
             lost_seen: 0,
             live_pids: Default::default(),
             rss_in_kernel,

@@ -168,6 +168,9 @@ pub struct EbpfEngine {
     readings: Vec<LiveReading>,
     /// Scratch: the roster's keys for this pass.
     keys: Vec<u32>,
+    /// Scratch: this pass's readings by process (kept, not rebuilt: growing it
+    /// afresh rehashed it several times a sample).
+    procs: IdMap<ProcGauge>,
     /// Lost records already answered by re-listing the members from the task map.
     lost_seen: u64,
     /// Processes live at the last reading (for the GPU collector).
@@ -617,7 +620,8 @@ impl EbpfEngine {
         read_now: &mut Figures,
         proc_alive: &HashSet<u32>,
     ) {
-        let mut procs: IdMap<ProcGauge> = IdMap::default();
+        let mut procs = std::mem::take(&mut self.procs);
+        procs.clear();
         for r in &self.readings {
             read_now.add(&r.fig);
             let g = procs.entry(r.pid).or_default();
@@ -672,6 +676,7 @@ impl EbpfEngine {
             }
         }
         t.memcg_inside = opts.memcg_id.is_some() && outside == 0 && proc_alive.is_empty();
+        self.procs = procs;
     }
 
     /// The tree's totals now. `ring` is drained into the ledger before the members
