@@ -348,14 +348,19 @@ fn enable_stats() -> Option<std::os::fd::OwnedFd> {
 
 /// The task map's size: `max_tasks`, or fewer where the host's tids cannot fill
 /// that many. Its keys are tids, which stay below `kernel.pid_max`, and the tgids
-/// of old leaders a non-leader exec displaced (`GRAVEYARD_KEY`), each waiting
-/// seconds to retire: an eighth more covers them. The map is preallocated, and
-/// its entries (~180 bytes each, zeroed at every start) were ~3.5 ms of a 2-vCPU
-/// start at 65,536 (docs/cost.md); hosts keep the kernel's default of 32,768 tids
-/// where nothing raises it.
+/// of old leaders a non-leader exec displaced (`GRAVEYARD_KEY`). A displaced
+/// leader's entry moves to the graveyard as the exec'ing thread's own entry
+/// leaves its tid for the leader's, so the two never hold more entries than tids
+/// in use, and the tasks outside the tree (init, the kernel's threads, the
+/// tracker) always leave some of pid_max's tids to spare. The map is
+/// preallocated (~180 bytes an entry, zeroed and charged to the memory cgroup at
+/// every start) and its buckets are the size rounded up to a power of two: at the
+/// kernel's default of 32,768 tids, pid_max itself keeps both at 32,768, where an
+/// eighth more made 36,864 entries in 65,536 buckets (docs/cost.md). Hosts where
+/// something raised pid_max keep `max_tasks`.
 pub(super) fn task_map_size(max_tasks: u32, pid_max: Option<u32>) -> u32 {
     match pid_max {
-        Some(p) if p > 0 => max_tasks.min(p.saturating_add(p / 8)),
+        Some(p) if p > 0 => max_tasks.min(p),
         _ => max_tasks,
     }
 }
@@ -484,8 +489,9 @@ mod tests {
 
     #[test]
     fn the_task_map_is_never_larger_than_the_hosts_tids_can_fill() {
-        // The kernel's default pid_max: 32,768 tids and an eighth for old leaders.
-        assert_eq!(task_map_size(65_536, Some(32_768)), 36_864);
+        // The kernel's default pid_max: one entry per tid, old leaders included.
+        assert_eq!(task_map_size(65_536, Some(32_768)), 32_768);
+        assert_eq!(task_map_size(65_536, Some(40_000)), 40_000);
         // A host that raised pid_max (systemd sets 4,194,304) keeps --max-tasks.
         assert_eq!(task_map_size(65_536, Some(4_194_304)), 65_536);
         // A smaller --max-tasks is kept as asked.
