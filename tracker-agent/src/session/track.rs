@@ -355,17 +355,19 @@ impl Ticker {
         Ok(Ticker { fd })
     }
 
-    /// Fires at `at` (an `Instant` is CLOCK_MONOTONIC on Linux; the offset from now is
-    /// carried over to the clock's own reading, so no conversion of its internals).
-    fn arm(&self, at: Instant) -> std::io::Result<()> {
+    /// Fires at `at` and every `period` after it, on the kernel's grid: no drift, a
+    /// late wake-up skips the slots it missed, and no system call per sample to arm
+    /// it again. (An `Instant` is CLOCK_MONOTONIC on Linux; the offset from now is
+    /// carried over to the clock's own reading, so no conversion of its internals.)
+    fn arm(&self, at: Instant, period: Duration) -> std::io::Result<()> {
         let now = crate::sys::monotonic_ns();
         let left = at.saturating_duration_since(Instant::now());
         let deadline = now.saturating_add(u64::try_from(left.as_nanos()).unwrap_or(u64::MAX));
         let (sec, nsec) = (deadline / 1_000_000_000, deadline % 1_000_000_000);
         let spec = libc::itimerspec {
             it_interval: libc::timespec {
-                tv_sec: 0,
-                tv_nsec: 0,
+                tv_sec: period.as_secs() as libc::time_t,
+                tv_nsec: period.subsec_nanos() as libc::c_long,
             },
             // A zero value would disarm it: a deadline now is one nanosecond later.
             it_value: libc::timespec {
@@ -505,7 +507,7 @@ async fn run_loop(
     lp.sampler.baseline(base, bpf);
     let period = Duration::from_secs_f64(st.interval);
     let mut next = tokio::time::Instant::from_std(started) + period;
-    let mut ticker = match Ticker::new().and_then(|t| t.arm(next.into_std()).map(|()| t)) {
+    let ticker = match Ticker::new().and_then(|t| t.arm(next.into_std(), period).map(|()| t)) {
         Ok(t) => Some(t),
         Err(e) => {
             log::debug!("no timerfd ({e}): samples are timed by tokio");
@@ -538,10 +540,6 @@ async fn run_loop(
                     break; // the final sample is written below
                 }
                 emit(&mut lp, ring.as_mut().map(|r| r.get_mut()), sinks);
-                if let Some(Err(e)) = ticker.as_ref().map(|t| t.arm(next.into_std())) {
-                    log::debug!("arming the timerfd: {e}; samples are timed by tokio");
-                    ticker = None;
-                }
             }
             Some(r) = reap_rx.recv() => {
                 if let Some(Engine::Procfs(p)) = &mut lp.engine {
