@@ -644,7 +644,7 @@ impl Reader {
         let k = &mut self.cur;
         match k.files.get(file) {
             Some(Some(f)) => {
-                if super::pread_all(f, &mut self.bytes, false).is_ok() {
+                if super::pread_all(f, &mut self.bytes, super::End::Short).is_ok() {
                     return std::str::from_utf8(&self.bytes).ok();
                 }
                 // Gone with its cgroup (ENODEV): opened again below, or missing.
@@ -660,7 +660,7 @@ impl Reader {
             k.files.insert(file, None);
             return None;
         };
-        super::pread_all(&f, &mut self.bytes, false).ok()?;
+        super::pread_all(&f, &mut self.bytes, super::End::Short).ok()?;
         if self.n_kept < self.max_kept {
             k.files.insert(file, Some(f));
             self.n_kept += 1;

@@ -95,11 +95,29 @@ impl SystemCollector {
 pub(crate) struct CachedFile {
     path: PathBuf,
     file: Option<File>,
-    /// Multi-record seq_files (/proc/net/dev, diskstats, mountinfo) return at most a
-    /// page per read, so only a 0-byte read means EOF; single-record files
-    /// (/proc/stat, meminfo, sysfs attributes) are complete after a short read.
-    records: bool,
+    end: End,
 }
+
+/// How a read shows that the file's end was reached.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum End {
+    /// Single-record files (/proc/stat, meminfo, sysfs attributes) are complete
+    /// after a short read.
+    Short,
+    /// A seq_file of many records (mountinfo) fills at most its buffer per read, a
+    /// page at first, and stops before a record that would overflow it: only a
+    /// 0-byte read means the end.
+    Zero,
+    /// A seq_file whose records are each shorter than this many bytes (a line of
+    /// /proc/net/dev or diskstats: under 512): a read that comes back with less than
+    /// a page minus that had room for the next record, so there was none. That
+    /// saves the read that would return 0, a system call per file and sample;
+    /// hosts whose file is longer than that read on.
+    LinesUnder(usize),
+}
+
+/// The smallest buffer a seq_file fills per read.
+const SEQ_PAGE: usize = 4096;
 
 impl CachedFile {
     /// A single-record file (sysfs attribute, /proc/stat, /proc/meminfo).
@@ -107,7 +125,7 @@ impl CachedFile {
         CachedFile {
             path,
             file: None,
-            records: false,
+            end: End::Short,
         }
     }
 
@@ -116,7 +134,16 @@ impl CachedFile {
         CachedFile {
             path,
             file: None,
-            records: true,
+            end: End::Zero,
+        }
+    }
+
+    /// A seq_file of lines each shorter than `max` bytes.
+    pub(crate) fn lines_under(path: PathBuf, max: usize) -> CachedFile {
+        CachedFile {
+            path,
+            file: None,
+            end: End::LinesUnder(max),
         }
     }
 
@@ -132,7 +159,7 @@ impl CachedFile {
     /// Fresh content into `buf`.
     pub(crate) fn read(&mut self, buf: &mut Vec<u8>) -> io::Result<()> {
         if let Some(f) = &self.file {
-            match pread_all(f, buf, self.records) {
+            match pread_all(f, buf, self.end) {
                 Ok(()) => return Ok(()),
                 // The attribute has no value now (speed of a down link); a new fd
                 // would say the same.
@@ -142,7 +169,7 @@ impl CachedFile {
             }
         }
         let f = File::open(&self.path)?;
-        let r = pread_all(&f, buf, self.records);
+        let r = pread_all(&f, buf, self.end);
         self.file = Some(f);
         r
     }
@@ -164,14 +191,16 @@ impl CachedFile {
 }
 
 /// Reads from offset 0 to the end into `buf` (keeping its capacity between calls).
-pub(crate) fn pread_all(f: &File, buf: &mut Vec<u8>, records: bool) -> io::Result<()> {
+pub(crate) fn pread_all(f: &File, buf: &mut Vec<u8>, end: End) -> io::Result<()> {
     let cap = buf.capacity().max(4096);
     buf.clear();
     buf.resize(cap, 0);
     let mut len = 0;
     loop {
-        if len == buf.len() {
-            buf.resize(len * 2, 0);
+        // Room for a whole seq_file buffer at each read, so that a short read is
+        // the file's doing, not the room's.
+        if buf.len() - len < SEQ_PAGE {
+            buf.resize((len * 2).max(len + SEQ_PAGE), 0);
         }
         let want = buf.len() - len;
         let n = match f.read_at(&mut buf[len..], len as u64) {
@@ -183,7 +212,12 @@ pub(crate) fn pread_all(f: &File, buf: &mut Vec<u8>, records: bool) -> io::Resul
             }
         };
         len += n;
-        if n == 0 || (!records && n < want) {
+        let done = match end {
+            End::Short => n < want,
+            End::Zero => false,
+            End::LinesUnder(max) => n < want && n + max <= SEQ_PAGE,
+        };
+        if n == 0 || done {
             break;
         }
     }
@@ -333,6 +367,20 @@ mod tests {
             let mut f = CachedFile::records(PathBuf::from("/proc/kallsyms"));
             f.read(&mut buf).unwrap();
             assert_eq!(buf.len(), direct.len());
+        }
+        // Read to the end without the 0-byte read, where each read but the last
+        // comes back nearly a page long: kallsyms' lines (a name under 512 bytes)
+        // stand in for net/dev's and diskstats' here, as they span many pages.
+        if let Ok(direct) = std::fs::read("/proc/kallsyms") {
+            let mut f = CachedFile::lines_under(PathBuf::from("/proc/kallsyms"), 1024);
+            f.read(&mut buf).unwrap();
+            assert_eq!(buf.len(), direct.len());
+        }
+        for name in ["/proc/diskstats", "/proc/self/net/dev"] {
+            let mut f = CachedFile::lines_under(PathBuf::from(name), 512);
+            f.read(&mut buf).unwrap();
+            let direct = std::fs::read(name).unwrap();
+            assert_eq!(buf.len(), direct.len(), "{name}");
         }
         let mut s = CachedFile::whole(PathBuf::from("/proc/stat"));
         s.read(&mut buf).unwrap();

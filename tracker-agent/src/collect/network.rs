@@ -234,7 +234,7 @@ impl NetworkCollector {
             live,
             // Opened before the first reading: a change after it is not missed.
             watch: live.then(LinkWatch::open).flatten(),
-            dev: CachedFile::records(roots.proc.join("net/dev")),
+            dev: CachedFile::lines_under(roots.proc.join("net/dev"), 512),
             buf: Vec::new(),
             attr: Vec::new(),
             ifaces: BTreeMap::new(),

@@ -63,7 +63,7 @@ impl DiskCollector {
     pub fn new(roots: &Roots) -> DiskCollector {
         DiskCollector {
             sys: roots.sys.clone(),
-            stats: CachedFile::records(roots.proc.join("diskstats")),
+            stats: CachedFile::lines_under(roots.proc.join("diskstats"), 512),
             buf: Vec::new(),
             mountinfo: CachedFile::records(roots.proc.join("self/mountinfo")),
             mountinfo_buf: Vec::new(),
