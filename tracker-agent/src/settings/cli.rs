@@ -182,8 +182,7 @@ pub struct Opts {
     #[arg(long)]
     pub share_identity: bool,
     /// Capacity of the kernel task map (threads of the tree alive at once), from 64
-    /// to 4194304; never more than kernel.pid_max and an eighth, which no tree can
-    /// fill.
+    /// to 4194304; never more than kernel.pid_max, which no tree can fill.
     #[arg(long, value_name = "N", default_value_t = tracker_common::DEFAULT_MAX_TASKS, allow_negative_numbers = true,
           value_parser = clap::value_parser!(u32).range(64..=4_194_304))]
     pub max_tasks: u32,

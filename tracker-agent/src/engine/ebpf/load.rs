@@ -356,8 +356,8 @@ fn enable_stats() -> Option<std::os::fd::OwnedFd> {
 /// preallocated (~180 bytes an entry, zeroed and charged to the memory cgroup at
 /// every start) and its buckets are the size rounded up to a power of two: at the
 /// kernel's default of 32,768 tids, pid_max itself keeps both at 32,768, where an
-/// eighth more made 36,864 entries in 65,536 buckets (docs/cost.md). Hosts where
-/// something raised pid_max keep `max_tasks`.
+/// eighth more would make 36,864 entries in 65,536 buckets (docs/cost.md). Hosts
+/// where something raised pid_max keep `max_tasks`.
 pub(super) fn task_map_size(max_tasks: u32, pid_max: Option<u32>) -> u32 {
     match pid_max {
         Some(p) if p > 0 => max_tasks.min(p),
