@@ -348,6 +348,13 @@ fn startup_section(tr: &Path, reps: usize) -> anyhow::Result<Vec<String>> {
             "| {label} | **{mc:.1}** ({lc:.1}–{hc:.1}) | **{mw:.1}** ({lw:.1}–{hw:.1}) | **{mr:.1}** ({lr:.1}–{hr:.1}) |"
         ));
     }
+    // Each round runs both commands back to back, so the per-round difference is
+    // what eBPF adds, with most of the VM's drift between rounds taken out.
+    let paired: Vec<f64> = cpus[0].iter().zip(&cpus[1]).map(|(e, p)| e - p).collect();
+    let (md, ld, hd) = stat(paired);
+    out.push(format!(
+        "| eBPF's part: the two CPU figures' difference within each round | **{md:.1}** ({ld:.1}–{hd:.1}) | | |"
+    ));
     out.push(String::new());
     out.push("CPU: user + system time of the tracker and the command it waited for (`wait4`); the command here is `true`. Where it goes: docs/engine.md, \"Start-up\".".into());
     out.push(String::new());
