@@ -837,3 +837,74 @@ fn no_drift_on_the_interval_grid() {
         offsets.len()
     );
 }
+
+/// A host with more links than /proc/net/dev holds in one page (a node's veths):
+/// the file comes in several reads, each a page at most, and every link is in every
+/// sample. A namespace the test makes holds 40 veth pairs (80 links, ~9 KiB of
+/// net/dev).
+#[test]
+fn every_link_of_a_net_dev_longer_than_a_page() {
+    if !require(is_root(), "network namespaces need root")
+        || !require(have("ip"), "`ip` (iproute2) is not installed")
+    {
+        return;
+    }
+    struct Ns(String);
+    impl Drop for Ns {
+        fn drop(&mut self) {
+            let _ = ip(&["netns", "del", &self.0]);
+        }
+    }
+    let ns = Ns(format!("rt-test-pages-{}", std::process::id()));
+    let _ = ip(&["netns", "del", &ns.0]);
+    ip(&["netns", "add", &ns.0]).expect("ip netns add");
+    const PAIRS: usize = 40;
+    let mut want = BTreeSet::new();
+    for i in 0..PAIRS {
+        let (a, b) = (format!("rtpga{i}"), format!("rtpgb{i}"));
+        ip(&[
+            "-n", &ns.0, "link", "add", &a, "type", "veth", "peer", "name", &b,
+        ])
+        .expect("ip link add");
+        want.extend([a, b]);
+    }
+    let dev = Command::new("ip")
+        .args(["netns", "exec", &ns.0, "cat", "/proc/net/dev"])
+        .output()
+        .expect("cat /proc/net/dev in the namespace");
+    assert!(
+        dev.stdout.len() > 2 * 4096,
+        "net/dev is {} bytes: not past two pages",
+        dev.stdout.len()
+    );
+    let s = Scratch::new("hm-pages");
+    let out = s.path("samples.jsonl");
+    let o = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &ns.0,
+            "timeout",
+            "--preserve-status",
+            "-s",
+            "INT",
+            "1.5",
+        ])
+        .arg(tracker())
+        .args(["-q", "-i", "0.2", "-o"])
+        .arg(&out)
+        .output()
+        .expect("the tracker in the namespace");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let samples = read_jsonl(&out);
+    assert!(samples.len() >= 3, "{} samples", samples.len());
+    for x in &samples {
+        let got: BTreeSet<String> = x["network"]
+            .as_array()
+            .expect("network array")
+            .iter()
+            .filter_map(|e| e["interface"].as_str().map(str::to_string))
+            .collect();
+        assert_eq!(got, want, "links in a sample");
+    }
+}
