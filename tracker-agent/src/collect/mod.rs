@@ -192,7 +192,7 @@ impl CachedFile {
 
 /// Reads from offset 0 to the end into `buf` (keeping its capacity between calls).
 pub(crate) fn pread_all(f: &File, buf: &mut Vec<u8>, end: End) -> io::Result<()> {
-    let cap = buf.capacity().max(4096);
+    let cap = buf.capacity().max(SEQ_PAGE);
     buf.clear();
     buf.resize(cap, 0);
     let mut len = 0;
