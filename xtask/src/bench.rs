@@ -123,7 +123,7 @@ fn cost_section(tr: &Path, w: &Path, quick: bool) -> anyhow::Result<Vec<String>>
     let mut md = vec![
         format!("{COST_MARK} (goal: ≤ 0.25 ms CPU per sample at 1 s by the scheduler's clock, RSS ≤ 10 MiB)"),
         String::new(),
-        "Tree: `workload sleepers 49 SECS` (root + 49 children = 50 processes), `--interval 1`. Samples other than the first and the last are counted, pooled over the runs (backends interleaved run by run). Every sample includes the host collectors (cpu, memory, disk, network); `host only` runs them without a tree, which is what a system-only sample costs. Two measures: the samples' own `tracker.cpu_secs` (user + system time, `getrusage`), and every thread's time by the scheduler's clock (`/proc/PID/task/*/schedstat`) over a steady stretch of each run, per second (a sample's worth). Where the time goes: docs/cost.md.".into(),
+        "Tree: `workload sleepers 49 SECS` (root + 49 children = 50 processes), `--interval 1`. Samples other than the first and the last are counted, pooled over the runs (backends interleaved run by run). Every sample includes the host collectors (cpu, memory, disk, network); `host only` runs them without a tree, which is what a system-only sample costs. Two measures: the samples' own `tracker.cpu_secs` (user + system time, `getrusage`), and every thread's time by the scheduler's clock (`/proc/PID/task/*/schedstat`) over a steady stretch of each run, per second (a sample's worth). The `floor` row is a loop in the bench itself that makes only the kernel calls every host sample needs (the timer's wake-up and read, one read each of /proc/stat, meminfo, diskstats and net/dev, `statfs` of /, a 3 KB write), parses nothing, and is timed the same way, one sample a second: what this machine charges before any of the tracker's own work. Where the time goes: docs/cost.md.".into(),
         String::new(),
         "| unrelated host processes | backend | runs | CPU per sample, median (min–max) | by schedstat, ms per s, median (min–max) | tracker RSS (MiB) |".into(),
         "|---|---|---|---|---|---|".into(),
@@ -141,6 +141,7 @@ fn cost_section(tr: &Path, w: &Path, quick: bool) -> anyhow::Result<Vec<String>>
         let mut cpu: [Vec<f64>; 3] = Default::default();
         let mut sched: [Vec<f64>; 3] = Default::default();
         let mut rss = [0.0f64; 3];
+        let mut floor = Vec::new();
         for _ in 0..runs {
             for (i, backend) in BACKENDS.iter().enumerate() {
                 let (c, by_sched, r) = cost_run(tr, w, backend, secs)?;
@@ -148,6 +149,11 @@ fn cost_section(tr: &Path, w: &Path, quick: bool) -> anyhow::Result<Vec<String>>
                 sched[i].extend(by_sched);
                 rss[i] = rss[i].max(r);
             }
+            let samples = secs.parse::<u32>().unwrap_or(4).saturating_sub(3).max(1);
+            floor.push(crate::floor::per_sample_ms(
+                Duration::from_secs(1),
+                samples,
+            )?);
         }
         for (i, backend) in BACKENDS.iter().enumerate() {
             let (m, lo, hi) = stat(std::mem::take(&mut cpu[i]));
@@ -157,6 +163,10 @@ fn cost_section(tr: &Path, w: &Path, quick: bool) -> anyhow::Result<Vec<String>>
                 rss[i]
             ));
         }
+        let (fm, flo, fhi) = stat(floor);
+        md.push(format!(
+            "| {unrelated} (host total {hostn}) | floor: a host sample's kernel calls alone | {runs} | | **{fm:.3}** ({flo:.3}–{fhi:.3}) | |"
+        ));
     }
     md.push(String::new());
     Ok(md)

@@ -8,6 +8,7 @@ mod bench;
 mod benchdoc;
 mod dist;
 mod exact_bench;
+mod floor;
 #[cfg(test)]
 mod glibc;
 mod kernels;
