@@ -9,7 +9,7 @@ use std::{
     fs::File,
     io::Write as _,
     os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
-    os::unix::fs::FileExt as _,
+    os::unix::fs::{FileExt as _, OpenOptionsExt as _},
     time::Duration,
 };
 
@@ -54,8 +54,25 @@ fn run(period: Duration, samples: u32) -> anyhow::Result<f64> {
         .iter()
         .map(|p| File::open(p).with_context(|| format!("opening {p}")))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let out_path = std::env::temp_dir().join("rt-bench-floor.jsonl");
-    let mut out = File::create(&out_path).with_context(|| format!("{}", out_path.display()))?;
+    let out_path =
+        std::env::temp_dir().join(format!("rt-bench-floor-{}.jsonl", std::process::id()));
+    let mut out = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&out_path)
+        .with_context(|| format!("creating {}", out_path.display()))?;
+    let ms = time_loop(files, &mut out, period, samples);
+    let _ = std::fs::remove_file(&out_path);
+    ms
+}
+
+fn time_loop(
+    files: Vec<File>,
+    out: &mut File,
+    period: Duration,
+    samples: u32,
+) -> anyhow::Result<f64> {
     // SAFETY: plain system calls with valid arguments; each fd is owned at once.
     let (timer, ep) = unsafe {
         let t = libc::timerfd_create(libc::CLOCK_MONOTONIC, libc::TFD_CLOEXEC);
@@ -127,7 +144,6 @@ fn run(period: Duration, samples: u32) -> anyhow::Result<f64> {
         out.write_all(&line).context("writing the line")?;
     }
     let ns = thread_ns()? - start;
-    let _ = std::fs::remove_file(&out_path);
     Ok(ns as f64 / 1e6 / f64::from(samples))
 }
 
