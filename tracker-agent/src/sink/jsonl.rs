@@ -17,6 +17,8 @@ use crate::{
     model::{node::NodeScan, ProcEvent},
 };
 
+const KEEP_TEXT: usize = 64 * 1024;
+
 pub struct JsonLines {
     file: Option<BufWriter<File>>,
     /// How errors name it: "the events file".
@@ -29,6 +31,9 @@ pub struct JsonLines {
     kept: bool,
     /// The buffer's size; 0 writes each call's lines straight through.
     capacity: usize,
+    /// The call's lines, kept between calls so that they are not grown anew (up to
+    /// `KEEP_TEXT`: a node scan of hundreds of containers gives its memory back).
+    text: Vec<u8>,
 }
 
 impl JsonLines {
@@ -67,6 +72,7 @@ impl JsonLines {
             owner,
             kept: false,
             capacity,
+            text: Vec::new(),
         }
     }
 
@@ -79,13 +85,19 @@ impl JsonLines {
         let Some(w) = self.file.as_mut() else {
             return Ok(());
         };
-        let mut text = Vec::new();
+        let text = &mut self.text;
+        text.clear();
         for item in items {
-            serde_json::to_writer(&mut text, item)?;
+            serde_json::to_writer(&mut *text, item)?;
             text.push(b'\n');
         }
-        w.write_all(&text)
-            .with_context(|| format!("writing {}", self.what))
+        let written = w
+            .write_all(text)
+            .with_context(|| format!("writing {}", self.what));
+        if text.capacity() > KEEP_TEXT {
+            *text = Vec::new();
+        }
+        written
     }
 
     fn flush(&mut self) -> anyhow::Result<()> {

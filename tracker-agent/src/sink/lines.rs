@@ -28,6 +28,9 @@ pub struct Lines {
     owner: Option<Owner>,
     /// Where the samples went instead of a stderr that was closed at start.
     instead_of_stderr: Option<PathBuf>,
+    /// The line being written, kept between samples: serialised in place, it grew
+    /// from nothing (~6 reallocations for 3 KB) and was copied once more.
+    text: Vec<u8>,
 }
 
 impl Lines {
@@ -79,6 +82,7 @@ impl Lines {
             header_done: false,
             owner: owner.cloned(),
             instead_of_stderr,
+            text: Vec::new(),
         })
     }
 }
@@ -88,26 +92,27 @@ impl Sink for Lines {
         if matches!(self.target, Target::Null) {
             return Ok(());
         }
-        let mut text = String::new();
+        let text = &mut self.text;
+        text.clear();
         match self.format {
-            Format::Json => text.push_str(&serde_json::to_string(s)?),
+            Format::Json => serde_json::to_writer(&mut *text, s)?,
             Format::Csv => {
                 if !self.header_done {
-                    text.push_str(&csv::header());
-                    text.push('\n');
+                    text.extend_from_slice(csv::header().as_bytes());
+                    text.push(b'\n');
                     self.header_done = true;
                 }
-                text.push_str(&csv::row(s));
+                text.extend_from_slice(csv::row(s).as_bytes());
             }
         }
-        text.push('\n');
+        text.push(b'\n');
         match &mut self.target {
             Target::Stderr => std::io::stderr()
                 .lock()
-                .write_all(text.as_bytes())
+                .write_all(text)
                 .context("writing a sample to stderr")?,
             Target::File(w, name) => {
-                w.write_all(text.as_bytes())
+                w.write_all(text)
                     .and_then(|_| w.flush())
                     .with_context(|| format!("writing a sample to {name}"))?;
             }
