@@ -25,12 +25,9 @@ const FILES: [&str; 4] = [
 
 /// What the calling thread has run, in ns.
 fn thread_ns() -> anyhow::Result<u64> {
-    let s = std::fs::read_to_string("/proc/thread-self/schedstat")
-        .context("reading /proc/thread-self/schedstat")?;
-    s.split_whitespace()
-        .next()
-        .and_then(|v| v.parse().ok())
-        .with_context(|| format!("/proc/thread-self/schedstat: {s:?}"))
+    const PATH: &str = "/proc/thread-self/schedstat";
+    crate::measure::schedstat_ns(std::path::Path::new(PATH))
+        .with_context(|| format!("no run time in {PATH}"))
 }
 
 /// `sys` returned -1: the error, named.

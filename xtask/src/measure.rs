@@ -101,9 +101,18 @@ pub fn sched_ns(pid: u32) -> u64 {
     };
     tasks
         .flatten()
-        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
-        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .filter_map(|t| schedstat_ns(&t.path().join("schedstat")))
         .sum()
+}
+
+/// The run time a schedstat file (`/proc/…/schedstat`) gives, ns: its first field.
+pub fn schedstat_ns(path: &Path) -> Option<u64> {
+    std::fs::read_to_string(path)
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 pub fn count_procs() -> usize {
