@@ -142,6 +142,7 @@ fn cost_section(tr: &Path, w: &Path, quick: bool) -> anyhow::Result<Vec<String>>
         let mut sched: [Vec<f64>; 3] = Default::default();
         let mut rss = [0.0f64; 3];
         let mut floor = Vec::new();
+        let floor_samples = secs.parse::<u32>().unwrap_or(4).saturating_sub(3).max(1);
         for _ in 0..runs {
             for (i, backend) in BACKENDS.iter().enumerate() {
                 let (c, by_sched, r) = cost_run(tr, w, backend, secs)?;
@@ -149,10 +150,9 @@ fn cost_section(tr: &Path, w: &Path, quick: bool) -> anyhow::Result<Vec<String>>
                 sched[i].extend(by_sched);
                 rss[i] = rss[i].max(r);
             }
-            let samples = secs.parse::<u32>().unwrap_or(4).saturating_sub(3).max(1);
             floor.push(crate::floor::per_sample_ms(
                 Duration::from_secs(1),
-                samples,
+                floor_samples,
             )?);
         }
         for (i, backend) in BACKENDS.iter().enumerate() {
