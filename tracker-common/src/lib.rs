@@ -71,6 +71,10 @@ pub const TASK_FLAG_ROOT: u32 = 4;
 /// Retired (its figures counted, its EXIT record sent) while its entry could not be
 /// removed: whoever meets it next only removes it, reading nothing through it.
 pub const TASK_FLAG_RETIRED: u32 = 8;
+/// On a leader's entry: its process's end was counted at another thread's exit (the
+/// last thread was not the leader), so the leader's own end is not counted again
+/// where its exit was not seen (see `EngineMode::adopt`).
+pub const TASK_FLAG_PROC_ENDED: u32 = 16;
 
 /// Keys at or above this are never tids (pids stay below 2^22): an old leader that
 /// a non-leader exec displaced waits here, keyed by its tgid, until it retires.
@@ -141,7 +145,44 @@ pub struct TreeStats {
     /// their figures at exit (`EVENT_FLAG_AT_EXIT`), or, when their exit was not
     /// seen either, count with their last reading.
     pub lost_exits: u64,
+    /// Members whose fork no program saw (the kernel skipped every copy, see
+    /// `EngineMode::adopt`), found at a later event by their ancestry and counted
+    /// in `procs_spawned`/`threads_spawned` then.
+    pub adopted: u64,
+    /// Process ends whose exit no program saw, counted when the sweep found the
+    /// leader dead or at its free instead.
+    pub exits_unseen: u64,
+    /// Children of an exiting member beyond the bound the exit program looks at
+    /// (`ADOPT_CHILDREN`): a child among them whose fork was skipped is not found.
+    pub children_unchecked: u64,
 }
+
+/// How the life-cycle programs run, set by user space before loading (a read-only
+/// global of the object).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EngineMode {
+    /// 1 where tracepoints run preemptible (6.19 on), the programs' second copies
+    /// loaded: a task no program saw forked joins the tree at its first later
+    /// event (exec, exit) when its process, parent or grandparent is a member, and
+    /// a member's exit walks its children for any the tree does not know; a
+    /// member whose exit no program saw counts its process's end at its free.
+    pub adopt: u32,
+    /// Tests only (0 in use): the fork programs ignore the fork of a child whose
+    /// tid is a multiple of this, as if the kernel had skipped every copy.
+    pub drop_forks_every: u32,
+    /// Tests only: the exit programs ignore the exit of a thread whose tid is a
+    /// multiple of this.
+    pub drop_exits_every: u32,
+    pub _pad: u32,
+}
+
+/// The children an exiting member's exit program looks at for members whose fork
+/// was skipped; more are counted in `TreeStats::children_unchecked`.
+pub const ADOPT_CHILDREN: u32 = 32;
+/// The generations above a task with no entry that its exec or exit looks at for
+/// a member (its parent, grandparent and great-grandparent).
+pub const ADOPT_DEPTH: u32 = 3;
 
 pub const EVENT_FORK: u32 = 1;
 pub const EVENT_EXEC: u32 = 2;
@@ -158,6 +199,9 @@ pub const EVENT_FLAG_AT_EXIT: u32 = 8;
 /// FORK record of a thread (not shown as a process event; it makes the thread a
 /// member user space reads).
 pub const EVENT_FLAG_THREAD: u32 = 4;
+/// FORK record of a member found after its fork (see `EngineMode::adopt`): sent at
+/// its first event the programs saw, or at its parent's exit.
+pub const EVENT_FLAG_ADOPTED: u32 = 16;
 
 /// A live member's figures now, sent by the probe program (see [`LiveReading`]).
 pub const EVENT_READING: u32 = 4;
@@ -289,6 +333,11 @@ pub struct Offsets {
     pub cgroup_kn: u32,
     pub kernfs_node_id: u32,
     pub memory_cgrp_id: u32,
+    /// `task->children` and `task->sibling` (list heads): an exiting member's
+    /// children, walked for those whose fork was skipped; `NO_FIELD` where either
+    /// is missing (no walk).
+    pub task_children: u32,
+    pub task_sibling: u32,
 }
 
 /// `TASK_DEAD` in `task->__state`: set just before the final context switch.
@@ -299,8 +348,9 @@ pub const NO_FIELD: u32 = u32::MAX;
 
 #[cfg(feature = "user")]
 mod pod {
-    // SAFETY: all five are repr(C), Copy, made of integers (or of `Figures`, itself
+    // SAFETY: all six are repr(C), Copy, made of integers (or of `Figures`, itself
     // only u64s), with explicit padding.
+    unsafe impl aya::Pod for super::EngineMode {}
     unsafe impl aya::Pod for super::TaskInfo {}
     unsafe impl aya::Pod for super::TreeStats {}
     unsafe impl aya::Pod for super::Event {}

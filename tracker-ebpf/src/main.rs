@@ -38,11 +38,13 @@ use aya_ebpf::{
     programs::RawTracePointContext,
 };
 use tracker_common::{
-    Event, Figures, LiveReading, Offsets, TaskInfo, TreeStats, DEFAULT_MAX_TASKS, EVENTS_BYTES,
-    EVENT_EXEC, EVENT_EXIT, EVENT_FLAG_AT_EXIT, EVENT_FLAG_GROUP_DEAD, EVENT_FLAG_SHARED_TID,
-    EVENT_FLAG_THREAD, EVENT_FORK, EVENT_READING, GRAVEYARD_KEY, MAX_TREES, NO_FIELD, PROBE_BATCH,
+    EngineMode, Event, Figures, LiveReading, Offsets, TaskInfo, TreeStats, ADOPT_CHILDREN,
+    ADOPT_DEPTH, DEFAULT_MAX_TASKS, EVENTS_BYTES, EVENT_EXEC, EVENT_EXIT, EVENT_FLAG_ADOPTED,
+    EVENT_FLAG_AT_EXIT, EVENT_FLAG_GROUP_DEAD, EVENT_FLAG_SHARED_TID, EVENT_FLAG_THREAD,
+    EVENT_FORK, EVENT_READING, GRAVEYARD_KEY, MAX_TREES, NO_FIELD, PROBE_BATCH,
     READING_FLAG_EXITED, READING_FLAG_MEMCG_ID, READING_FLAG_MEMCG_KNOWN, READING_FLAG_ZOMBIE,
-    TASK_DEAD, TASK_FLAG_EXITED, TASK_FLAG_GROUP_DEAD, TASK_FLAG_RETIRED, TASK_FLAG_ROOT,
+    TASK_DEAD, TASK_FLAG_EXITED, TASK_FLAG_GROUP_DEAD, TASK_FLAG_PROC_ENDED, TASK_FLAG_RETIRED,
+    TASK_FLAG_ROOT,
 };
 
 #[no_mangle]
@@ -80,6 +82,17 @@ static OFFSETS: Offsets = Offsets {
     cgroup_kn: 0,
     kernfs_node_id: 0,
     memory_cgrp_id: NO_FIELD,
+    task_children: NO_FIELD,
+    task_sibling: NO_FIELD,
+};
+
+/// How the programs run (see `EngineMode`), written by user space before loading.
+#[no_mangle]
+static MODE: EngineMode = EngineMode {
+    adopt: 0,
+    drop_forks_every: 0,
+    drop_exits_every: 0,
+    _pad: 0,
 };
 
 const BPF_RB_NO_WAKEUP: u64 = 1;
@@ -110,6 +123,18 @@ static TREE_STATS: PerCpuArray<TreeStats> = PerCpuArray::with_max_entries(MAX_TR
 /// Ordered fork/exec/exit records for user space.
 #[map]
 static EVENTS: RingBuf = RingBuf::with_byte_size(EVENTS_BYTES, 0);
+
+#[inline(always)]
+fn mode() -> &'static EngineMode {
+    // SAFETY: as `off()`: the value user space wrote into .rodata, read volatile.
+    unsafe { &*core::ptr::read_volatile(&&MODE) }
+}
+
+/// Whether a test asked the programs to ignore the event of `tid` (`every` 0: never).
+#[inline(always)]
+fn dropped(tid: u32, every: u32) -> bool {
+    every != 0 && tid % every == 0
+}
 
 #[inline(always)]
 fn off() -> &'static Offsets {
@@ -375,6 +400,9 @@ fn on_fork(ctx: &RawTracePointContext) -> u32 {
     let child: *const u8 = ctx.arg(1);
     // SAFETY: `child` is the tracepoint's task argument.
     let (tid, tgid) = unsafe { ids(child) };
+    if dropped(tid, mode().drop_forks_every) {
+        return 0;
+    }
     let ids = (u64::from(tid) << 32) | u64::from(tgid);
     let tree_parent = (u64::from(tree) << 32) | u64::from(parent_tgid);
     let parent_flags = u64::from(parent_flags);
@@ -398,16 +426,23 @@ fn on_fork(ctx: &RawTracePointContext) -> u32 {
     0
 }
 
-/// `add_child`'s answer when `BPF_NOEXIST` found the tid taken.
+/// `add_child`'s answers: the child joined; `BPF_NOEXIST` found the tid taken; the
+/// map had no room (counted).
+const ADDED: u32 = 0;
 const ADD_EXISTS: u32 = 1;
+const ADD_FAILED: u32 = 2;
+/// In `add_child`'s `parent_flags`, above the task flags: the child was found after
+/// its fork (`adopt`).
+const ADOPTED_BIT: u64 = 1 << 32;
 const BPF_ANY: u64 = 0;
 const BPF_NOEXIST: u64 = 1;
 const EEXIST: i32 = 17;
 
 /// The forked `child` becomes a member of the tree: its entry, the count and the
 /// FORK record. `ids`: tid << 32 | tgid; `tree_parent`: tree << 32 | the parent's
-/// tgid; `how`: the map update's flag. Nothing is counted or sent when the
-/// insertion fails for `BPF_NOEXIST` (`ADD_EXISTS`). A global function, like
+/// tgid; `parent_flags`: the parent's task flags, with `ADOPTED_BIT` for a child
+/// found after its fork; `how`: the map update's flag. Nothing is counted or sent
+/// when the insertion fails for `BPF_NOEXIST` (`ADD_EXISTS`). A global function, like
 /// `retire_displaced_key`: each is checked once on its own, and neither's stack adds to the other's (the kernel allows 512 bytes
 /// along a chain of calls; the fork program with both inlined needed 576).
 /// Exported by the link (build.rs).
@@ -422,6 +457,7 @@ pub extern "C" fn add_child(
 ) -> u32 {
     let (tid, tgid) = ((ids >> 32) as u32, ids as u32);
     let (tree, parent_tgid) = ((tree_parent >> 32) as u32, tree_parent as u32);
+    let adopted = parent_flags & ADOPTED_BIT != 0;
     let parent_flags = parent_flags as u32;
     // A thread of the root is part of the root: any of them may be its last.
     let flags = if tid != tgid {
@@ -434,23 +470,29 @@ pub extern "C" fn add_child(
     info.tree = tree;
     info.flags = flags;
     info.task = child;
-    let Some(s) = stats(tree) else { return 0 };
+    let Some(s) = stats(tree) else {
+        return ADD_FAILED;
+    };
     if let Err(e) = TASKS.insert(tid, &*info, how) {
         if e == -EEXIST && how == BPF_NOEXIST {
             return ADD_EXISTS;
         }
         s.untracked_tasks += 1;
-        return 0;
+        return ADD_FAILED;
     }
     // Every new member is a record: user space reads the members it was told of,
     // never walking the task map (whose buckets it would scan each sample).
-    let flags = if tid == tgid {
+    let mut flags = if tid == tgid {
         s.procs_spawned += 1;
         0
     } else {
         s.threads_spawned += 1;
         EVENT_FLAG_THREAD
     };
+    if adopted {
+        s.adopted += 1;
+        flags |= EVENT_FLAG_ADOPTED;
+    }
     let ids = Ids {
         kind: EVENT_FORK,
         pid: tgid,
@@ -458,9 +500,138 @@ pub extern "C" fn add_child(
         ppid: parent_tgid,
         flags,
     };
-    // SAFETY: `child` is the address of the task the fork tracepoint passed.
+    // SAFETY: `child` is the address of a task the kernel handed a program (the
+    // fork's child, or one found through such a task's links, inside the program's
+    // RCU read section).
     unsafe { emit(tree, child as *const u8, ids) };
+    ADDED
+}
+
+/// A task the kernel skipped every copy of the fork program for (6.19 on, each copy
+/// held on the CPU by a task preempted inside it) has no entry, but it still meets
+/// the later programs, and its ancestry says whose it is: a thread belongs to its
+/// process, a process to the nearest member among its parent, grandparent and
+/// great-grandparent. It joins that tree now, counted and recorded as forked
+/// (`EVENT_FLAG_ADOPTED`); whether it did (`ADDED`). An orphan whose parent left
+/// before it met a program is found by that parent's exit instead
+/// (`adopt_children`). The tasks on the way are read inside the program's RCU
+/// read section, which keeps them allocated, and an ancestor counts only when its
+/// entry is its own (`is_member`). A global function, verified once on its own
+/// (exported by the link, build.rs).
+#[no_mangle]
+#[inline(never)]
+pub extern "C" fn adopt(task: u64) -> u32 {
+    let t = task as *const u8;
+    let o = off();
+    // SAFETY: `task` is a task the kernel handed the calling program; every read
+    // goes through the fault-tolerant helper.
+    let (tid, tgid) = unsafe { ids(t) };
+    if tid == 0 {
+        return ADD_FAILED;
+    }
+    // SAFETY: as above.
+    let mut up: u64 = unsafe {
+        if tid != tgid {
+            field(t, o.task_group_leader)
+        } else {
+            field(t, o.task_real_parent)
+        }
+    };
+    let mut i = 0;
+    while i < ADOPT_DEPTH {
+        // SAFETY: as above.
+        let (utid, utgid) = unsafe { ids(up as *const u8) };
+        // The idle task and init are never members (the root is the tracker's child).
+        if utid <= 1 {
+            return ADD_FAILED;
+        }
+        if let Some(m) = TASKS.get_ptr(utid) {
+            // SAFETY: a hash map value, read at once (not copied: the chain of calls
+            // from the exit program through `add_child` has 512 bytes of stack);
+            // `up` was read from a task's links, as above.
+            let (member, tree, flags) = unsafe {
+                let m = &*m;
+                (
+                    m.flags & TASK_FLAG_RETIRED == 0 && is_member(m, up as *const u8),
+                    m.tree,
+                    m.flags,
+                )
+            };
+            if member {
+                let ids = (u64::from(tid) << 32) | u64::from(tgid);
+                let tree_parent = (u64::from(tree) << 32) | u64::from(utgid);
+                return add_child(
+                    task,
+                    ids,
+                    tree_parent,
+                    u64::from(flags) | ADOPTED_BIT,
+                    BPF_NOEXIST,
+                );
+            }
+        }
+        // SAFETY: as above.
+        up = unsafe { field(up as *const u8, o.task_real_parent) };
+        i += 1;
+    }
+    ADD_FAILED
+}
+
+/// At a member's exit: any of its children the tree does not know (their fork
+/// skipped by the kernel) joins it now, before the exit hands them to a reaper
+/// outside the tree. The list is walked inside the program's RCU read section,
+/// which keeps a child released meanwhile allocated; a bounded walk, the rest
+/// counted (`children_unchecked`). `tree_parent`: tree << 32 | the member's tgid.
+/// A global function (exported by the link, build.rs).
+#[no_mangle]
+#[inline(never)]
+pub extern "C" fn adopt_children(parent: u64, tree_parent: u64, parent_flags: u64) -> u32 {
+    let o = off();
+    if o.task_children == NO_FIELD || o.task_sibling == NO_FIELD {
+        return 0;
+    }
+    let head = parent.wrapping_add(u64::from(o.task_children));
+    // SAFETY: reads through the fault-tolerant helper of a task the kernel handed
+    // the calling program, and of its children list.
+    let mut node: u64 = unsafe { field(head as *const u8, 0) };
+    let mut i = 0;
+    while i < ADOPT_CHILDREN {
+        if node == head || node == 0 {
+            return 0;
+        }
+        let child = node.wrapping_sub(u64::from(o.task_sibling));
+        // SAFETY: as above.
+        let (tid, tgid) = unsafe { ids(child as *const u8) };
+        // A child that has exited is a zombie here until its reap: a member's may
+        // have retired already (its entry gone), and one no program saw would have
+        // been found at its own exit.
+        // SAFETY: as above.
+        let alive = unsafe { field::<u32>(child as *const u8, o.task_exit_state) } == 0;
+        if tid != 0 && alive && held(tid).is_none() {
+            let ids = (u64::from(tid) << 32) | u64::from(tgid);
+            add_child(
+                child,
+                ids,
+                tree_parent,
+                parent_flags | ADOPTED_BIT,
+                BPF_NOEXIST,
+            );
+        }
+        // SAFETY: as above.
+        node = unsafe { field(node as *const u8, 0) };
+        i += 1;
+    }
+    if node != head && node != 0 {
+        if let Some(s) = stats((tree_parent >> 32) as u32) {
+            s.children_unchecked += 1;
+        }
+    }
     0
+}
+
+/// Whether tasks no program saw forked are looked for (`EngineMode::adopt`).
+#[inline(always)]
+fn adopting() -> bool {
+    mode().adopt != 0
 }
 
 /// sched_process_exec(p, old_pid, bprm).
@@ -481,13 +652,21 @@ fn on_exec(ctx: &RawTracePointContext) -> u32 {
     let old: u32 = ctx.arg::<u64>(1) as u32;
     // A non-leader thread that execs takes over the leader's pid: move its entry.
     let key = if old != cur && old != 0 { old } else { cur };
-    let Some(p) = TASKS.get_ptr_mut(key) else {
-        return 0;
+    let task: *const u8 = ctx.arg(0);
+    let p = match TASKS.get_ptr_mut(key) {
+        Some(p) => p,
+        // A task whose fork no program saw: a member if its ancestry says so.
+        None if key == cur && adopting() && adopt(task as u64) == ADDED => {
+            match TASKS.get_ptr_mut(key) {
+                Some(p) => p,
+                None => return 0,
+            }
+        }
+        None => return 0,
     };
     // SAFETY: a hash map value, valid while this program runs (a live member's
     // entry is removed only by its own later exit and retirement).
     let entry = unsafe { &mut *p };
-    let task: *const u8 = ctx.arg(0);
     // SAFETY: `task` is the tracepoint's task argument.
     if !unsafe { is_member(entry, task) } {
         return 0;
@@ -578,13 +757,22 @@ pub fn again_exit(ctx: RawTracePointContext) -> u32 {
 #[inline(always)]
 fn on_exit(ctx: &RawTracePointContext) -> u32 {
     let cur = bpf_get_current_pid_tgid() as u32;
-    let Some(p) = TASKS.get_ptr_mut(cur) else {
+    if dropped(cur, mode().drop_exits_every) {
         return 0;
+    }
+    let task: *const u8 = ctx.arg(0);
+    let p = match TASKS.get_ptr_mut(cur) {
+        Some(p) => p,
+        // A task whose fork no program saw: a member if its ancestry says so.
+        None if adopting() && adopt(task as u64) == ADDED => match TASKS.get_ptr_mut(cur) {
+            Some(p) => p,
+            None => return 0,
+        },
+        None => return 0,
     };
     // SAFETY: a hash map value, valid until removed, which happens only after this
     // exit: the sweep takes exited entries only, and the free comes later still.
     let info = unsafe { &mut *p };
-    let task: *const u8 = ctx.arg(0);
     // Another task with a dead member's tid (which waits to retire) is not the member.
     // SAFETY: `task` is the tracepoint's task argument.
     if !unsafe { is_member(info, task) } {
@@ -606,10 +794,28 @@ fn on_exit(ctx: &RawTracePointContext) -> u32 {
         info.at_exit = thread_figures(task);
         info.comm = field(task, o.task_comm);
     }
+    let (tree, tgid, flags) = (info.tree, info.tgid, info.flags);
+    if adopting() {
+        let tree_parent = (u64::from(tree) << 32) | u64::from(tgid);
+        adopt_children(task as u64, tree_parent, u64::from(flags));
+    }
     // SAFETY: as above.
     let (group_dead, signal) = unsafe { exit_group_dead(ctx, task) };
     if !group_dead {
         return 0;
+    }
+    if adopting() && cur != tgid {
+        // The process ended at another thread than its leader: the leader's free
+        // must not count that end again should its own exit have gone unseen.
+        // SAFETY: as above; the leader lives while a thread of its process does.
+        let leader: u64 = unsafe { field(task, o.task_group_leader) };
+        if let Some(l) = TASKS.get_ptr_mut(tgid) {
+            // SAFETY: a hash map value, written at once.
+            let l = unsafe { &mut *l };
+            if l.task == leader {
+                l.flags |= TASK_FLAG_PROC_ENDED;
+            }
+        }
     }
     info.flags |= TASK_FLAG_GROUP_DEAD;
     // SAFETY: as above; the leader lives while a thread of its process does.
@@ -658,6 +864,11 @@ fn on_free(ctx: &RawTracePointContext) -> u32 {
     if info.flags & TASK_FLAG_RETIRED != 0 {
         let _ = TASKS.remove(key);
         return 0;
+    }
+    let mut info = info;
+    // SAFETY: as above.
+    if info.flags & TASK_FLAG_EXITED == 0 && unsafe { process_ended_unseen(task, key, &info) } {
+        info.flags |= TASK_FLAG_GROUP_DEAD;
     }
     // SAFETY: as above.
     let ev = unsafe { final_figures(task, key, &info) };
@@ -730,7 +941,8 @@ fn probe_one(key: u32, memcg_css: u64) {
         return;
     }
     let exited = info.flags & TASK_FLAG_EXITED != 0;
-    if exited && sweep_one(key) {
+    // Where exits can go unseen (`adopting`), a member not marked exited may be dead.
+    if (exited || adopting()) && sweep_one(key) {
         return;
     }
     // A displaced old leader is dead: nothing to read until it retires.
@@ -975,11 +1187,20 @@ fn sweep_one(key: u32) -> bool {
         let _ = TASKS.remove(key);
         return true;
     }
-    if info.task == 0 || info.flags & TASK_FLAG_EXITED == 0 {
+    if info.task == 0 {
         return false;
     }
     let task = info.task as *const u8;
     let o = off();
+    // An exit no program saw (every copy skipped, `adopting` only): the member is
+    // found dead and off the CPU here as an exited one is; one still alive costs
+    // this one read.
+    let unseen_exit = info.flags & TASK_FLAG_EXITED == 0;
+    // SAFETY: a read through the fault-tolerant helper, judged with the others below.
+    if unseen_exit && (!adopting() || unsafe { field::<u32>(task, o.task_state) } & TASK_DEAD == 0)
+    {
+        return false;
+    }
     // SAFETY: reads through the fault-tolerant helper. Whether the task was still
     // allocated while they ran is checked below: its entry leaves the map before
     // the kernel frees it, so an entry still there means the reads were valid.
@@ -1003,7 +1224,18 @@ fn sweep_one(key: u32) -> bool {
             Some(now) if now.task == info.task => {}
             _ => return false,
         }
+        let mut info = info;
+        if unseen_exit {
+            // SAFETY: as above.
+            let ended = unsafe { process_ended_unseen(task, key, &info) };
+            if ended {
+                info.flags |= TASK_FLAG_GROUP_DEAD;
+            }
+        }
         (info, ev, false)
+    } else if unseen_exit {
+        // Its task is gone: the probe's reading path drops the entry, counted.
+        return false;
     } else {
         match unread_entry(key, &info).and_then(|now| Some((now, at_exit_record(key)?))) {
             Some((now, ev)) => (now, ev, true),
@@ -1047,6 +1279,44 @@ unsafe fn final_figures(task: *const u8, key: u32, info: &Held) -> Event {
         (ev.exit_code, ev.ppid) = process_end(task, !graveyard && key == info.tgid);
     }
     ev
+}
+
+/// A member whose exit no program saw (every copy skipped), found dead by the sweep
+/// or freed: when it is its process's leader, every thread of the process has
+/// passed its exit (`signal->live` 0, which a leader's free implies), and no other
+/// thread's exit counted the process's end, the end is counted now; whether it was
+/// (the caller then retires the leader as the process's last thread).
+///
+/// # Safety
+/// `task` must be the member's task, allocated (checked by the caller).
+#[inline(always)]
+unsafe fn process_ended_unseen(task: *const u8, key: u32, info: &Held) -> bool {
+    if !adopting()
+        || key != info.tgid
+        || info.flags & (TASK_FLAG_GROUP_DEAD | TASK_FLAG_PROC_ENDED) != 0
+    {
+        return false;
+    }
+    let o = off();
+    let signal: *const u8 = field::<u64>(task, o.task_signal) as *const u8;
+    if field::<i32>(signal, o.signal_live) != 0 {
+        return false;
+    }
+    // Once: the entry is marked before it is counted, and a second retirement
+    // finds it gone (`commit`).
+    let Some(p) = TASKS.get_ptr_mut(key) else {
+        return false;
+    };
+    let e = &mut *p;
+    if e.task != info.task || e.flags & TASK_FLAG_PROC_ENDED != 0 {
+        return false;
+    }
+    e.flags |= TASK_FLAG_PROC_ENDED;
+    if let Some(s) = stats(info.tree) {
+        s.procs_exited += 1;
+        s.exits_unseen += 1;
+    }
+    true
 }
 
 /// A process's exit code and parent (its leader's), read through its last thread;

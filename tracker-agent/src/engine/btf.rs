@@ -409,6 +409,8 @@ impl<'a> Btf<'a> {
             cgroup_kn: self.optional("cgroup", "kn")?,
             kernfs_node_id: self.optional("kernfs_node", "id")?,
             memory_cgrp_id: NO_FIELD,
+            task_children: self.optional(t, "children")?,
+            task_sibling: self.optional(t, "sibling")?,
         };
         let chain = [
             o.task_cgroups,

@@ -21,6 +21,9 @@ pub const PROBE_FAILED: &str = "probe_failed";
 /// The kernel skipped runs of the programs (its recursion guard: the program was
 /// already running on that CPU, preempted inside it).
 pub const MISSED_RUNS: &str = "missed_runs";
+/// Where tracepoints run preemptible, the kernel refused the programs' second
+/// copies: the run goes on with the first.
+pub const NO_SECOND_COPIES: &str = "no_second_copies";
 /// Members whose task was freed before their final figures could be read.
 pub const EXIT_UNREAD: &str = "exit_unread";
 /// Members that had exited were still on a CPU when the final sample was due.
@@ -41,13 +44,14 @@ pub const EBPF_LOAD_FAILED: &str = "ebpf_load_failed";
 
 /// Every name, for the documentation's check.
 #[cfg(test)]
-pub const ALL: [&str; 15] = [
+pub const ALL: [&str; 16] = [
     MAP_FULL,
     EXIT_UNREAD,
     RING_FULL,
     RING_UNREAD,
     PROBE_FAILED,
     MISSED_RUNS,
+    NO_SECOND_COPIES,
     SETTLE_TIMEOUT,
     NO_TASK_IO,
     NO_ON_CPU,

@@ -43,6 +43,26 @@ fn second_copies() -> bool {
     aya::util::KernelVersion::current().is_ok_and(|v| v >= aya::util::KernelVersion::new(6, 19, 0))
 }
 
+/// How the life-cycle programs run: where their copies are loaded (tracepoints
+/// preemptible), a task whose fork every copy missed is looked for at its later
+/// events (`EngineMode::adopt`). `TRACKER_TEST_DROP_FORKS` and
+/// `TRACKER_TEST_DROP_EXITS` (N) make the programs ignore the forks and exits of
+/// tids that are multiples of N, as the kernel's skips would: for tests only.
+fn engine_mode(copies: bool) -> tracker_common::EngineMode {
+    let every = |var: &str| {
+        std::env::var(var)
+            .ok()
+            .and_then(|v| v.trim().parse::<u32>().ok())
+            .unwrap_or(0)
+    };
+    tracker_common::EngineMode {
+        adopt: u32::from(copies),
+        drop_forks_every: every("TRACKER_TEST_DROP_FORKS"),
+        drop_exits_every: every("TRACKER_TEST_DROP_EXITS"),
+        _pad: 0,
+    }
+}
+
 /// Where the kernel's BTF is read: `TRACKER_KERNEL_BTF` when set (a kernel that
 /// ships its BTF elsewhere; the tests use it to hand over a BTF that lacks fields),
 /// else the running kernel's own. It must describe the running kernel: the offsets
@@ -300,20 +320,37 @@ pub(super) fn raw_tp<'a>(
 
 /// Loads (verifies) the programs `run` uses: the life-cycle programs, their second
 /// copies where tracepoints are preemptible, and the probe. Their names.
-fn verify_programs(bpf: &mut Ebpf) -> Result<Vec<&'static str>, EbpfUnavailable> {
-    let copies = second_copies();
+/// A second copy the kernel refuses does not stop the run: it goes on with the
+/// first copies, and the refusal is said once and named (`NO_SECOND_COPIES`).
+fn verify_programs(
+    bpf: &mut Ebpf,
+    copies: bool,
+    degraded: &mut Degradations,
+) -> Result<Vec<&'static str>, EbpfUnavailable> {
     let names: Vec<&'static str> = TRACEPOINTS
         .iter()
         .flat_map(|&(first, again, _)| [Some(first), copies.then_some(again)])
         .flatten()
         .chain([PROBE])
         .collect();
+    let mut loaded = Vec::with_capacity(names.len());
     for &name in &names {
-        raw_tp(bpf, name)?
-            .load()
-            .map_err(|e| classify(format!("{name}: "), &e))?;
+        let result = raw_tp(bpf, name)?.load();
+        match result {
+            Ok(()) => loaded.push(name),
+            Err(e) if TRACEPOINTS.iter().any(|t| t.1 == name) => {
+                let detail = format!(
+                    "the kernel refused the second copy {name} ({e}): where it skips a \
+                     program's run, the event is seen only when the first copy runs, and a \
+                     task whose fork neither saw is found again only at its later events"
+                );
+                crate::warn::warn_once("ebpf.copies", format_args!("{detail}"));
+                degraded.set(degraded::NO_SECOND_COPIES, detail);
+            }
+            Err(e) => return Err(classify(format!("{name}: "), &e)),
+        }
     }
-    Ok(names)
+    Ok(loaded)
 }
 
 /// Attaches the loaded life-cycle programs, the first copies first: a tracepoint
@@ -383,14 +420,16 @@ impl EbpfEngine {
         if !in_host_pid_ns() {
             return Err(EbpfUnavailable::PidNamespace);
         }
-        let (offsets, degraded, t_read) = kernel_offsets(t0)?;
+        let (offsets, mut degraded, t_read) = kernel_offsets(t0)?;
         let t_parsed = t0.elapsed();
         log::debug!("kernel offsets: {offsets:?}");
         let rss_in_kernel = offsets.mm_rss_stat != tracker_common::NO_FIELD;
         let max_tasks = task_map_size(max_tasks, pid_max());
+        let mode = engine_mode(second_copies());
         let mut bpf = loader_without_btf()
             .btf(None)
             .override_global("OFFSETS", &offsets, true)
+            .override_global("MODE", &mode, true)
             .map_max_entries("TASKS", max_tasks)
             .map_max_entries("EVENTS", ring_bytes)
             // The object also holds the node agent's maps, which `run` never uses:
@@ -403,7 +442,7 @@ impl EbpfEngine {
             .load(OBJECT)
             .map_err(|e| classify(String::new(), &e))?;
         let t_maps = t0.elapsed();
-        let names = verify_programs(&mut bpf)?;
+        let names = verify_programs(&mut bpf, mode.adopt != 0, &mut degraded)?;
         let t_loaded = t0.elapsed();
         attach_programs(&mut bpf, &names)?;
         log::debug!(

@@ -250,6 +250,9 @@ impl EbpfEngine {
             t.lost_events += s.lost_events;
             t.untracked_tasks += s.untracked_tasks;
             t.lost_exits += s.lost_exits;
+            t.adopted += s.adopted;
+            t.exits_unseen += s.exits_unseen;
+            t.children_unchecked += s.children_unchecked;
         }
         Ok(t)
     }
@@ -773,7 +776,7 @@ impl EbpfEngine {
         self.misses_read_ago += 1;
         if self.preemptible || self.misses_read_ago >= MISSES_EVERY {
             self.misses_read_ago = 0;
-            self.note_missed_runs();
+            self.note_missed_runs(&k);
         }
         t.degraded = self.degraded.clone();
         Ok(t)
@@ -784,31 +787,60 @@ impl EbpfEngine {
     /// copies attached, an event is lost only where both copies were skipped for
     /// it: at most the smaller of the two counts (both count the host's events,
     /// not only the tree's).
-    fn note_missed_runs(&mut self) {
+    fn note_missed_runs(&mut self, k: &TreeStats) {
         use std::os::fd::AsFd as _;
         let misses = |name: &str| {
             let fd = self.bpf.program(name).and_then(|p| p.fd().ok())?;
             Some(load::recursion_misses(fd.as_fd()))
         };
-        let missed: u64 = load::TRACEPOINTS
-            .iter()
-            .map(|&(first, again, _)| {
-                let m = misses(first).unwrap_or(0);
-                misses(again).map_or(m, |a| m.min(a))
-            })
-            .sum();
-        if missed > 0 {
-            self.degraded.set(
-                degraded::MISSED_RUNS,
-                format!(
-                    "the kernel skipped up to {missed} run(s) of the tracker's programs (one \
-                     was already running on that CPU, preempted inside it): the forks, execs \
-                     and exits they would have seen are missing from processes_spawned, \
-                     processes_exited and execs, and a child never seen is outside the tree \
-                     with its CPU, I/O and memory"
-                ),
-            );
+        let mut missed = 0;
+        let mut each = Vec::new();
+        for &(first, again, tp) in &load::TRACEPOINTS {
+            let m = misses(first).unwrap_or(0);
+            let a = misses(again);
+            missed += a.map_or(m, |a| m.min(a));
+            let short = tp.trim_start_matches("sched_process_");
+            each.push(match a {
+                Some(a) => format!("{short} {m} and {a}"),
+                None => format!("{short} {m}"),
+            });
         }
+        let each = each.join(", ");
+        if missed == 0 && k.adopted == 0 && k.exits_unseen == 0 && k.children_unchecked == 0 {
+            return;
+        }
+        let text = if self.preemptible {
+            format!(
+                "the kernel skipped up to {missed} run(s) of the tracker's programs on the host \
+                 (every copy of a program held on that CPU by a task preempted inside it; \
+                 runs skipped per copy: {each}); \
+                 {} member(s) whose fork was skipped were found at a later event by their \
+                 ancestry and counted from their fork, and {} process end(s) whose exit was \
+                 skipped were counted when the leader was found dead. A task is outside the tree only where \
+                 every copy was skipped for its fork and for its own exec and exit and for \
+                 its parent's exit{}",
+                k.adopted,
+                k.exits_unseen,
+                if k.children_unchecked > 0 {
+                    format!(
+                        ", or where it was beyond the {} children an exiting member's \
+                         program looks at ({} such exit(s))",
+                        tracker_common::ADOPT_CHILDREN,
+                        k.children_unchecked
+                    )
+                } else {
+                    String::new()
+                }
+            )
+        } else {
+            format!(
+                "the kernel skipped up to {missed} run(s) of the tracker's programs (one \
+                 was already running on that CPU; runs skipped: {each}): the forks, execs and exits they would have \
+                 seen are missing from processes_spawned, processes_exited and execs, and a \
+                 child never seen is outside the tree with its CPU, I/O and memory"
+            )
+        };
+        self.degraded.set(degraded::MISSED_RUNS, text);
     }
 
     /// The kernel's counters of what it could not record, as named degradations.
