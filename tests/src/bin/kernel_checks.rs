@@ -389,6 +389,11 @@ fn shape(check: &str, t: Tracked, counts: &[(&str, u64)], io: bool) -> Cell {
     if let Some(d) = t.summary["degraded"].as_array().filter(|d| !d.is_empty()) {
         let names: Vec<&str> = d.iter().filter_map(|x| x["name"].as_str()).collect();
         figs.push_str(&format!(", degraded [{}]", names.join(", ")));
+        // What the kernel skipped, per copy, and what was found again: the
+        // figures docs/engine.md gives for preemptible tracepoints.
+        if let Some(m) = d.iter().find(|x| x["name"] == "missed_runs") {
+            figs.push_str(&format!(" ({})", missed_runs_figures(&m["detail"])));
+        }
     }
     if io {
         let got = t.summary["write_bytes"].as_u64().unwrap_or(0) as f64;
@@ -410,6 +415,34 @@ fn shape(check: &str, t: Tracked, counts: &[(&str, u64)], io: bool) -> Cell {
     } else {
         bad(check, format!("{}; {figs}", errs.join("; ")))
     }
+}
+
+/// The numbers of a `missed_runs` detail: runs skipped per copy, members found
+/// after a skipped fork, process ends counted after a skipped exit.
+fn missed_runs_figures(detail: &Value) -> String {
+    let text = detail.as_str().unwrap_or("");
+    let between = |from: &str, to: &str| {
+        text.split_once(from)
+            .and_then(|(_, rest)| rest.split_once(to))
+            .map(|(v, _)| v.trim().to_string())
+    };
+    let mut parts = Vec::new();
+    if let Some(v) = between("runs skipped per copy:", ")") {
+        parts.push(format!("skipped {v}"));
+    }
+    if let Some(v) = between("; ", " member(s) whose fork was skipped") {
+        parts.push(format!(
+            "{} found after their fork",
+            v.rsplit(' ').next().unwrap_or(&v)
+        ));
+    }
+    if let Some(v) = between("and ", " process end(s) whose exit") {
+        parts.push(format!(
+            "{} ends after their exit",
+            v.rsplit(' ').next().unwrap_or(&v)
+        ));
+    }
+    parts.join("; ")
 }
 
 /// Whether the release string `release` ("7.2.13+deb14-cloud-amd64") is at least
