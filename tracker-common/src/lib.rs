@@ -44,9 +44,10 @@ pub struct TaskInfo {
     /// `bpf_ktime_get_ns()` at `sched_process_exit`, 0 before: the EXIT record
     /// carries it, so a process's end is its exit, not the later sweep.
     pub exit_ns: u64,
-    /// `task->mm` after the member's last exec seen, 0 before one: an exec whose
+    /// `task->mm` after the member's last exec seen (0 before one; where
+    /// `EngineMode::adopt` is on, its mm at its fork until then): an exec whose
     /// entry already holds the task's mm was handled (see the programs' `again_*`
-    /// copies).
+    /// copies), and an exit with another mm follows an exec no copy saw.
     pub exec_mm: u64,
     /// The thread's figures and command at `sched_process_exit`, and for a
     /// process's last thread its exit code and parent. The final figures come
@@ -149,6 +150,9 @@ pub struct TreeStats {
     /// `EngineMode::adopt`), found at a later event by their ancestry and counted
     /// in `procs_spawned`/`threads_spawned` then.
     pub adopted: u64,
+    /// Execs no program saw, found at the member's exit by its mm (counted in
+    /// `execs` too; several unseen execs of one task count once).
+    pub execs_unseen: u64,
     /// Process ends whose exit no program saw, counted when the sweep found the
     /// leader dead or at its free instead.
     pub exits_unseen: u64,
@@ -174,7 +178,9 @@ pub struct EngineMode {
     /// Tests only: the exit programs ignore the exit of a thread whose tid is a
     /// multiple of this.
     pub drop_exits_every: u32,
-    pub _pad: u32,
+    /// Tests only: the exec programs ignore the execs of a member other than the
+    /// root whose tid is a multiple of this.
+    pub drop_execs_every: u32,
 }
 
 /// The children an exiting member's exit program looks at for members whose fork

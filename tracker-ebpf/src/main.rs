@@ -92,7 +92,7 @@ static MODE: EngineMode = EngineMode {
     adopt: 0,
     drop_forks_every: 0,
     drop_exits_every: 0,
-    _pad: 0,
+    drop_execs_every: 0,
 };
 
 const BPF_RB_NO_WAKEUP: u64 = 1;
@@ -470,6 +470,11 @@ pub extern "C" fn add_child(
     info.tree = tree;
     info.flags = flags;
     info.task = child;
+    if adopting() {
+        // The mm it starts with: its exit tells by it an exec no program saw.
+        // SAFETY: `child` is a task the kernel handed a program (see below).
+        info.exec_mm = unsafe { field(child as *const u8, off().task_mm) };
+    }
     let Some(s) = stats(tree) else {
         return ADD_FAILED;
     };
@@ -667,6 +672,9 @@ fn on_exec(ctx: &RawTracePointContext) -> u32 {
     // SAFETY: a hash map value, valid while this program runs (a live member's
     // entry is removed only by its own later exit and retirement).
     let entry = unsafe { &mut *p };
+    if entry.flags & TASK_FLAG_ROOT == 0 && dropped(key, mode().drop_execs_every) {
+        return 0;
+    }
     // SAFETY: `task` is the tracepoint's task argument.
     if !unsafe { is_member(entry, task) } {
         return 0;
@@ -798,6 +806,18 @@ fn on_exit(ctx: &RawTracePointContext) -> u32 {
     if adopting() {
         let tree_parent = (u64::from(tree) << 32) | u64::from(tgid);
         adopt_children(task as u64, tree_parent, u64::from(flags));
+        // Every exec gives the task a new mm, and from 6.16 its exit comes before
+        // the mm is let go: another mm than the one its fork or last exec seen left
+        // in the entry is an exec every copy missed (counted once, however many).
+        // SAFETY: as above.
+        let mm: u64 = unsafe { field(task, o.task_mm) };
+        if mm != 0 && info.exec_mm != 0 && mm != info.exec_mm {
+            info.exec_mm = mm;
+            if let Some(s) = stats(tree) {
+                s.execs += 1;
+                s.execs_unseen += 1;
+            }
+        }
     }
     // SAFETY: as above.
     let (group_dead, signal) = unsafe { exit_group_dead(ctx, task) };

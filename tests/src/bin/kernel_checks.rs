@@ -421,26 +421,29 @@ fn shape(check: &str, t: Tracked, counts: &[(&str, u64)], io: bool) -> Cell {
 /// after a skipped fork, process ends counted after a skipped exit.
 fn missed_runs_figures(detail: &Value) -> String {
     let text = detail.as_str().unwrap_or("");
-    let between = |from: &str, to: &str| {
-        text.split_once(from)
-            .and_then(|(_, rest)| rest.split_once(to))
-            .map(|(v, _)| v.trim().to_string())
+    // The number just before `phrase`.
+    let count = |phrase: &str| {
+        let (before, _) = text.split_once(phrase)?;
+        before.split_whitespace().last().map(str::to_string)
     };
     let mut parts = Vec::new();
-    if let Some(v) = between("runs skipped per copy:", ")") {
-        parts.push(format!("skipped {v}"));
-    }
-    if let Some(v) = between("; ", " member(s) whose fork was skipped") {
+    if let Some((_, rest)) = text.split_once("runs skipped per copy:") {
         parts.push(format!(
-            "{} found after their fork",
-            v.rsplit(' ').next().unwrap_or(&v)
+            "skipped {}",
+            rest.split(')').next().unwrap_or("").trim()
         ));
     }
-    if let Some(v) = between("and ", " process end(s) whose exit") {
-        parts.push(format!(
-            "{} ends after their exit",
-            v.rsplit(' ').next().unwrap_or(&v)
-        ));
+    for (phrase, what) in [
+        (
+            " member(s) whose fork was skipped",
+            "found after their fork",
+        ),
+        (" process end(s) whose exit", "ends after their exit"),
+        (" exec(s) that were skipped", "execs at exit"),
+    ] {
+        if let Some(n) = count(phrase) {
+            parts.push(format!("{n} {what}"));
+        }
     }
     parts.join("; ")
 }

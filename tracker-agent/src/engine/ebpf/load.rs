@@ -45,9 +45,9 @@ fn second_copies() -> bool {
 
 /// How the life-cycle programs run: where their copies are loaded (tracepoints
 /// preemptible), a task whose fork every copy missed is looked for at its later
-/// events (`EngineMode::adopt`). `TRACKER_TEST_DROP_FORKS` and
-/// `TRACKER_TEST_DROP_EXITS` (N) make the programs ignore the forks and exits of
-/// tids that are multiples of N, as the kernel's skips would: for tests only.
+/// events (`EngineMode::adopt`). `TRACKER_TEST_DROP_FORKS`, `_EXITS` and `_EXECS`
+/// (N) make the programs ignore the forks, exits and execs of tids that are
+/// multiples of N, as the kernel's skips would: for tests only.
 fn engine_mode(copies: bool) -> tracker_common::EngineMode {
     let every = |var: &str| {
         std::env::var(var)
@@ -59,7 +59,7 @@ fn engine_mode(copies: bool) -> tracker_common::EngineMode {
         adopt: u32::from(copies),
         drop_forks_every: every("TRACKER_TEST_DROP_FORKS"),
         drop_exits_every: every("TRACKER_TEST_DROP_EXITS"),
-        _pad: 0,
+        drop_execs_every: every("TRACKER_TEST_DROP_EXECS"),
     }
 }
 

@@ -252,6 +252,7 @@ impl EbpfEngine {
             t.lost_exits += s.lost_exits;
             t.adopted += s.adopted;
             t.exits_unseen += s.exits_unseen;
+            t.execs_unseen += s.execs_unseen;
             t.children_unchecked += s.children_unchecked;
         }
         Ok(t)
@@ -806,7 +807,12 @@ impl EbpfEngine {
             });
         }
         let each = each.join(", ");
-        if missed == 0 && k.adopted == 0 && k.exits_unseen == 0 && k.children_unchecked == 0 {
+        if missed == 0
+            && k.adopted == 0
+            && k.exits_unseen == 0
+            && k.execs_unseen == 0
+            && k.children_unchecked == 0
+        {
             return;
         }
         let text = if self.preemptible {
@@ -815,12 +821,14 @@ impl EbpfEngine {
                  (every copy of a program held on that CPU by a task preempted inside it; \
                  runs skipped per copy: {each}); \
                  {} member(s) whose fork was skipped were found at a later event by their \
-                 ancestry and counted from their fork, and {} process end(s) whose exit was \
-                 skipped were counted when the leader was found dead. A task is outside the tree only where \
-                 every copy was skipped for its fork and for its own exec and exit and for \
-                 its parent's exit{}",
+                 ancestry and counted from their fork, {} process end(s) whose exit was \
+                 skipped were counted when the leader was found dead, and {} exec(s) that \
+                 were skipped were counted at the member's exit. A task is outside the \
+                 tree only where every copy was skipped for its fork and for its own exec \
+                 and exit and for its parent's exit{}",
                 k.adopted,
                 k.exits_unseen,
+                k.execs_unseen,
                 if k.children_unchecked > 0 {
                     format!(
                         ", or where it was beyond the {} children an exiting member's \
