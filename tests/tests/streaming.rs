@@ -1404,3 +1404,214 @@ fn a_guardian_only_with_streaming_and_gone_after_a_clean_end() {
     assert_eq!(uid, ["65534"; 4], "the guardian's ids: {status}");
     assert!(bg.wait_for(Duration::from_secs(30)).success());
 }
+
+/// What a hostile API listener answers every request with.
+#[derive(Clone)]
+enum Hostile {
+    /// `307` to this location (`SELF` stands for the listener's own URL).
+    Redirect(String),
+    /// `200` whose body never ends: `[` bytes until the client leaves, 3 GiB or
+    /// 60 s, whichever comes first.
+    Flood,
+}
+
+/// An HTTP listener on 127.0.0.1 that answers every request the same way and
+/// keeps each request's head; it stops when dropped.
+struct HostileApi {
+    url: String,
+    heads: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl HostileApi {
+    fn start(answer: Hostile) -> HostileApi {
+        use std::io::{Read as _, Write as _};
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        l.set_nonblocking(true).expect("nonblocking");
+        let url = format!("http://{}", l.local_addr().expect("addr"));
+        let heads = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (h, s) = (heads.clone(), stop.clone());
+        let own = url.clone();
+        let thread = std::thread::spawn(move || {
+            while !s.load(std::sync::atomic::Ordering::Relaxed) {
+                let Ok((mut c, _)) = l.accept() else {
+                    std::thread::sleep(Duration::from_millis(5));
+                    continue;
+                };
+                let _ = c.set_nonblocking(false);
+                let _ = c.set_read_timeout(Some(Duration::from_secs(5)));
+                // The head, then the body its Content-Length announces.
+                let mut got = Vec::new();
+                let mut buf = [0u8; 4096];
+                let head_end = loop {
+                    match c.read(&mut buf) {
+                        Ok(0) | Err(_) => break None,
+                        Ok(n) => got.extend_from_slice(&buf[..n]),
+                    }
+                    if let Some(i) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+                        break Some(i + 4);
+                    }
+                };
+                let Some(head_end) = head_end else { continue };
+                let head = String::from_utf8_lossy(&got[..head_end]).into_owned();
+                let len: usize = head
+                    .lines()
+                    .find_map(|l| {
+                        let (k, v) = l.split_once(':')?;
+                        k.eq_ignore_ascii_case("content-length")
+                            .then(|| v.trim().parse().ok())?
+                    })
+                    .unwrap_or(0);
+                while got.len() < head_end + len {
+                    match c.read(&mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => got.extend_from_slice(&buf[..n]),
+                    }
+                }
+                h.lock().expect("heads").push(head);
+                match &answer {
+                    Hostile::Redirect(to) => {
+                        let to = to.replace("SELF", &own);
+                        let _ = write!(
+                            c,
+                            "HTTP/1.1 307 Temporary Redirect\r\nLocation: {to}\r\n\
+                             Content-Length: 0\r\nConnection: close\r\n\r\n"
+                        );
+                    }
+                    Hostile::Flood => {
+                        let _ = c.write_all(
+                            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\
+                              Connection: close\r\n\r\n",
+                        );
+                        let chunk = vec![b'['; 64 * 1024];
+                        let t0 = Instant::now();
+                        let mut sent: u64 = 0;
+                        while sent < 3 << 30 && t0.elapsed() < Duration::from_secs(60) {
+                            if c.write_all(&chunk).is_err() {
+                                break;
+                            }
+                            sent += chunk.len() as u64;
+                        }
+                    }
+                }
+            }
+        });
+        HostileApi {
+            url,
+            heads,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    fn heads(&self) -> Vec<String> {
+        self.heads.lock().expect("heads").clone()
+    }
+}
+
+impl Drop for HostileApi {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Runs `c`, returning its output and its peak resident memory (KiB, the
+/// tracker's own and that of the children it waited for).
+fn run_measured(c: &mut Command) -> (ExitStatus, String, i64, Duration) {
+    use std::io::Read as _;
+    let t0 = Instant::now();
+    let mut child = c.spawn().expect("run the tracker");
+    let mut err = child.stderr.take().expect("stderr");
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let mut status = 0;
+    // SAFETY: a zeroed rusage for wait4 to fill.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: waiting for our own child, with valid out-pointers.
+    let r = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut ru) };
+    assert_eq!(r, child.id() as i32, "wait4");
+    let wall = t0.elapsed();
+    let stderr = reader.join().unwrap_or_default();
+    use std::os::unix::process::ExitStatusExt as _;
+    (ExitStatus::from_raw(status), stderr, ru.ru_maxrss, wall)
+}
+
+/// The token goes to the configured origin and nowhere else, through any redirect
+/// chain: the API redirects to another origin that redirects to itself (where a
+/// client that drops the header on the first cross-origin hop would add it back).
+/// No redirect is followed; the run goes on locally and the refusal is one line.
+#[test]
+fn the_token_never_follows_a_redirect() {
+    let other = HostileApi::start(Hostile::Redirect("SELF/again".into()));
+    let chain = HostileApi::start(Hostile::Redirect(format!("{}/runs", other.url)));
+    let dir = Scratch::new("stream-redirect");
+    let dead = closed_url();
+    let mut c = command(&dir, &chain.url, &dead, "1", &["true"]);
+    let (status, stderr, _, wall) = run_measured(&mut c);
+    let r = collect(&dir, status, stderr);
+    assert!(r.status.success(), "{}", r.stderr);
+    assert_no_token(&r);
+    let asked = chain.heads();
+    assert!(!asked.is_empty(), "the API was never asked");
+    // The configured origin gets the token (the check can fail)...
+    assert!(
+        asked
+            .iter()
+            .all(|h| h.contains(&format!("authorization: Bearer {TOKEN}"))
+                || h.contains(&format!("Authorization: Bearer {TOKEN}"))),
+        "{asked:?}"
+    );
+    // ...and the other origin never hears from the tracker.
+    assert_eq!(
+        other.heads(),
+        Vec::<String>::new(),
+        "a redirect was followed"
+    );
+    let said: Vec<&str> = r
+        .stderr
+        .lines()
+        .filter(|l| l.contains("redirect"))
+        .collect();
+    assert!(
+        !said.is_empty() && said.iter().all(|l| l.contains(&other.url)),
+        "the redirect is named: {}",
+        r.stderr
+    );
+    assert!(wall < Duration::from_secs(40), "took {wall:?}");
+}
+
+/// An API whose answer never ends (3 GiB of `[` without a length): the tracker
+/// reads no more than the largest answer the API gives, keeps its memory, and the
+/// command's run is not held by it.
+#[test]
+fn an_answer_that_floods_is_not_read() {
+    let api = HostileApi::start(Hostile::Flood);
+    let dir = Scratch::new("stream-flood");
+    let dead = closed_url();
+    let mut c = command(&dir, &api.url, &dead, "1", &["true"]);
+    c.env("TRACKER_HTTP_TIMEOUT", "5");
+    let (status, stderr, maxrss_kib, wall) = run_measured(&mut c);
+    let r = collect(&dir, status, stderr);
+    assert!(r.status.success(), "{}", r.stderr);
+    assert!(!api.heads().is_empty(), "the API was never asked");
+    assert!(
+        maxrss_kib < 64 * 1024,
+        "the tracker grew to {maxrss_kib} KiB on a flood:\n{}",
+        r.stderr
+    );
+    assert!(
+        r.stderr.contains("larger than"),
+        "the refusal is said: {}",
+        r.stderr
+    );
+    // Three registrations at most, each refused at its first MiB.
+    assert!(wall < Duration::from_secs(30), "took {wall:?}");
+}

@@ -227,6 +227,10 @@ impl Api {
             .timeout(timeout)
             .connect_timeout(timeout)
             .user_agent(concat!("resource-tracker/", env!("CARGO_PKG_VERSION")))
+            // The token goes to the configured origin and nowhere else: a redirect
+            // is an answer the client cannot use (reqwest drops the header on a hop
+            // to another origin, but not on that origin's hop to itself).
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|e| format!("building the HTTP client: {e}"))?;
         Ok(Api {
@@ -270,11 +274,28 @@ impl Api {
             )
         })?;
         let status = resp.status();
-        let text = resp.text().await.map_err(|e| {
-            no_answer(
+        if status.is_redirection() {
+            let to = resp
+                .headers()
+                .get(reqwest::header::LOCATION)
+                .and_then(|v| v.to_str().ok())
+                .map_or_else(|| "no Location".to_string(), |l| clip(l, 120));
+            return Err(ApiError::Answer(self.redact(&format!(
+                "POST {url}: the API answered {} with a redirect to {to}; redirects are not \
+                 followed, so that the token goes to {} only",
+                status.as_u16(),
+                self.base
+            ))));
+        }
+        let text = read_bounded(resp, MAX_ANSWER).await.map_err(|e| match e {
+            Body::TooLarge(n) => ApiError::Answer(format!(
+                "POST {url}: the answer is larger than {n} bytes, more than any answer of the \
+                 API; it was not read further"
+            )),
+            Body::Failed(e) => no_answer(
                 &e,
                 self.redact(&format!("POST {url}: reading the answer: {e}")),
-            )
+            ),
         })?;
         if !status.is_success() {
             return Err(ApiError::Status {
@@ -313,6 +334,32 @@ impl Api {
         self.post(&format!("/runs/{run_id}/finish"), Some(body))
             .await
     }
+}
+
+/// The most of an answer the client reads: the API's largest (a registration with
+/// its credentials) is a few KiB. A body past this is refused unread, so an API
+/// that floods cannot take the tracker's memory.
+const MAX_ANSWER: usize = 1 << 20;
+
+enum Body {
+    /// Longer than the bound given (bytes).
+    TooLarge(usize),
+    Failed(reqwest::Error),
+}
+
+/// The answer's body as text, at most `max` bytes of it; read no further.
+async fn read_bounded(mut resp: reqwest::Response, max: usize) -> Result<String, Body> {
+    if resp.content_length().is_some_and(|n| n > max as u64) {
+        return Err(Body::TooLarge(max));
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = resp.chunk().await.map_err(Body::Failed)? {
+        if body.len() + chunk.len() > max {
+            return Err(Body::TooLarge(max));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(String::from_utf8_lossy(&body).into_owned())
 }
 
 /// A request that got no (whole) answer; a time-out kept apart, since the server
