@@ -470,8 +470,10 @@ pub extern "C" fn add_child(
     info.tree = tree;
     info.flags = flags;
     info.task = child;
-    if adopting() {
-        // The mm it starts with: its exit tells by it an exec no program saw.
+    if adopting() && !adopted {
+        // The mm it starts with: its exit tells by it an exec no program saw. (A
+        // child found later has no mm of its fork to keep: at its exec the mm is
+        // already the new one, which would pass for that exec handled.)
         // SAFETY: `child` is a task the kernel handed a program (see below).
         info.exec_mm = unsafe { field(child as *const u8, off().task_mm) };
     }
