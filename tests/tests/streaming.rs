@@ -1578,7 +1578,7 @@ fn the_token_never_follows_a_redirect() {
     let said: Vec<&str> = r
         .stderr
         .lines()
-        .filter(|l| l.contains("redirect"))
+        .filter(|l| l.contains("a redirect to"))
         .collect();
     assert!(
         !said.is_empty() && said.iter().all(|l| l.contains(&other.url)),
