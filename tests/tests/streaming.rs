@@ -1522,6 +1522,8 @@ impl Drop for HostileApi {
 
 /// Runs `c`, returning its output and its peak resident memory (KiB, the
 /// tracker's own and that of the children it waited for).
+// The child is reaped by wait4, for the rusage `Child::wait` does not give.
+#[allow(clippy::zombie_processes)]
 fn run_measured(c: &mut Command) -> (ExitStatus, String, i64, Duration) {
     use std::io::Read as _;
     let t0 = Instant::now();

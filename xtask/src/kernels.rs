@@ -598,7 +598,11 @@ pub fn render(outcomes: &[Outcome], wall_secs: f64) -> String {
          loaded and attached by listing the kernel's BPF programs and links (bpf(2)\n\
          `BPF_PROG_GET_NEXT_ID`, `BPF_LINK_GET_NEXT_ID`), not by the tracker's word. The\n\
          `again_*` rows are the second copies of the life-cycle programs (docs/engine.md):\n\
-         `ok` is loaded and attached from 6.19 on, and not loaded before.\n"
+         `ok` is loaded and attached from 6.19 on, and not loaded before. Where the kernel\n\
+         skipped every copy of a program for one event, a shape's `missed_runs` figures\n\
+         give the runs skipped per copy and what was found again (members whose fork was\n\
+         skipped, process ends and execs whose program was skipped): the counts stay exact\n\
+         through them (docs/engine.md, \"A member whose event no copy saw\").\n"
     );
     let _ = writeln!(s, "## Matrix\n");
     let mut head = "| check |".to_string();
