@@ -321,3 +321,40 @@ pub mod e2e;
 pub mod http;
 pub mod python;
 pub mod sentinel;
+
+/// The administrator's policy file (`/etc/resource-tracker.toml`) as a test sets
+/// it: written root's with `mode`, and on drop removed, or put back as it was.
+pub struct AdminPolicy {
+    before: Option<Vec<u8>>,
+}
+
+impl AdminPolicy {
+    pub const PATH: &'static str = "/etc/resource-tracker.toml";
+
+    pub fn set(text: &str, mode: u32) -> AdminPolicy {
+        use std::os::unix::fs::PermissionsExt as _;
+        let before = std::fs::read(Self::PATH).ok();
+        std::fs::write(Self::PATH, text).expect("write the policy");
+        std::fs::set_permissions(Self::PATH, std::fs::Permissions::from_mode(mode))
+            .expect("chmod the policy");
+        AdminPolicy { before }
+    }
+
+    /// `[sudo] allow_as_root = true`, root's alone.
+    pub fn allow_as_root() -> AdminPolicy {
+        AdminPolicy::set("[sudo]\nallow_as_root = true\n", 0o644)
+    }
+}
+
+impl Drop for AdminPolicy {
+    fn drop(&mut self) {
+        match &self.before {
+            Some(b) => {
+                let _ = std::fs::write(Self::PATH, b);
+            }
+            None => {
+                let _ = std::fs::remove_file(Self::PATH);
+            }
+        }
+    }
+}

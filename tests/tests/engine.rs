@@ -415,7 +415,8 @@ fn sudo_user_drop() {
     if ebpf_available() {
         assert_eq!(read_json(&sum)["backend"], "ebpf");
     }
-    // --as-root keeps root for the command.
+    // --as-root keeps root for the command, where the administrator allows it.
+    let _policy = AdminPolicy::allow_as_root();
     let o = run(Command::new(tracker())
         .args(["run", "-q", "--as-root", "--", "sh", "-c", &script])
         .env("SUDO_UID", "65534")

@@ -234,9 +234,11 @@ fn under_sudo_outputs_are_the_invoking_users() {
             "{f} belongs to the user"
         );
     }
-    // --as-root: the command and the files are root's, and the user's link is
-    // still not followed (their directory is not root's): being theirs, it cannot
-    // keep the command from running either, and the samples go to a kept file.
+    // --as-root, where the administrator allows it: the command and the files are
+    // root's, and the user's link is still not followed (their directory is not
+    // root's): being theirs, it cannot keep the command from running either, and
+    // the samples go to a kept file.
+    let _policy = AdminPolicy::allow_as_root();
     for (out, kept) in [("root.jsonl", false), ("out.jsonl", true)] {
         let mut c = tracker_cmd(&home);
         sudo(&mut c);
@@ -256,6 +258,68 @@ fn under_sudo_outputs_are_the_invoking_users() {
     }
     let m = std::fs::metadata(home.join("root.jsonl")).expect("root.jsonl");
     assert_eq!(m.uid(), 0, "--as-root writes as root");
+}
+
+/// A sudoers rule for this binary grants tracking, not root: under sudo,
+/// `--as-root` is refused (exit 2, one line, the command never started) unless
+/// the administrator's own file allows it, and a policy file that is not root's
+/// alone is not taken at its word. Root without sudo keeps `--as-root`.
+#[test]
+fn under_sudo_as_root_needs_the_administrators_word() {
+    if skip_unless_root() {
+        return;
+    }
+    let s = Scratch::new("safe-asroot");
+    let marker = s.path("ran");
+    let script = format!("id -u > {}", marker.display());
+    let attempt = |sudo: bool| {
+        let _ = std::fs::remove_file(&marker);
+        let mut c = tracker_cmd(&s.0);
+        if sudo {
+            c.env("SUDO_UID", NOBODY.to_string())
+                .env("SUDO_GID", NOBODY.to_string())
+                .env("SUDO_USER", "nobody");
+        }
+        let o = c
+            .args(["run", "-q", "--as-root", "--", "sh", "-c", &script])
+            .output()
+            .expect("run");
+        let ran = std::fs::read_to_string(&marker).ok();
+        (o, ran)
+    };
+    let refused = |what: &str, want: &str| {
+        let (o, ran) = attempt(true);
+        let err = one_line(&o);
+        assert_eq!(o.status.code(), Some(2), "{what}: {err}");
+        assert!(
+            err.lines().count() == 1 && err.contains("--as-root") && err.contains(want),
+            "{what}: {err}"
+        );
+        assert_eq!(ran, None, "{what}: the command ran");
+    };
+    let _ = std::fs::remove_file(AdminPolicy::PATH);
+    refused("no policy", AdminPolicy::PATH);
+    {
+        let _p = AdminPolicy::set("[sudo]\nallow_as_root = false\n", 0o644);
+        refused("allow_as_root = false", "allow_as_root = true");
+    }
+    {
+        // Writable by others: its word is not taken, and nothing of it is echoed.
+        let _p = AdminPolicy::set("[sudo]\nallow_as_root = true\nsecret = \"s3cr3t\"\n", 0o666);
+        refused("a policy others can write", "only root may write");
+        let (o, _) = attempt(true);
+        assert!(!one_line(&o).contains("s3cr3t"));
+    }
+    {
+        let _p = AdminPolicy::allow_as_root();
+        let (o, ran) = attempt(true);
+        assert_eq!(o.status.code(), Some(0), "allowed: {}", one_line(&o));
+        assert_eq!(ran.as_deref(), Some("0\n"), "allowed: the command is root");
+    }
+    // Root without sudo: --as-root is what it always was.
+    let (o, ran) = attempt(false);
+    assert_eq!(o.status.code(), Some(0), "root: {}", one_line(&o));
+    assert_eq!(ran.as_deref(), Some("0\n"));
 }
 
 /// As root without sudo, in a directory someone else owns: a planted link is not

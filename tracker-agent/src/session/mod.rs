@@ -152,6 +152,14 @@ pub fn run(st: Settings) -> anyhow::Result<i32> {
             return Ok(2);
         }
     };
+    // A sudoers rule for this binary grants tracking, not root: the command runs
+    // as root under sudo only where the administrator's own file allows it.
+    if st.as_root && invoker.is_some() {
+        if let Some(why) = as_root_refused() {
+            say(why);
+            return Ok(2);
+        }
+    }
     // Under sudo the command and the files the user named are the invoking
     // user's; with --as-root both are root's (opened root-safe, see fsafe).
     let run_as = invoker.filter(|_| !st.as_root);
@@ -246,6 +254,24 @@ pub fn run(st: Settings) -> anyhow::Result<i32> {
     );
     sinks.finish(&mut summary);
     Ok(summary.exit_code.unwrap_or(0))
+}
+
+/// Why `--as-root` is refused under sudo, if it is: unless the administrator's
+/// policy (`settings::admin::ADMIN_CONFIG`) allows it, the command would run as
+/// root for a user whom sudo lets run this binary only.
+fn as_root_refused() -> Option<String> {
+    use crate::settings::admin;
+    let path = std::path::Path::new(admin::ADMIN_CONFIG);
+    match admin::sudo_policy(path) {
+        Ok(p) if p.allow_as_root => None,
+        Ok(_) => Some(format!(
+            "--as-root under sudo: refused: it would run the command as root, which a \
+             sudoers rule for this binary does not grant; an administrator allows it with \
+             `allow_as_root = true` under [sudo] in {} (root's, writable by root only)",
+            admin::ADMIN_CONFIG
+        )),
+        Err(e) => Some(format!("--as-root under sudo: refused: {e}")),
+    }
 }
 
 /// The outputs opened before anything started.

@@ -3,6 +3,7 @@
 //! the one [`Settings`] the session runs on, so that every bad value stops the
 //! tracker with one line naming it and nothing past here sees the CLI's types.
 
+pub mod admin;
 pub mod cli;
 mod file;
 pub mod node;
