@@ -322,6 +322,70 @@ fn under_sudo_as_root_needs_the_administrators_word() {
     assert_eq!(ran.as_deref(), Some("0\n"));
 }
 
+/// `report` under sudo is made as the user who asked: a root-only recorded run is
+/// not read into their page, and a page is not written where they could not write
+/// it themselves (a root-owned directory, a root-owned file); what it writes is
+/// theirs.
+#[test]
+fn under_sudo_a_report_reads_and_writes_as_the_user() {
+    if skip_unless_root() {
+        return;
+    }
+    let s = Scratch::new("safe-report");
+    let home = dir(&s, "home", 0o755, NOBODY);
+    let private = dir(&s, "private", 0o700, 0);
+    // A recorded run of root's, and the same run the user may read.
+    let o = tracker_cmd(&s.0)
+        .args(["run", "-q", "-i", "0.1", "-o"])
+        .arg(private.join("run.jsonl"))
+        .args(["--", "sleep", "0.3"])
+        .output()
+        .expect("record a run");
+    assert!(o.status.success(), "{}", one_line(&o));
+    std::fs::copy(private.join("run.jsonl"), home.join("run.jsonl")).expect("copy");
+    std::os::unix::fs::chown(home.join("run.jsonl"), Some(NOBODY), Some(NOBODY)).expect("chown");
+    let v = victim(&s);
+    let report = |input: &Path, out: &Path| {
+        let mut c = tracker_cmd(&home);
+        c.env("SUDO_UID", NOBODY.to_string())
+            .env("SUDO_GID", NOBODY.to_string())
+            .env("SUDO_USER", "nobody")
+            .arg("report")
+            .arg(input)
+            .arg("-o")
+            .arg(out);
+        c.output().expect("report")
+    };
+    // Root's recorded run: not read.
+    let o = report(&private.join("run.jsonl"), &home.join("x.html"));
+    let err = one_line(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("run.jsonl"), "{err}");
+    assert!(
+        !home.join("x.html").exists(),
+        "a page was made of root's run"
+    );
+    // Root's directory, root's file: not written.
+    let o = report(&home.join("run.jsonl"), &private.join("new.html"));
+    assert_ne!(o.status.code(), Some(0), "{}", one_line(&o));
+    assert!(
+        !private.join("new.html").exists(),
+        "written in root's directory"
+    );
+    let o = report(&home.join("run.jsonl"), &v);
+    assert_ne!(o.status.code(), Some(0), "{}", one_line(&o));
+    assert_intact(&v);
+    // The user's own: written, and theirs.
+    let o = report(&home.join("run.jsonl"), &home.join("mine.html"));
+    assert_eq!(o.status.code(), Some(0), "{}", one_line(&o));
+    let m = std::fs::metadata(home.join("mine.html")).expect("mine.html");
+    assert_eq!(
+        (m.uid(), m.gid()),
+        (NOBODY, NOBODY),
+        "the page is the user's"
+    );
+}
+
 /// As root without sudo, in a directory someone else owns: a planted link is not
 /// followed and a file planted there is not taken over; the output goes to a kept
 /// file instead, named in one line, and the command runs.

@@ -126,6 +126,37 @@ pub fn resolve(cmd: &OsStr, path_var: Option<&OsStr>) -> Result<PathBuf, LaunchE
 }
 
 impl RunAs {
+    /// Makes this whole process the user's for good (groups, gid, uid): for a job
+    /// that needs no privilege, so that under sudo every file it reads or writes
+    /// is opened with the rights of the user who named it. Checked afterwards: a
+    /// process that could still become root again is an error.
+    pub fn become_for_good(&self) -> Result<(), String> {
+        let groups: Vec<libc::gid_t> = self.groups.clone();
+        // SAFETY: plain system calls on this process with valid arguments; the
+        // tracker has no other thread yet that could act on the old credentials.
+        let failed = unsafe {
+            libc::setgroups(groups.len(), groups.as_ptr()) != 0
+                || libc::setgid(self.gid) != 0
+                || libc::setuid(self.uid) != 0
+        };
+        if failed {
+            return Err(format!(
+                "cannot become user {} (uid {}): {}",
+                self.user,
+                self.uid,
+                std::io::Error::last_os_error()
+            ));
+        }
+        // SAFETY: setuid(0) only asks; on success the drop did not hold.
+        if unsafe { libc::setuid(0) } == 0 {
+            return Err(format!(
+                "became user {} (uid {}) but could become root again",
+                self.user, self.uid
+            ));
+        }
+        Ok(())
+    }
+
     /// Whose the tracker's outputs become.
     pub fn owner(&self) -> Owner {
         Owner {

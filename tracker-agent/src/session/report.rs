@@ -491,6 +491,23 @@ fn runs_to_pages(
 /// The page from `st.inputs`, written to `st.output`; exit code 0, or 1 when
 /// there was nothing to report.
 pub fn run(st: ReportSettings) -> anyhow::Result<i32> {
+    // A report needs no privilege: under sudo it is made as the user who asked,
+    // so that it reads and writes only what they could themselves.
+    match super::launch::invoker() {
+        Ok(Some(user)) => {
+            if let Err(e) = user.become_for_good() {
+                say(format_args!(
+                    "report under sudo: {e}; nothing was read or written"
+                ));
+                return Ok(2);
+            }
+        }
+        Ok(None) => {}
+        Err(e) => {
+            say(e);
+            return Ok(2);
+        }
+    }
     check_destination("-o", &st.output)?;
     let mut inputs = Inputs::default();
     for p in &st.inputs {
