@@ -278,9 +278,13 @@ fn orphans_reaped_by_init_and_a_prompt_cheap_end() {
         "final sample {worst_delay} s after the root"
     );
     // The end adds no polling: retiring the waiting orphans is one map listing and
-    // a sweep per 8 of them (1.2–1.6 ms measured on an idle machine).
+    // a sweep per 16 of them (1.2–1.6 ms measured on an idle machine, release
+    // build). The suite runs the debug build: 2.0–7.3 ms there in 12 runs on this
+    // VM, 8–14 ms in 6 right after a killed suite had left it busy. Polling for the
+    // kernel's frees instead would wake every few ms for seconds: tens of ms. The
+    // bound tells the two apart; the cost goal itself lives in the bench.
     assert!(
-        worst_end_cpu < 0.005,
+        worst_end_cpu < 0.02,
         "tracker CPU in the final interval {worst_end_cpu} s"
     );
 }
