@@ -425,9 +425,10 @@ impl TreeCgroup {
                 // A member that exits meanwhile is not an error.
                 let _ = write_procs(&self.parent, *pid);
             }
-            if left.is_empty() {
-                std::thread::sleep(Duration::from_millis(2));
-            }
+            // Every try waits: a member on its way out is still listed but cannot
+            // be moved, and fifty tries without a pause were over before its exit
+            // left the cgroup (EBUSY, the cgroup left behind: seen in CI).
+            std::thread::sleep(Duration::from_millis(2));
         }
         if let Some(e) = last {
             crate::warn::say(format_args!(
