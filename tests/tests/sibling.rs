@@ -549,7 +549,13 @@ fn cgroup_fields_are_the_trackers_own_cgroup() {
         sum += secs;
     }
     assert!(sum <= usage + 1e-6, "Σ {sum} > cgroup {usage}");
-    assert!(sum >= usage * 0.98, "Σ {sum} < 98 % of cgroup {usage}");
+    // The tracker runs in the cgroup too: its start before the first reading and
+    // its end after the last are in the cgroup's figure only (33 ms of a debug
+    // build on a busy host, seen in CI, past 2 % of 1.5 s).
+    assert!(
+        sum >= usage * 0.98 - 0.05,
+        "Σ {sum} < 98 % of cgroup {usage} less 50 ms"
+    );
     // The burner spins for 1.5 s of wall time; on a loaded machine it gets less CPU.
     assert!(usage >= 0.5, "the burner ran in the cgroup: {usage}");
     eprintln!("cgroup: Σ samples {sum:.4} s, cpuacct {usage:.4} s");
