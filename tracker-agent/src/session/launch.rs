@@ -131,11 +131,10 @@ impl RunAs {
     /// is opened with the rights of the user who named it. Checked afterwards: a
     /// process that could still become root again is an error.
     pub fn become_for_good(&self) -> Result<(), String> {
-        let groups: Vec<libc::gid_t> = self.groups.clone();
         // SAFETY: plain system calls on this process with valid arguments; the
         // tracker has no other thread yet that could act on the old credentials.
         let failed = unsafe {
-            libc::setgroups(groups.len(), groups.as_ptr()) != 0
+            libc::setgroups(self.groups.len(), self.groups.as_ptr()) != 0
                 || libc::setgid(self.gid) != 0
                 || libc::setuid(self.uid) != 0
         };
