@@ -954,10 +954,15 @@ fn node() -> Vec<Cell> {
             .find_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok());
         (got, truth)
     });
+    let procs = std::panic::catch_unwind(|| node_processes(port));
     // SAFETY: signalling the agent this check started.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let st = child.wait();
     let log = std::fs::read_to_string(&err).unwrap_or_default();
+    cells.push(match procs {
+        Ok(c) => c,
+        Err(p) => bad("node container processes", panic_text(&p)),
+    });
     cells.push(match cell {
         Ok((Some(got), truth)) => {
             let figs = format!(
@@ -983,6 +988,83 @@ fn node() -> Vec<Cell> {
         cells.push(bad("node exit", format!("{st:?}: {}", log.trim())));
     }
     cells
+}
+
+/// The value of the first series of `metric` (its `_total` sample) whose labels
+/// hold `label`, from an exposition.
+fn metric(text: &str, metric: &str, label: &str) -> Option<f64> {
+    text.lines()
+        .filter(|l| {
+            l.strip_prefix(metric)
+                .is_some_and(|r| r.starts_with('{') || r.starts_with(' '))
+                && l.contains(label)
+        })
+        .find_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+}
+
+/// The node agent's process counts for a container under fork churn (300 children
+/// forked four at a time, and the swarm itself): exact, or short by no more than the
+/// runs of that program the kernel says it skipped (any task's on the host).
+fn node_processes(port: u16) -> Cell {
+    const CHECK: &str = "node container processes";
+    let uid = "7b2e1d9f-3c4e-4f60-8b1c-2d3e4f5a6b7c";
+    let id = "02".repeat(32);
+    let c = FakeContainer::new(&format!("kubepods/besteffort/pod{uid}/{id}"));
+    // Two of the agent's 0.5 s scans: the container is matched before it forks.
+    std::thread::sleep(Duration::from_millis(1000));
+    if !c.run(&["swarm", "300", "200", "4", "fork"]).success() {
+        return bad(CHECK, "the swarm failed".into());
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    let text = get(port, "/metrics").unwrap_or_default();
+    let label = format!("container_id=\"{id}\"");
+    let at = |m: &str| metric(&text, m, &label);
+    let skipped = |tp: &str| {
+        metric(
+            &text,
+            "resource_tracker_skipped_runs_total",
+            &format!("tracepoint=\"{tp}\""),
+        )
+    };
+    let (Some(spawned), Some(exited), Some(execs)) = (
+        at("resource_tracker_container_processes_spawned_total"),
+        at("resource_tracker_container_processes_exited_total"),
+        at("resource_tracker_container_execs_total"),
+    ) else {
+        return bad(
+            CHECK,
+            format!("no process series for the container: {text}"),
+        );
+    };
+    let (Some(sf), Some(sx), Some(se), Some(lost)) = (
+        skipped("sched_process_fork"),
+        skipped("sched_process_exit"),
+        skipped("sched_process_exec"),
+        metric(&text, "resource_tracker_lost_events_total", ""),
+    ) else {
+        return bad(CHECK, "no skipped-runs or lost-events series".into());
+    };
+    // The swarm's 300 children and itself (exec'd into the container).
+    let within = |got: f64, want: f64, skips: f64| got <= want && got >= want - skips;
+    let figs = format!(
+        "spawned {spawned} of 300, exited {exited} of 301, execs {execs} of 1; \
+         skipped fork {sf}, exit {sx}, exec {se}; lost {lost}"
+    );
+    let full = lost
+        - text
+            .lines()
+            .filter(|l| l.starts_with("resource_tracker_skipped_runs_total{"))
+            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+            .sum::<f64>();
+    if within(spawned, 300.0, sf)
+        && within(exited, 301.0, sx)
+        && within(execs, 1.0, se)
+        && full == 0.0
+    {
+        ok(CHECK, figs)
+    } else {
+        bad(CHECK, figs)
+    }
 }
 
 fn panic_text(p: &Box<dyn std::any::Any + Send>) -> String {

@@ -143,6 +143,9 @@ pub struct NodeSnapshot {
     /// Counts the programs could not keep (a full map or ring, or a run the kernel
     /// skipped), since the start.
     pub lost_events: u64,
+    /// Of those, the runs the kernel skipped, per tracepoint (`sched_process_fork`,
+    /// …): what each container's count of that event may lack, at most.
+    pub skipped_runs: Vec<(&'static str, u64)>,
     /// The programs' run time so far, when the kernel's BPF statistics are on.
     pub bpf_run_secs: Option<f64>,
     pub scans: u64,

@@ -139,6 +139,7 @@ pub fn run(st: NodeSettings) -> anyhow::Result<i32> {
                 agent_rss_bytes: (selfcost::rss_mib() * 1048576.0) as u64,
                 ebpf: life.is_some(),
                 lost_events: life.as_ref().map_or(0, |l| l.lost()),
+                skipped_runs: life.as_ref().map(|l| l.skipped()).unwrap_or_default(),
                 bpf_run_secs: life
                     .as_ref()
                     .and_then(|l| l.run_time())

@@ -398,6 +398,19 @@ fn encode_agent(enc: &mut DescriptorEncoder, snap: &NodeSnapshot) -> Result<(), 
             c.metric_type(),
         )?)?;
     }
+    let skipped: Series = snap
+        .skipped_runs
+        .iter()
+        .map(|(tp, n)| (vec![("tracepoint", tp.to_string())], *n as f64))
+        .collect();
+    family(
+        enc,
+        "resource_tracker_skipped_runs",
+        "Runs of the agent's BPF programs the kernel skipped, per tracepoint (6.19 on): \
+         each container's count of that event may lack up to this many.",
+        true,
+        &skipped,
+    )?;
     let agent: [(&str, &str, bool, f64); 7] = [
         (
             "resource_tracker_lost_events",
@@ -638,6 +651,7 @@ mod tests {
                 top_commands: vec![("make".into(), 1.5, 3)],
             }],
             agent_cpu_secs: 0.25,
+            skipped_runs: vec![("sched_process_fork", 3), ("sched_process_exit", 0)],
             ..Default::default()
         })))
     }
@@ -664,6 +678,15 @@ mod tests {
         assert!(
             text.contains("resource_tracker_container_oom_victims_total{")
                 && text.contains("command=\"work\\\"er\"} 2"),
+            "{text}"
+        );
+        // The skips are named per tracepoint, each a bound on its own count.
+        assert!(
+            text.contains(
+                "resource_tracker_skipped_runs_total{tracepoint=\"sched_process_fork\"} 3.0\n"
+            ) && text.contains(
+                "resource_tracker_skipped_runs_total{tracepoint=\"sched_process_exit\"} 0.0\n"
+            ),
             "{text}"
         );
         // Gone from the snapshot: gone from the endpoint.

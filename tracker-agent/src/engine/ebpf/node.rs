@@ -250,14 +250,27 @@ impl NodeLife {
     /// of the host not counted, or a free counted later from the exit's figures
     /// (`take_over_unfreed`).
     pub fn lost(&self) -> u64 {
-        use std::os::fd::AsFd as _;
         let full: u64 = self.lost.get(&0, 0).map(|v| v.iter().sum()).unwrap_or(0);
-        let skipped: u64 = PROGRAMS
+        full + self.skipped().iter().map(|s| s.1).sum::<u64>()
+    }
+
+    /// The runs the kernel skipped since the start, per tracepoint: the bound on
+    /// what each count of any one container may lack (a skipped fork is one
+    /// `processes_spawned` short somewhere on the host, a skipped exit one
+    /// `processes_exited`). Which container lost it the kernel does not say.
+    pub fn skipped(&self) -> Vec<(&'static str, u64)> {
+        use std::os::fd::AsFd as _;
+        PROGRAMS
             .iter()
-            .filter_map(|(name, _)| self.bpf.program(name)?.fd().ok())
-            .map(|fd| super::load::recursion_misses(fd.as_fd()))
-            .sum();
-        full + skipped
+            .map(|(name, tp)| {
+                let n = self
+                    .bpf
+                    .program(name)
+                    .and_then(|p| p.fd().ok())
+                    .map_or(0, |fd| super::load::recursion_misses(fd.as_fd()));
+                (*tp, n)
+            })
+            .collect()
     }
 
     /// The programs' own run time so far; None unless the kernel's BPF statistics
