@@ -386,6 +386,130 @@ fn under_sudo_a_report_reads_and_writes_as_the_user() {
     );
 }
 
+/// Under sudo, the files the user names for the node agent and with `-c` are opened
+/// with the user's rights: root's config is not read (none of its values in the
+/// error), root's token is not sent to the user's listener, and the node agent's
+/// output is the user's, never root's file or a file in root's directory.
+#[test]
+fn under_sudo_config_token_and_node_output_are_the_users() {
+    if skip_unless_root() {
+        return;
+    }
+    let s = Scratch::new("safe-node");
+    let home = dir(&s, "home", 0o755, NOBODY);
+    let private = dir(&s, "private", 0o755, 0);
+    let secret = "SECRET-7f3a";
+    // Root's own config, which the user cannot read: a wrong type would echo its
+    // value, a right one would reach the summary.
+    let conf = private.join("only.toml");
+    std::fs::write(
+        &conf,
+        format!("[job]\nname = \"{secret}\"\ntags = \"{secret}\"\n"),
+    )
+    .expect("config");
+    std::fs::set_permissions(&conf, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let token = private.join("token");
+    std::fs::write(&token, format!("{secret}\n")).expect("token");
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let sudo = |c: &mut Command| {
+        c.env("SUDO_UID", NOBODY.to_string())
+            .env("SUDO_GID", NOBODY.to_string())
+            .env("SUDO_USER", "nobody");
+    };
+    let mut c = tracker_cmd(&home);
+    sudo(&mut c);
+    c.args(["run", "-q", "-c"])
+        .arg(&conf)
+        .arg("--summary")
+        .arg(home.join("sum.json"))
+        .args(["--", "true"]);
+    let o = bounded(&mut c, 20);
+    let err = one_line(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("only.toml") && !err.contains(secret), "{err}");
+    assert!(
+        !home.join("sum.json").exists(),
+        "the run went on with root's config"
+    );
+
+    // The kubelet's token: a listener of the user's never hears it.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");
+    listener.set_nonblocking(true).expect("nonblocking");
+    let port = listener.local_addr().expect("addr").port();
+    let mut c = tracker_cmd(&home);
+    sudo(&mut c);
+    c.args(["node", "--no-ebpf", "-i", "0.2", "--kubelet-url"])
+        .arg(format!("http://127.0.0.1:{port}"))
+        .arg("--kubelet-token-file")
+        .arg(&token);
+    let o = bounded(&mut c, 5);
+    let err = one_line(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--kubelet-token-file") && !err.contains(secret),
+        "{err}"
+    );
+    let mut heard = Vec::new();
+    while let Ok((mut conn, _)) = listener.accept() {
+        use std::io::Read as _;
+        conn.set_nonblocking(false).ok();
+        conn.set_read_timeout(Some(std::time::Duration::from_millis(200)))
+            .ok();
+        let _ = conn.read_to_end(&mut heard);
+    }
+    assert!(
+        !String::from_utf8_lossy(&heard).contains(secret),
+        "root's token reached the user's listener"
+    );
+
+    // The node agent's output: never root's file, never in root's directory.
+    let v = victim(&s);
+    for out in [v.clone(), private.join("new.jsonl")] {
+        let mut c = tracker_cmd(&home);
+        sudo(&mut c);
+        c.args(["node", "--no-ebpf", "-i", "0.2", "-o"]).arg(&out);
+        let o = bounded(&mut c, 5);
+        assert_ne!(
+            o.status.code(),
+            Some(0),
+            "{}: {}",
+            out.display(),
+            one_line(&o)
+        );
+        assert!(
+            one_line(&o).contains(&out.display().to_string()),
+            "{}",
+            one_line(&o)
+        );
+    }
+    assert_intact(&v);
+    assert!(
+        !private.join("new.jsonl").exists(),
+        "written in root's directory"
+    );
+    // The user's own: made, and theirs.
+    let mine = home.join("node.jsonl");
+    let mut c = tracker_cmd(&home);
+    sudo(&mut c);
+    c.args(["node", "--no-ebpf", "-i", "0.2", "-o"]).arg(&mine);
+    let mut child = c.spawn().expect("node");
+    let t0 = std::time::Instant::now();
+    while !mine.exists() && t0.elapsed() < std::time::Duration::from_secs(10) {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    // SAFETY: signalling the agent this test started.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let st = child.wait().expect("wait");
+    assert!(st.success(), "{st:?}");
+    let m = std::fs::metadata(&mine).expect("node.jsonl");
+    assert_eq!(
+        (m.uid(), m.gid()),
+        (NOBODY, NOBODY),
+        "the output is the user's"
+    );
+}
+
 /// As root without sudo, in a directory someone else owns: a planted link is not
 /// followed and a file planted there is not taken over; the output goes to a kept
 /// file instead, named in one line, and the command runs.

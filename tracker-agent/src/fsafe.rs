@@ -210,6 +210,21 @@ pub fn open_input(path: &Path) -> io::Result<File> {
     checked(f, path)
 }
 
+/// `open_input`, under sudo with the invoking user's rights (`owner`): a file
+/// they could not read themselves is refused by the kernel, as it would be without
+/// sudo.
+pub fn open_input_as(path: &Path, owner: Option<&Owner>) -> io::Result<File> {
+    match owner {
+        Some(o) => as_user(o, || open_input(path)),
+        None => open_input(path),
+    }
+}
+
+/// `read_input` with `open_input_as`'s rights.
+pub fn read_input_as(path: &Path, max: u64, owner: Option<&Owner>) -> io::Result<Vec<u8>> {
+    read_bounded(open_input_as(path, owner)?, max)
+}
+
 /// Reads at most `max` bytes from `f`; more is an error that names the bound.
 pub fn read_bounded(f: File, max: u64) -> io::Result<Vec<u8>> {
     let mut v = Vec::new();

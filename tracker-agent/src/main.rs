@@ -10,6 +10,7 @@ mod selfcost;
 mod session;
 mod settings;
 mod sink;
+mod sudo;
 mod sys;
 mod warn;
 

@@ -132,6 +132,9 @@ pub struct KubeletConfig {
     /// Accept any certificate (kubelets often serve a self-signed one).
     pub insecure_tls: bool,
     pub timeout: Duration,
+    /// Whose rights read the token and CA files: the invoking user under sudo (a
+    /// file they could not read is not sent for them), root's otherwise.
+    pub reader: Option<crate::fsafe::Owner>,
 }
 
 /// The largest `/pods` answer read (a node of 110 pods answers well under 5 MiB).
@@ -146,8 +149,11 @@ pub struct Kubelet {
 const MAX_SECRET_FILE: u64 = 1 << 20;
 
 /// The CA certificate in `ca`, read without blocking and within a bound.
-fn ca_cert(ca: &std::path::Path) -> Result<reqwest::Certificate, String> {
-    let pem = crate::fsafe::read_input(ca, MAX_SECRET_FILE)
+fn ca_cert(
+    ca: &std::path::Path,
+    reader: Option<&crate::fsafe::Owner>,
+) -> Result<reqwest::Certificate, String> {
+    let pem = crate::fsafe::read_input_as(ca, MAX_SECRET_FILE, reader)
         .map_err(|e| format!("{}: {e}", ca.display()))?;
     reqwest::Certificate::from_pem(&pem)
         .map_err(|e| format!("{}: not a PEM certificate ({e})", ca.display()))
@@ -155,9 +161,9 @@ fn ca_cert(ca: &std::path::Path) -> Result<reqwest::Certificate, String> {
 
 /// Whether `ca` holds a certificate the client can use (at least one PEM
 /// certificate block, which `from_pem` alone does not insist on).
-pub fn check_ca(ca: &std::path::Path) -> Result<(), String> {
-    let cert = ca_cert(ca)?;
-    let pem = crate::fsafe::read_input(ca, MAX_SECRET_FILE)
+pub fn check_ca(ca: &std::path::Path, reader: Option<&crate::fsafe::Owner>) -> Result<(), String> {
+    let cert = ca_cert(ca, reader)?;
+    let pem = crate::fsafe::read_input_as(ca, MAX_SECRET_FILE, reader)
         .map_err(|e| format!("{}: {e}", ca.display()))?;
     match reqwest::Certificate::from_pem_bundle(&pem) {
         Ok(v) if !v.is_empty() => {}
@@ -181,7 +187,7 @@ impl Kubelet {
         if cfg.insecure_tls {
             b = b.danger_accept_invalid_certs(true);
         } else if let Some(ca) = &cfg.ca_file {
-            b = b.add_root_certificate(ca_cert(ca)?);
+            b = b.add_root_certificate(ca_cert(ca, cfg.reader.as_ref())?);
         }
         let client = b.build().map_err(|e| format!("HTTP client: {e}"))?;
         Ok(Kubelet { cfg, client })
@@ -192,7 +198,7 @@ impl Kubelet {
         let url = format!("{}/pods", self.cfg.url.trim_end_matches('/'));
         let mut req = self.client.get(&url);
         if let Some(f) = &self.cfg.token_file {
-            let token = crate::fsafe::read_input(f, MAX_SECRET_FILE)
+            let token = crate::fsafe::read_input_as(f, MAX_SECRET_FILE, self.cfg.reader.as_ref())
                 .map(|b| String::from_utf8_lossy(&b).into_owned())
                 .map_err(|e| format!("token file {}: {e}", f.display()))?;
             req = req.bearer_auth(token.trim());

@@ -100,7 +100,7 @@ fn resolve_start(target: &Target) -> anyhow::Result<Result<Start, i32>> {
 /// under sudo; a run without it goes on, said once.
 fn start_guardian(
     cfg: &sink::sentinel::Config,
-    run_as: Option<&launch::RunAs>,
+    run_as: Option<&crate::sudo::RunAs>,
 ) -> Option<Guardian> {
     let id = run_as.map(|r| Identity {
         uid: r.uid,
@@ -145,7 +145,7 @@ pub fn run(st: Settings) -> anyhow::Result<i32> {
         Err(code) => return Ok(code),
     };
     // SUDO_UID and SUDO_GID are input like any other: a bad one is exit 2.
-    let invoker = match launch::invoker() {
+    let invoker = match crate::sudo::invoker() {
         Ok(i) => i,
         Err(e) => {
             say(e);
@@ -163,7 +163,7 @@ pub fn run(st: Settings) -> anyhow::Result<i32> {
     // Under sudo the command and the files the user named are the invoking
     // user's; with --as-root both are root's (opened root-safe, see fsafe).
     let run_as = invoker.filter(|_| !st.as_root);
-    let owner = run_as.as_ref().map(launch::RunAs::owner);
+    let owner = run_as.as_ref().map(crate::sudo::RunAs::owner);
     let owner = owner.as_ref();
     let (outputs, events_file) = open_outputs(&st, owner)?;
 
@@ -502,7 +502,7 @@ struct Begun {
 fn begin(
     start: Start,
     engine: Option<Engine>,
-    run_as: Option<&launch::RunAs>,
+    run_as: Option<&crate::sudo::RunAs>,
 ) -> anyhow::Result<Result<Begun, i32>> {
     let (root, command_root, engine, memcg, cpucg) = match start {
         Start::Host => (None, None, None, None, None),
@@ -622,7 +622,7 @@ struct Launched {
 fn launch_command(
     path: &std::path::Path,
     argv: &[std::ffi::OsString],
-    run_as: Option<&launch::RunAs>,
+    run_as: Option<&crate::sudo::RunAs>,
     engine: Option<Engine>,
 ) -> anyhow::Result<Result<Launched, i32>> {
     let paused = match launch::spawn_paused(path, argv, run_as) {

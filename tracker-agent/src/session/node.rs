@@ -49,7 +49,7 @@ pub fn run(st: NodeSettings) -> anyhow::Result<i32> {
     };
     let out = match &st.output {
         Some(p) => Some(JsonLines::unbuffered(
-            sink::create(p, "output", None)?,
+            sink::create(p, "output", st.owner.as_ref())?,
             format!("the output file {}", p.display()),
             "node.jsonl",
             None,

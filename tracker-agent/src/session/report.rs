@@ -493,7 +493,7 @@ fn runs_to_pages(
 pub fn run(st: ReportSettings) -> anyhow::Result<i32> {
     // A report needs no privilege: under sudo it is made as the user who asked,
     // so that it reads and writes only what they could themselves.
-    match super::launch::invoker() {
+    match crate::sudo::invoker() {
         Ok(Some(user)) => {
             if let Err(e) = user.become_for_good() {
                 say(format_args!(

@@ -91,7 +91,10 @@ pub fn load(explicit: Option<&Path>) -> Result<Option<(FileConfig, PathBuf)>, St
         log::warn!("config file {name}: not owned by root; ignored while running as root");
         return Ok(None);
     }
-    let f = match crate::fsafe::open_input(path) {
+    // Under sudo the file is read with the invoking user's rights, like every
+    // file they name: a root-only one is refused, and nothing of it is shown.
+    let owner = crate::sudo::invoker()?.map(|r| r.owner());
+    let f = match crate::fsafe::open_input_as(path, owner.as_ref()) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             if explicit.is_some() {

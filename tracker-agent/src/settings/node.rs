@@ -22,6 +22,9 @@ pub struct NodeSettings {
     /// Names from the kubelet; None: containers keep their ids only.
     pub kubelet: Option<KubeletConfig>,
     pub no_ebpf: bool,
+    /// Under sudo, the invoking user: the files they name (`-o`, the kubelet's
+    /// token and CA) are opened with their rights.
+    pub owner: Option<crate::fsafe::Owner>,
 }
 
 pub fn resolve(o: NodeOpts, get_env: GetEnv) -> Result<NodeSettings, String> {
@@ -93,27 +96,30 @@ pub fn resolve(o: NodeOpts, get_env: GetEnv) -> Result<NodeSettings, String> {
         let p = PathBuf::from(SA_DIR).join(name);
         p.is_file().then_some(p)
     };
+    let owner = crate::sudo::invoker()?.map(|r| r.owner());
     let kubelet = url.map(|url| KubeletConfig {
         url,
         token_file: o.kubelet_token_file.clone().or_else(|| present("token")),
         ca_file: o.kubelet_ca_file.clone().or_else(|| present("ca.crt")),
         insecure_tls: o.kubelet_insecure_tls,
         timeout: std::time::Duration::from_secs(5),
+        reader: owner.clone(),
     });
     for (flag, f) in [
         ("--kubelet-token-file", &o.kubelet_token_file),
         ("--kubelet-ca-file", &o.kubelet_ca_file),
     ] {
         if let Some(f) = f {
-            if !f.is_file() {
-                return Err(format!("{flag}: {} is not a readable file", f.display()));
+            if let Err(e) = crate::fsafe::open_input_as(f, owner.as_ref()) {
+                return Err(format!("{flag}: {}: {e}", f.display()));
             }
         }
     }
     // A CA that cannot be used would only show at the first request, as names
     // that never come: checked now.
     if let (Some(f), false) = (&o.kubelet_ca_file, o.kubelet_insecure_tls) {
-        crate::discovery::kubelet::check_ca(f).map_err(|e| format!("--kubelet-ca-file: {e}"))?;
+        crate::discovery::kubelet::check_ca(f, owner.as_ref())
+            .map_err(|e| format!("--kubelet-ca-file: {e}"))?;
     }
     Ok(NodeSettings {
         listen,
@@ -123,5 +129,6 @@ pub fn resolve(o: NodeOpts, get_env: GetEnv) -> Result<NodeSettings, String> {
         include: o.include,
         kubelet,
         no_ebpf: o.no_ebpf,
+        owner,
     })
 }
