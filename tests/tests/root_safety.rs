@@ -664,6 +664,40 @@ fn spool_dir_is_checked_at_start() {
         );
     }
     assert!(!missing.exists());
+    // Under sudo (a sudoers rule may keep the variable): a directory the user may
+    // not write is refused before anything starts, and nothing is made in it.
+    if !e2e::is_root() {
+        return;
+    }
+    let home = dir(&s, "home", 0o755, NOBODY);
+    let roots = dir(&s, "roots", 0o755, 0);
+    for (p, ok) in [(&roots, false), (&home, true)] {
+        let o = tracker_cmd(&home)
+            .env("SUDO_UID", NOBODY.to_string())
+            .env("SUDO_GID", NOBODY.to_string())
+            .env("SUDO_USER", "nobody")
+            .env("SENTINEL_API_TOKEN", "t0ken")
+            .env("SENTINEL_API_URL", "http://127.0.0.1:9")
+            .env("TRACKER_SPOOL_DIR", p)
+            .args(["run", "-q", "--", "true"])
+            .output()
+            .expect("run");
+        let err = one_line(&o);
+        if ok {
+            assert_ne!(o.status.code(), Some(2), "{err}");
+        } else {
+            assert_eq!(o.status.code(), Some(2), "{err}");
+            assert!(
+                err.contains("TRACKER_SPOOL_DIR") && err.contains("user nobody"),
+                "{err}"
+            );
+        }
+    }
+    assert_eq!(
+        std::fs::read_dir(&roots).expect("roots").count(),
+        0,
+        "the tracker made something in root's directory"
+    );
 }
 
 /// Runs `c` and fails the test if it has not ended within `secs` (it is killed).

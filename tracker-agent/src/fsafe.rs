@@ -130,6 +130,11 @@ pub fn writable(path: &Path) -> io::Result<()> {
     }
 }
 
+/// `writable` with the rights of `owner` (the invoking user under sudo).
+pub fn writable_as(path: &Path, owner: &Owner) -> io::Result<()> {
+    as_user(owner, || writable(path))
+}
+
 /// A write-only open of a FIFO that no one reads fails with ENXIO: said as such.
 fn no_reader(e: io::Error) -> io::Error {
     if e.raw_os_error() == Some(libc::ENXIO) {

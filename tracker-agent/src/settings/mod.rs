@@ -140,6 +140,18 @@ fn sentinel_settings(
     let spool_dir = match env_var(get_env, "TRACKER_SPOOL_DIR")? {
         Some(v) if !v.trim().is_empty() => {
             let d = values::existing_dir("TRACKER_SPOOL_DIR", &v)?;
+            // A variable a sudoers rule may keep: under sudo the tracker makes its
+            // kept directory only where the invoking user could make it.
+            if let Some(r) = crate::sudo::invoker()? {
+                if let Err(e) = crate::fsafe::writable_as(&d, &r.owner()) {
+                    return Err(format!(
+                        "environment variable TRACKER_SPOOL_DIR: {}: user {} {}; under sudo the spool must be a directory the user may write",
+                        d.display(),
+                        crate::warn::escaped(&r.user),
+                        values::cannot_write_in(&e)
+                    ));
+                }
+            }
             if let Err(e) = sentinel::probe_spool(&d) {
                 return Err(format!(
                     "environment variable TRACKER_SPOOL_DIR: {}: {}",
