@@ -680,6 +680,46 @@ fn bad_input_is_named_and_leaves_no_half_page() {
         err(&o)
     );
 
+    // Figures no machine has (1e308 cores, negative memory) as JSON and as CSV:
+    // those lines are skipped and named, and the advice is the other lines'.
+    let mut lines: Vec<Value> = good
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    lines[1]["cpu"]["process_cores_used"] = serde_json::json!(1e308);
+    lines[2]["process"]["memory_mib"] = serde_json::json!(-5.0);
+    let huge = s.path("huge.jsonl");
+    std::fs::write(
+        &huge,
+        lines.iter().map(|v| format!("{v}\n")).collect::<String>(),
+    )
+    .unwrap();
+    let out = s.path("huge.html");
+    let o = rt(&[&huge, Path::new("-o"), &out]);
+    assert!(o.status.success(), "{}", err(&o));
+    let d = page_data(&std::fs::read_to_string(&out).unwrap());
+    assert_eq!(d["runs"][0]["skipped"], 2, "{}", err(&o));
+    let whys = d["runs"][0]["skips"].to_string();
+    assert!(
+        whys.contains("process_cores_used 1e308 is beyond any machine")
+            && whys.contains("process memory_mib -5 is not a measurement"),
+        "{whys}"
+    );
+    let cpu = d["runs"][0]["recommendation"]["cpu"].as_u64().unwrap();
+    assert!(cpu <= 8, "cpu={cpu} from a run on this host");
+    let csv = s.path("huge.csv");
+    std::fs::write(
+        &csv,
+        "timestamp,process_pid,process_cpu_usage,process_memory\n1,7,0.5,100\n2,7,1e308,100\n3,7,0.5,100\n",
+    )
+    .unwrap();
+    let out = s.path("huge-csv.html");
+    let o = rt(&[&csv, Path::new("-o"), &out]);
+    assert!(o.status.success(), "{}", err(&o));
+    let d = page_data(&std::fs::read_to_string(&out).unwrap());
+    assert_eq!(d["runs"][0]["skipped"], 1, "{}", err(&o));
+    assert_eq!(d["runs"][0]["recommendation"]["cpu"], 1, "{}", d["runs"][0]);
+
     // Events with a command name that is not UTF-8, and a CSV with a column this
     // version does not know: read.
     let ev = s.path("ev.jsonl");

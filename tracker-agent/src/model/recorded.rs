@@ -173,7 +173,13 @@ pub fn json_line(line: &str) -> Result<JsonLine, String> {
     };
     if m.contains_key("timestamp_secs") && m.contains_key("cpu") {
         let j: JSample = serde_json::from_value(v).map_err(|e| format!("not a sample ({e})"))?;
-        return Ok(sample_of(j));
+        let s = sample_of(j);
+        if let JsonLine::Sample(s, _) = &s {
+            if let Some(why) = beyond_any_machine(s) {
+                return Err(why);
+            }
+        }
+        return Ok(s);
     }
     if m.contains_key("kind") && m.contains_key("monotonic_secs") {
         let e: EventLine =
@@ -184,6 +190,83 @@ pub fn json_line(line: &str) -> Result<JsonLine, String> {
         return Ok(JsonLine::Summary(Box::new(v)));
     }
     Err("neither a sample, a process event nor a run summary".into())
+}
+
+/// The most any machine has: x86-64's largest `CONFIG_NR_CPUS` (MAXSMP, 8192
+/// cores) and its physical address space with 5-level paging (2^52 bytes), and far
+/// more GPUs than a host can hold. A recorded figure past these is not a
+/// measurement, and would turn into advice like `cpu=18446744073709551615`.
+const MAX_CORES: f64 = 8192.0;
+const MAX_MIB: f64 = (1u64 << 32) as f64;
+const MAX_GPUS: f64 = 1024.0;
+
+/// Why a recorded sample cannot be a measurement (a figure below 0 or past any
+/// machine), naming the field and its bound; None when it can.
+pub fn beyond_any_machine(s: &Sample) -> Option<String> {
+    let p = s.process.as_ref();
+    let checks: [(&str, Option<f64>, f64, &str); 8] = [
+        (
+            "process_cores_used",
+            s.cpu.process_cores_used,
+            MAX_CORES,
+            "cores",
+        ),
+        (
+            "cpu utilization",
+            s.cpu.utilization_pct,
+            MAX_CORES * 100.0,
+            "%",
+        ),
+        ("system memory", s.memory.unavailable_mib, MAX_MIB, "MiB"),
+        (
+            "process memory_mib",
+            p.map(|p| p.memory_mib),
+            MAX_MIB,
+            "MiB",
+        ),
+        (
+            "process memory_peak_mib",
+            p.and_then(|p| p.memory_peak_mib),
+            MAX_MIB,
+            "MiB",
+        ),
+        (
+            "process gpu_usage",
+            p.and_then(|p| p.gpu_usage),
+            MAX_GPUS,
+            "GPUs",
+        ),
+        (
+            "process gpu_vram_mib",
+            p.and_then(|p| p.gpu_vram_mib),
+            MAX_MIB,
+            "MiB",
+        ),
+        (
+            "process gpu_utilized",
+            p.and_then(|p| p.gpu_utilized).map(|g| g as f64),
+            MAX_GPUS,
+            "GPUs",
+        ),
+    ];
+    checks.iter().find_map(|&(name, v, max, unit)| {
+        let v = v?;
+        // 1e308 as such, not as its 309 digits.
+        let v_ = if v.abs() < 1e9 {
+            v.to_string()
+        } else {
+            format!("{v:e}")
+        };
+        if v.is_nan() || v < 0.0 {
+            Some(format!("{name} {v_} is not a measurement (below 0)"))
+        } else if v > max {
+            Some(format!(
+                "{name} {v_} is beyond any machine (at most {max} {unit}); the sample is left out"
+            ))
+        } else {
+            None
+        }
+    })
 }
 
 fn sample_of(j: JSample) -> JsonLine {
@@ -518,6 +601,9 @@ impl CsvRows {
             },
             ..Default::default()
         };
+        if let Some(why) = beyond_any_machine(&s) {
+            return Err(why);
+        }
         let degraded: Vec<String> = get("tracker_degraded")
             .map(|d| {
                 d.split(';')

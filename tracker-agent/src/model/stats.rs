@@ -5,7 +5,7 @@
 
 use serde::Serialize;
 
-use super::sample::{MemorySource, Sample};
+use super::sample::{MemorySource, NetworkSample, Sample};
 
 /// Mean and maximum of one column over the samples that have it.
 #[derive(Clone, Copy, Debug, Default)]
@@ -180,8 +180,15 @@ impl UsageAccum {
         let (total, avail) = s.disk_space();
         self.disk_used_gb
             .add(Some(total.saturating_sub(avail) as f64 / 1e9));
-        self.net_recv += s.network.iter().filter_map(|n| n.rx_bytes).sum::<u64>();
-        self.net_sent += s.network.iter().filter_map(|n| n.tx_bytes).sum::<u64>();
+        // Recorded files are outside data: a sum past u64 stays at its ceiling.
+        let sum = |f: fn(&NetworkSample) -> Option<u64>| {
+            s.network
+                .iter()
+                .filter_map(f)
+                .fold(0u64, u64::saturating_add)
+        };
+        self.net_recv = self.net_recv.saturating_add(sum(|n| n.rx_bytes));
+        self.net_sent = self.net_sent.saturating_add(sum(|n| n.tx_bytes));
         self.sys_cpu.add(s.cpu.utilization_pct);
         self.sys_memory.add(s.memory.unavailable_mib);
         if !s.gpu.is_empty() {
@@ -351,7 +358,7 @@ pub struct ServerOffer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::sample::{CpuSample, MemorySample, NetworkSample, ProcessSample};
+    use crate::model::sample::{CpuSample, MemorySample, ProcessSample};
 
     fn sample(ts: f64, cores: f64, rss: f64, sys_cores: f64, rx: u64) -> Sample {
         Sample {
