@@ -501,6 +501,31 @@ fn refresh_failing_once_keeps_the_old_credentials() {
     assert!(ak(puts.last().expect("puts")).contains(&moto.credentials[1].access_key));
 }
 
+/// A refresh that fails at every batch while the credentials still hold: said once
+/// for its reason, not once a second, and nothing is lost.
+#[test]
+fn refresh_failing_every_time_is_said_once() {
+    let Some(moto) = Moto::start("stream-refresh-all", 1) else {
+        return;
+    };
+    let sc = Scenario::new(&moto)
+        .issue(Issue::cred(0, 200.0))
+        .fault("refresh", &["status:500"; 30]);
+    let m = mock(&sc);
+    let dir = Scratch::new("stream-refresh-all");
+    let r = run_streamed(&dir, &m, "1", &["sleep", "5"]);
+    assert!(r.status.success(), "{}", r.stderr);
+    assert_lossless(&moto, &m, &r);
+    let tries = m.records_of("refresh").len();
+    assert!(tries >= 3, "the refresh was tried at each batch: {tries}");
+    let said = r
+        .stderr
+        .lines()
+        .filter(|l| l.contains("refreshing the upload credentials failed"))
+        .count();
+    assert_eq!(said, 1, "{tries} failed refreshes:\n{}", r.stderr);
+}
+
 #[test]
 fn api_down_at_start_then_up_loses_nothing() {
     let Some(moto) = Moto::start("stream-apidown", 2) else {

@@ -52,6 +52,9 @@ struct Uploader {
     failing: u64,
     /// The reason last warned about in this episode.
     warned: Option<String>,
+    /// The reason of the last refresh failure said while the current credentials
+    /// still held: a reason is said once, not at every batch.
+    refresh_warned: Option<String>,
     told_unregistered: bool,
     /// What the spool's failure costs, shared with the sampling thread, which names
     /// it in every sample from then on.
@@ -332,8 +335,16 @@ impl Uploader {
                         return;
                     }
                     // Still valid for a while: keep the old ones and try again later.
-                    log::warn!("Sentinel: refreshing the upload credentials failed: {}; keeping the current ones", self.api.redact(&e.to_string()));
-                    self.report.last_error = Some(format!("refresh: {e}"));
+                    let why = self.api.redact(&e.to_string());
+                    if self.refresh_warned.as_deref() != Some(why.as_str()) {
+                        log::warn!("Sentinel: refreshing the upload credentials failed: {why}; keeping the current ones");
+                    } else {
+                        log::debug!(
+                            "Sentinel: refreshing the upload credentials failed again: {why}"
+                        );
+                    }
+                    self.report.last_error = Some(format!("refresh: {why}"));
+                    self.refresh_warned = Some(why);
                 }
             }
             let (seq, rows, gz) = batch;
@@ -572,6 +583,7 @@ impl Uploader {
             retry_at: None,
             failing: 0,
             warned: None,
+            refresh_warned: None,
             told_unregistered: false,
             degraded,
             said_push: None,
