@@ -794,6 +794,71 @@ fn planted_fifos_never_block_root() {
             assert!(fifo.file_type().is_fifo(), "{flag}: the FIFO was replaced");
         }
     }
+    // A TMPDIR where nothing can be kept (missing, a file, read-only): the output
+    // goes to /tmp instead, said in one line, and the command runs.
+    let ro = dir(&s, "ro", 0o555, 0);
+    let file = s.path("tmpfile");
+    std::fs::write(&file, "x").expect("file");
+    // Root writes through a mode; a read-only bind mount stops it. Unmounted when
+    // the check ends, failed or not.
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let bound = Command::new("mount")
+        .args(["--bind"])
+        .arg(&ro)
+        .arg(&ro)
+        .status()
+        .is_ok_and(|st| st.success());
+    let _unmount = bound.then(|| Unmount(ro.clone()));
+    let remounted = bound
+        && Command::new("mount")
+            .args(["-o", "remount,bind,ro"])
+            .arg(&ro)
+            .status()
+            .is_ok_and(|st| st.success());
+    assert!(remounted, "cannot make {} read-only", ro.display());
+    for tmpdir in [s.path("missing"), file.clone(), ro.clone()] {
+        let _ = std::fs::remove_file(&started);
+        let o = bounded(
+            tracker_cmd(&s.0)
+                .env("TMPDIR", &tmpdir)
+                .args(["run", "-q", "--summary"])
+                .arg(f("s"))
+                .args(["--", "sh", "-c"])
+                .arg(format!("touch {}; exit 3", started.display())),
+            20,
+        );
+        let err = one_line(&o);
+        assert_eq!(
+            o.status.code(),
+            Some(3),
+            "TMPDIR {}: {err}",
+            tmpdir.display()
+        );
+        assert!(
+            started.exists(),
+            "TMPDIR {}: the command did not run",
+            tmpdir.display()
+        );
+        assert!(
+            err.contains(&*f("s").to_string_lossy())
+                && err.contains("instead, and the command runs"),
+            "TMPDIR {}: {err}",
+            tmpdir.display()
+        );
+        let kept = err
+            .split_whitespace()
+            .find(|w| w.ends_with("summary.json"))
+            .map(PathBuf::from)
+            .unwrap_or_else(|| panic!("no kept file named: {err}"));
+        assert!(kept.starts_with("/tmp"), "{err}");
+        assert!(std::fs::metadata(&kept).is_ok_and(|m| m.len() > 0), "{err}");
+        let _ = std::fs::remove_dir_all(kept.parent().expect("kept dir"));
+    }
     // Inputs: refused in one line, never read.
     std::fs::write(s.path("x.jsonl"), "{}\n").expect("input");
     let cases: [(Vec<String>, i32); 4] = [

@@ -111,7 +111,15 @@ fn recover<T: ?Sized, E: ?Sized>(
 /// A new file `name` in a private directory under the temp dir, for what could
 /// not be written where the user asked; under sudo the invoking user's.
 pub fn fallback_file(name: &str, owner: Option<&Owner>) -> std::io::Result<(File, PathBuf)> {
-    let (dir, fd) = fsafe::private_dir(&fsafe::temp_dir(), "resource-tracker-kept-")?;
+    // A TMPDIR that is missing, read-only or a file: /tmp next.
+    let made = fsafe::private_dir(&fsafe::temp_dir(), "resource-tracker-kept-").or_else(|e| {
+        let tmp = Path::new("/tmp");
+        if fsafe::temp_dir() == tmp {
+            return Err(e);
+        }
+        fsafe::private_dir(tmp, "resource-tracker-kept-")
+    });
+    let (dir, fd) = made?;
     let f = fsafe::create_in(&fd, name, false)?;
     if let Some(o) = owner {
         std::os::unix::fs::fchown(fd.as_fd(), Some(o.uid), Some(o.gid))?;
@@ -141,12 +149,27 @@ pub fn create_or_keep(
     match fsafe::create_output(path, owner) {
         Ok(f) => Ok((f, None)),
         Err(e) if fsafe::someone_elses(path, owner) => {
-            let (f, kept) = fallback_file(kept_name, owner).with_context(|| {
-                format!(
-                    "cannot write {what} file {}: {e}; nor a private file instead",
-                    path.display()
-                )
-            })?;
+            let (f, kept) = match fallback_file(kept_name, owner) {
+                Ok(k) => k,
+                Err(e2) => {
+                    // Kept nowhere: the output is lost, said, and the command
+                    // still runs (someone else's name cannot stop it).
+                    let null = File::options()
+                        .write(true)
+                        .open("/dev/null")
+                        .with_context(|| {
+                            format!(
+                                "cannot write {what} file {}: {e}; nor a private file instead ({e2})",
+                                path.display()
+                            )
+                        })?;
+                    say(format_args!(
+                        "cannot write {what} file {}: {e}; nor a private file instead ({e2}): this output is lost, and the command runs",
+                        path.display()
+                    ));
+                    return Ok((null, None));
+                }
+            };
             say(format_args!(
                 "cannot write {what} file {}: {e}; it goes to {} instead, and the command runs",
                 path.display(),
