@@ -526,6 +526,41 @@ fn refresh_failing_every_time_is_said_once() {
     assert_eq!(said, 1, "{tries} failed refreshes:\n{}", r.stderr);
 }
 
+/// An API that takes the connection and never answers: the tracker's exit waits
+/// no longer than the end's budget (30 s) and one request time-out, however long
+/// the registration may take (three time-outs); no second registration is tried
+/// after the command ended, and every row is kept on disk.
+#[test]
+fn a_hanging_api_delays_the_exit_by_the_end_budget_at_most() {
+    let Some(moto) = Moto::start("stream-hang", 1) else {
+        return;
+    };
+    let m = mock(&Scenario::new(&moto).fault("register", &["sleep:200000", "sleep:200000"]));
+    let dir = Scratch::new("stream-hang");
+    let mut c = command(&dir, &m.api_url(), &m.s3_url(), "1", &["sleep", "1"]);
+    c.env("TRACKER_HTTP_TIMEOUT", "20");
+    let t0 = Instant::now();
+    let r = run_with(&dir, c);
+    let wall = t0.elapsed().as_secs_f64();
+    assert!(r.status.success(), "{}", r.stderr);
+    assert!(
+        wall <= 1.0 + 30.0 + 20.0 + 3.0,
+        "the exit waited {wall:.1} s:\n{}",
+        r.stderr
+    );
+    // (The mock records a request when it answers, which it never does here: the
+    // time bound is what shows that no second registration was waited for.)
+    assert!(
+        r.stderr
+            .contains("the server may hold run(s) with external_run_id"),
+        "{}",
+        r.stderr
+    );
+    let kept = r.summary["streaming"]["rows_kept"].as_u64().unwrap_or(0);
+    assert_eq!(kept as usize, r.rows().len(), "{}", r.summary_text);
+    eprintln!("hanging API: exit after {wall:.1} s, {kept} rows kept");
+}
+
 #[test]
 fn api_down_at_start_then_up_loses_nothing() {
     let Some(moto) = Moto::start("stream-apidown", 2) else {

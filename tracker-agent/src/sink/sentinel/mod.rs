@@ -83,6 +83,9 @@ pub struct Streamer {
     /// Set by the streaming thread when the spool fails.
     degraded: Arc<Mutex<Option<String>>>,
     guardian: Option<Guardian>,
+    /// Told when the command ended, at once (the thread may be waiting on a
+    /// request then).
+    end: Arc<upload::End>,
 }
 
 impl Streamer {
@@ -99,6 +102,8 @@ impl Streamer {
         let degraded = Arc::new(Mutex::new(None));
         let shared = degraded.clone();
         let journal = guardian.as_ref().map(|g| g.journal.clone());
+        let end = Arc::new(upload::End::default());
+        let end_ = end.clone();
         let handle = std::thread::Builder::new()
             .name("sentinel".into())
             .spawn(move || {
@@ -113,7 +118,7 @@ impl Streamer {
                         return StreamReport::default();
                     }
                 };
-                let report = rt.block_on(run_stream(cfg, run, found, rx, shared, journal));
+                let report = rt.block_on(run_stream(cfg, run, found, rx, shared, journal, end_));
                 // A DNS lookup still blocked in the pool must not hold up the exit.
                 rt.shutdown_background();
                 report
@@ -123,6 +128,7 @@ impl Streamer {
             handle: Some(handle),
             degraded,
             guardian,
+            end,
         })
     }
 }
@@ -144,6 +150,7 @@ impl Sink for Streamer {
             return Ok(());
         };
         let exit_code = summary.exit_code.unwrap_or(0);
+        self.end.now();
         let _ = self.tx.send(Msg::Finish { exit_code });
         let report = handle.join().unwrap_or_else(|_| StreamReport {
             last_error: Some("the streaming thread panicked".into()),

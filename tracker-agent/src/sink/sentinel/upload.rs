@@ -27,6 +27,48 @@ const FINISH_BUDGET: Duration = Duration::from_secs(30);
 /// Largest CSV sent inline; a longer run with no upload flushes to S3 instead.
 const INLINE_MAX: usize = 8 << 20;
 
+/// The command's end, told to the streaming thread the moment it comes: a request
+/// in flight then (a registration allowed three request time-outs, which a hanging
+/// API uses up) may run only until the end's budget is spent, so that the
+/// tracker's exit waits no longer than that budget and one request time-out.
+#[derive(Default)]
+pub struct End {
+    by: Mutex<Option<tokio::time::Instant>>,
+    told: tokio::sync::Notify,
+}
+
+impl End {
+    /// Called by the sink's `finish`, on the main thread: the end's deadline.
+    pub fn now(&self) {
+        let by = tokio::time::Instant::now() + FINISH_BUDGET;
+        match self.by.lock() {
+            Ok(mut g) => *g = Some(by),
+            Err(p) => *p.into_inner() = Some(by),
+        }
+        self.told.notify_one();
+    }
+
+    fn by(&self) -> Option<tokio::time::Instant> {
+        match self.by.lock() {
+            Ok(g) => *g,
+            Err(p) => *p.into_inner(),
+        }
+    }
+
+    /// Ready once the end has come and its budget is spent.
+    async fn spent(&self) {
+        let by = match self.by() {
+            Some(by) => by,
+            None => {
+                self.told.notified().await;
+                self.by()
+                    .unwrap_or_else(|| tokio::time::Instant::now() + FINISH_BUDGET)
+            }
+        };
+        tokio::time::sleep_until(by).await;
+    }
+}
+
 fn iso_now() -> String {
     DateTime::from(SystemTime::now())
         .fmt(DateTimeFormat::DateTime)
@@ -55,6 +97,8 @@ struct Uploader {
     /// The reason of the last refresh failure said while the current credentials
     /// still held: a reason is said once, not at every batch.
     refresh_warned: Option<String>,
+    /// When the command ended (see `End`).
+    end: Arc<End>,
     told_unregistered: bool,
     /// What the spool's failure costs, shared with the sampling thread, which names
     /// it in every sample from then on.
@@ -201,7 +245,12 @@ impl Uploader {
             // From here the server may hold a run even if the answer never comes.
             j.record('P', "");
         }
-        let attempt = self.api.register(&self.body).await;
+        let attempt = tokio::select! {
+            a = self.api.register(&self.body) => a,
+            () = self.end.spent() => Err(ApiError::TimedOut(
+                "POST /runs: no answer within the end's budget".into(),
+            )),
+        };
         match &attempt {
             Err(ApiError::TimedOut(_)) => self.report.registrations_timed_out += 1,
             Err(ApiError::Answer(_)) => {
@@ -239,8 +288,13 @@ impl Uploader {
                 // the same way are then quiet (see `fail`).
                 self.told_unregistered = true;
                 let e = self.api.redact(&e.to_string());
+                let then = if self.end.by().is_some() {
+                    "its rows are kept locally"
+                } else {
+                    "the run goes on locally and registration is retried"
+                };
                 log::warn!(
-                    "Sentinel API {}: registering the run failed: {e}; the run goes on locally and registration is retried",
+                    "Sentinel API {}: registering the run failed: {e}; {then}",
                     self.cfg.api_url
                 );
                 self.warned = Some(e.clone());
@@ -389,11 +443,17 @@ impl Uploader {
     /// The end: last uploads, then `finish`. Batches that cannot be uploaded are
     /// written to disk.
     async fn finish(&mut self, exit_code: i32) {
-        let deadline = tokio::time::Instant::now() + FINISH_BUDGET;
+        let deadline = self
+            .end
+            .by()
+            .unwrap_or_else(|| tokio::time::Instant::now() + FINISH_BUDGET);
         if let Err(e) = self.q.seal() {
             self.report.last_error = Some(format!("sealing the last batch: {e}"));
         }
-        if self.reg.is_none() {
+        // One more try at the end, within its budget; never after a try that
+        // got no answer in time: the server may hold that run, and a registration
+        // is not idempotent (another would be a second run, never finished).
+        if self.reg.is_none() && self.report.registrations_timed_out == 0 {
             self.register().await;
         }
         let Some(run_id) = self.reg.as_ref().map(|r| r.run_id.clone()) else {
@@ -556,6 +616,7 @@ impl Uploader {
         degraded: Arc<Mutex<Option<String>>>,
         journal: Option<Arc<Journal>>,
         kept_parent: PathBuf,
+        end: Arc<End>,
     ) -> Uploader {
         let period = Duration::from_secs_f64(cfg.upload_interval);
         Uploader {
@@ -584,6 +645,7 @@ impl Uploader {
             failing: 0,
             warned: None,
             refresh_warned: None,
+            end,
             told_unregistered: false,
             degraded,
             said_push: None,
@@ -646,6 +708,9 @@ pub(super) async fn resume(cfg: Config, r: Resume, exit_code: i32) -> StreamRepo
     };
     let may_register = r.body.is_some();
     let degraded = Arc::new(Mutex::new(None));
+    // The guardian's end has its budget from now.
+    let end = Arc::new(End::default());
+    end.now();
     let mut u = Uploader::new(
         cfg,
         api,
@@ -653,6 +718,7 @@ pub(super) async fn resume(cfg: Config, r: Resume, exit_code: i32) -> StreamRepo
         degraded,
         None,
         r.temp_dir,
+        end,
     );
     u.may_register = may_register;
     u.q.start_at(r.uploaded.len() as u32 + 1);
@@ -684,6 +750,7 @@ pub(super) async fn run_stream(
     mut rx: mpsc::UnboundedReceiver<Msg>,
     degraded: Arc<Mutex<Option<String>>>,
     journal: Option<Arc<Journal>>,
+    end: Arc<End>,
 ) -> StreamReport {
     let api = match Api::new(&cfg.api_url, cfg.token.clone(), cfg.timeout) {
         Ok(a) => a,
@@ -697,7 +764,15 @@ pub(super) async fn run_stream(
     if let Some(j) = &journal {
         j.record('B', &body.to_string());
     }
-    let mut u = Uploader::new(cfg, api, body, degraded, journal, crate::fsafe::temp_dir());
+    let mut u = Uploader::new(
+        cfg,
+        api,
+        body,
+        degraded,
+        journal,
+        crate::fsafe::temp_dir(),
+        end,
+    );
     u.register().await;
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
