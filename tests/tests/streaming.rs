@@ -526,6 +526,22 @@ fn refresh_failing_every_time_is_said_once() {
     assert_eq!(said, 1, "{tries} failed refreshes:\n{}", r.stderr);
 }
 
+/// S3 stores every PUT but answers only after the client gave up (slower than the
+/// request time-out): the tracker finds each object stored (a HEAD of its key) and
+/// lists it; no row goes inline as well, none is lost.
+#[test]
+fn puts_that_time_out_but_land_are_listed_not_sent_again() {
+    let Some(moto) = Moto::start("stream-lands", 1) else {
+        return;
+    };
+    let m = mock(&Scenario::new(&moto).fault("s3_put", &["sleep:1500"; 80]));
+    let dir = Scratch::new("stream-lands");
+    let r = run_streamed(&dir, &m, "1", &["sleep", "3"]);
+    assert!(r.status.success(), "{}", r.stderr);
+    let n = assert_lossless(&moto, &m, &r);
+    eprintln!("{n} objects, each PUT answered after the time-out");
+}
+
 /// An API that takes the connection and never answers: the tracker's exit waits
 /// no longer than the end's budget (30 s) and one request time-out, however long
 /// the registration may take (three time-outs); no second registration is tried
@@ -1182,6 +1198,13 @@ enum Kill {
     BeforeFirstUpload,
     /// A while after the n-th upload, before the next.
     AfterUploads(usize),
+    /// While the second PUT waits at a slow S3, which stores it 4 s later, after
+    /// the guardian has put its rows: the guardian writes exactly those rows under
+    /// that key, so the late landing repeats them and loses none.
+    DuringSlowPut,
+    /// While the first PUT waits at a slow S3, which stores it later: its rows
+    /// are not sent inline as well.
+    DuringFirstPut,
     /// S3 answers 503 and `finish` 400 throughout: the guardian keeps the rows.
     ServerRefuses,
     /// The spool filled (batches went to a kept directory under TMPDIR) while S3
@@ -1204,6 +1227,8 @@ fn a_killed_tracker_loses_no_row_and_its_run_is_finished() {
         Kill::BeforeFirstUpload,
         Kill::AfterUploads(1),
         Kill::AfterUploads(3),
+        Kill::DuringSlowPut,
+        Kill::DuringFirstPut,
         Kill::RegistrationInFlight,
         Kill::ServerRefuses,
     ];
@@ -1221,6 +1246,8 @@ fn a_killed_tracker_loses_no_row_and_its_run_is_finished() {
             }
             Kill::SpoolFull => sc = sc.fault("s3_put", &["status:503"; 300]),
             Kill::RegistrationInFlight => sc = sc.fault("register", &["sleep:2000"]),
+            Kill::DuringSlowPut => sc = sc.fault("s3_put", &["ok", "sleep:4000"]),
+            Kill::DuringFirstPut => sc = sc.fault("s3_put", &["sleep:4000"]),
             _ => {}
         }
         let m = mock(&sc);
@@ -1269,6 +1296,16 @@ fn a_killed_tracker_loses_no_row_and_its_run_is_finished() {
             Kill::SpoolFull => {
                 m.wait_records("s3_put", 5, wait);
             }
+            // The mock records a PUT when it answers: the second (or first) is
+            // sent about a second after the one before.
+            Kill::DuringSlowPut => {
+                m.wait_records("s3_put", 1, wait);
+                std::thread::sleep(Duration::from_millis(1500));
+            }
+            Kill::DuringFirstPut => {
+                m.wait_records("register", 1, wait);
+                std::thread::sleep(Duration::from_millis(2000));
+            }
         }
         let command_pids = children_of(pid);
         bg.signal(libc::SIGKILL);
@@ -1288,6 +1325,20 @@ fn a_killed_tracker_loses_no_row_and_its_run_is_finished() {
             std::thread::sleep(Duration::from_millis(50));
         }
         let took = t0.elapsed();
+        if matches!(when, Kill::DuringSlowPut | Kill::DuringFirstPut) {
+            // The slow PUT lands (4 s after it was sent) before S3 is read: the
+            // mock records it once it has passed it on.
+            let t0 = Instant::now();
+            while !m.records_of("s3_put").iter().any(|p| {
+                p["action"]
+                    .as_str()
+                    .is_some_and(|a| a.starts_with("sleep:"))
+            }) {
+                assert!(t0.elapsed() < wait, "{when:?}: the slow PUT never landed");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            std::thread::sleep(Duration::from_millis(300));
+        }
         let stderr = std::fs::read_to_string(dir.path("stderr")).unwrap_or_default();
         assert!(!stderr.contains("panicked"), "{stderr}");
         let local = std::fs::read_to_string(dir.path("local.csv")).expect("local.csv");

@@ -16,7 +16,8 @@
 //! registration body, `S <json>` the registration answer, `C <json>` credentials
 //! from a refresh, `R<index>,<csv row>` a row, `U <index> <uri>` a batch uploaded
 //! whose last row is `index`, `K <index> <dir>` rows kept up to `index`, `F` the run
-//! finished, `P` a registration sent, `D <dir>` the directory that batches go to
+//! finished, `P` a registration sent, `T <seq> <index>` a batch's PUT sent (it may
+//! land even unanswered) whose last row is `index`, `D <dir>` the directory that batches go to
 //! since the spool failed. Rows up to the highest `U`/`K` index are saved; the tracker then zeroes
 //! their bytes (a punched hole), so the journal holds only rows not yet saved.
 
@@ -195,6 +196,8 @@ struct Replay {
     registering: bool,
     kept_dirs: Vec<PathBuf>,
     rows: Vec<(u64, String)>,
+    /// The last `T`: the seq of the batch last put, and its last row's index.
+    tried: Option<(u32, u64)>,
 }
 
 fn replay(text: &str) -> Replay {
@@ -235,6 +238,12 @@ fn replay(text: &str) -> Replay {
                     _ => r.kept.push(what),
                 }
             }
+            "T" => {
+                let mut p = rest.split_whitespace().map(str::parse::<u64>);
+                if let (Some(Ok(seq)), Some(Ok(last))) = (p.next(), p.next()) {
+                    r.tried = Some((seq as u32, last));
+                }
+            }
             "F" => r.finished = true,
             "P" => r.registering = true,
             "D" => {
@@ -247,6 +256,10 @@ fn replay(text: &str) -> Replay {
     }
     let upto = r.saved_upto;
     r.rows.retain(|(i, _)| *i > upto);
+    // A put whose rows are all saved since is settled.
+    if r.tried.is_some_and(|(_, last)| last <= upto) {
+        r.tried = None;
+    }
     r
 }
 
@@ -387,6 +400,9 @@ fn save(h: Header, r: Replay) -> i32 {
         registration: r.registration,
         credentials: r.credentials,
         uploaded: r.uploaded,
+        tried: r
+            .tried
+            .map(|(seq, last)| (seq, r.rows.iter().filter(|(i, _)| *i <= last).count())),
         rows: r.rows.into_iter().map(|(_, row)| row).collect(),
         temp_dir: h.temp_dir,
     };

@@ -22,6 +22,9 @@ pub const DEFAULT_REGION: &str = "eu-central-1";
 pub enum PutError {
     /// 403 or an S3 credential error code: refresh the credentials, then retry.
     Auth(String),
+    /// No answer (a time-out, a connection lost after sending): the object may
+    /// have been stored all the same.
+    NoAnswer(String),
     /// Anything else: retry later with the same object.
     Other(String),
 }
@@ -29,7 +32,7 @@ pub enum PutError {
 impl std::fmt::Display for PutError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            PutError::Auth(s) | PutError::Other(s) => f.write_str(s),
+            PutError::Auth(s) | PutError::NoAnswer(s) | PutError::Other(s) => f.write_str(s),
         }
     }
 }
@@ -114,12 +117,25 @@ pub async fn put(client: &Client, bucket: &str, key: &str, body: Vec<u8>) -> Res
             let (status, code, msg) = describe(&e);
             let auth =
                 status == Some(403) || code.as_deref().is_some_and(|c| AUTH_CODES.contains(&c));
+            let answered = matches!(e, SdkError::ServiceError(_));
             Err(if auth {
                 PutError::Auth(msg)
-            } else {
+            } else if answered {
                 PutError::Other(msg)
+            } else {
+                PutError::NoAnswer(msg)
             })
         }
+    }
+}
+
+/// Whether `key` holds an object of `len` bytes (a PUT of ours that got no answer
+/// but was stored): Ok(false) when S3 says there is none, or one of another size.
+pub async fn landed(client: &Client, bucket: &str, key: &str, len: usize) -> Result<bool, String> {
+    match client.head_object().bucket(bucket).key(key).send().await {
+        Ok(o) => Ok(o.content_length() == Some(len as i64)),
+        Err(SdkError::ServiceError(s)) if s.raw().status().as_u16() == 404 => Ok(false),
+        Err(e) => Err(describe(&e).2),
     }
 }
 

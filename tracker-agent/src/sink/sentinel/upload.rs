@@ -99,6 +99,10 @@ struct Uploader {
     refresh_warned: Option<String>,
     /// When the command ended (see `End`).
     end: Arc<End>,
+    /// The front batch's PUT that got no answer and was not found stored since:
+    /// (seq, key, bytes). It may still land, so its rows go inline only once S3
+    /// says it holds no such object.
+    maybe_landed: Option<(u32, String, usize)>,
     told_unregistered: bool,
     /// What the spool's failure costs, shared with the sampling thread, which names
     /// it in every sample from then on.
@@ -410,8 +414,41 @@ impl Uploader {
                 return;
             };
             self.put_sent = true;
-            match s3::put(&client, &bucket, &key, gz).await {
+            // From here the object may land, answered or not: a guardian that
+            // takes over writes exactly these rows under this key, never others.
+            if let (Some(j), Some(Some(last))) =
+                (&self.journal, self.pending.get(rows.wrapping_sub(1)))
+            {
+                j.record('T', &format!("{seq} {}", last.index));
+            }
+            let len = gz.len();
+            let put = match s3::put(&client, &bucket, &key, gz).await {
+                // No answer: S3 may hold it all the same, and these rows must then
+                // not go anywhere else (inline, another key).
+                Err(s3::PutError::NoAnswer(m)) => {
+                    match s3::landed(&client, &bucket, &key, len).await {
+                        Ok(true) => {
+                            log::debug!("Sentinel: {uri}: {m}; it was stored all the same");
+                            self.maybe_landed = None;
+                            Ok(())
+                        }
+                        Ok(false) => {
+                            self.maybe_landed = Some((seq, key.clone(), len));
+                            Err(s3::PutError::Other(m))
+                        }
+                        Err(h) => {
+                            self.maybe_landed = Some((seq, key.clone(), len));
+                            Err(s3::PutError::Other(format!(
+                                "{m}; and asking whether it was stored: {h}"
+                            )))
+                        }
+                    }
+                }
+                other => other,
+            };
+            match put {
                 Ok(()) => {
+                    self.maybe_landed = None;
                     log::debug!("Sentinel: uploaded {uri} ({rows} rows)");
                     self.saved('U', rows, &uri);
                     self.uploaded.push(uri);
@@ -437,6 +474,38 @@ impl Uploader {
                     return;
                 }
             }
+        }
+    }
+
+    /// Before rows go inline: a PUT that got no answer may have landed since. S3
+    /// holding it makes it uploaded (its rows are then not sent again); S3 that
+    /// cannot say leaves it named, as the one place the rows may also be.
+    async fn settle_maybe_landed(&mut self) {
+        let Some((seq, key, len)) = self.maybe_landed.take() else {
+            return;
+        };
+        if !matches!(self.q.front(), Ok(Some((s, _, _))) if s == seq) {
+            return;
+        }
+        let Some(reg) = &self.reg else { return };
+        let (bucket, uri) = (reg.prefix.bucket.clone(), reg.prefix.uri(&key));
+        let Some(client) = self.client().await else {
+            return;
+        };
+        match s3::landed(&client, &bucket, &key, len).await {
+            Ok(true) => {
+                let rows = self.q.front().ok().flatten().map_or(0, |b| b.1);
+                log::debug!("Sentinel: {uri} was stored after all ({rows} rows)");
+                self.saved('U', rows, &uri);
+                self.uploaded.push(uri);
+                self.q.pop_front();
+                self.report.batches_uploaded += 1;
+                self.report.rows_uploaded += rows as u64;
+            }
+            Ok(false) => {}
+            Err(e) => log::warn!(
+                "Sentinel: {uri} got no answer and S3 cannot say whether it holds it ({e}); its rows go inline and may also be there"
+            ),
         }
     }
 
@@ -486,6 +555,9 @@ impl Uploader {
                     tokio::time::sleep_until(t.min(deadline)).await;
                 }
                 self.work().await;
+            }
+            if self.uploaded.is_empty() {
+                self.settle_maybe_landed().await;
             }
             if !self.uploaded.is_empty() && self.q.sealed_len() > 0 {
                 // Some batches in S3, the rest only on this machine: the run on the
@@ -646,6 +718,7 @@ impl Uploader {
             warned: None,
             refresh_warned: None,
             end,
+            maybe_landed: None,
             told_unregistered: false,
             degraded,
             said_push: None,
@@ -690,6 +763,10 @@ pub struct Resume {
     pub uploaded: Vec<String>,
     /// Rows it had not saved, in order.
     pub rows: Vec<String>,
+    /// The batch the tracker was putting when it died (it may still land): its
+    /// key's seq and how many of `rows` it held. The guardian puts exactly those
+    /// rows under that key again, so a late landing writes the same rows.
+    pub tried: Option<(u32, usize)>,
     /// The tracker's temp dir (the guardian has no environment).
     pub temp_dir: PathBuf,
 }
@@ -721,7 +798,8 @@ pub(super) async fn resume(cfg: Config, r: Resume, exit_code: i32) -> StreamRepo
         end,
     );
     u.may_register = may_register;
-    u.q.start_at(r.uploaded.len() as u32 + 1);
+    let next = r.uploaded.len() as u32 + 1;
+    u.q.start_at(r.tried.map_or(next, |(seq, _)| seq.max(next)));
     let mut reg = r
         .registration
         .and_then(|v| api::parse_registration(&v).ok());
@@ -733,10 +811,16 @@ pub(super) async fn resume(cfg: Config, r: Resume, exit_code: i32) -> StreamRepo
     }
     u.report.run_id = reg.as_ref().map(|r| r.run_id.clone());
     u.reg = reg;
-    u.put_sent = !r.uploaded.is_empty();
+    // A PUT the tracker sent may land: those rows never go inline.
+    u.put_sent = !r.uploaded.is_empty() || r.tried.is_some();
     u.uploaded = r.uploaded;
-    for row in &r.rows {
+    for (i, row) in r.rows.iter().enumerate() {
         u.push(row, None);
+        if r.tried.is_some_and(|(_, n)| n == i + 1) {
+            if let Err(e) = u.q.seal() {
+                u.report.last_error = Some(format!("sealing the tracker's last batch: {e}"));
+            }
+        }
     }
     u.finish(exit_code).await;
     u.close_report();
