@@ -602,7 +602,10 @@ pub fn render(outcomes: &[Outcome], wall_secs: f64) -> String {
          skipped every copy of a program for one event, a shape's `missed_runs` figures\n\
          give the runs skipped per copy and what was found again (members whose fork was\n\
          skipped, process ends and execs whose program was skipped): the counts stay exact\n\
-         through them (docs/engine.md, \"A member whose event no copy saw\").\n"
+         through them (docs/engine.md, \"A member whose event no copy saw\"). The node\n\
+         agent keeps one copy: `node container processes` holds a 300-process fork\n\
+         swarm's counts for its container exact, or short by no more than the runs the\n\
+         kernel says it skipped of that program (`resource_tracker_skipped_runs_total`).\n"
     );
     let _ = writeln!(s, "## Matrix\n");
     let mut head = "| check |".to_string();
