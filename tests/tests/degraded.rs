@@ -257,3 +257,63 @@ fn an_exact_run_names_nothing() {
     assert_eq!(r.code, Some(0), "{}", r.stderr);
     assert_eq!(r.summary["degraded"], Value::Array(Vec::new()));
 }
+
+/// A tracker in a memory cgroup too small for the BPF programs' maps (the kernel
+/// would make them and then kill the tracker, 137, before the command ran): eBPF is
+/// not loaded, which is said in one line naming the cgroup and named in the summary,
+/// the command runs on the procfs backend and its exit code is the tracker's.
+#[test]
+fn a_memory_cgroup_too_small_for_ebpf_is_said_and_the_command_runs() {
+    if !e2e::require(
+        e2e::is_root() && ebpf_available(),
+        "a memory cgroup and eBPF need root",
+    ) {
+        return;
+    }
+    let v1 = Path::new("/sys/fs/cgroup/memory");
+    let (base, limit_file) = if v1.join("memory.limit_in_bytes").exists() {
+        (v1.to_path_buf(), "memory.limit_in_bytes")
+    } else {
+        (Path::new("/sys/fs/cgroup").to_path_buf(), "memory.max")
+    };
+    for mib in [3u64, 9] {
+        let s = Scratch::new("small-memcg");
+        let cg = base.join(format!("rt-test-small-{}-{mib}", std::process::id()));
+        std::fs::create_dir(&cg).expect("memory cgroup");
+        let limited = std::fs::write(cg.join(limit_file), (mib << 20).to_string());
+        assert!(
+            limited.is_ok(),
+            "{}: {limited:?}",
+            cg.join(limit_file).display()
+        );
+        let ran = s.path("ran");
+        let sum = s.path("summary.json");
+        let o = run(Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "echo $$ > {}/cgroup.procs && exec \"$0\" \"$@\"",
+                cg.display()
+            ))
+            .arg(tracker())
+            .args(["run", "-q", "-i", "0.2", "--summary"])
+            .arg(&sum)
+            .args(["--", "sh", "-c"])
+            .arg(format!("echo ran > {}; exit 5", ran.display())));
+        let _ = std::fs::remove_dir(&cg);
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert_eq!(o.status.code(), Some(5), "{mib} MiB: {err}");
+        assert!(ran.exists(), "{mib} MiB: the command did not run: {err}");
+        assert!(
+            err.contains("procfs")
+                && (err.contains("memory cgroup") || err.contains("allocate memory")),
+            "{mib} MiB: {err}"
+        );
+        let summary = read_json(&sum);
+        assert_eq!(summary["backend"], "procfs", "{mib} MiB: {summary}");
+        assert!(
+            summary["degraded"].to_string().contains("ebpf_load_failed"),
+            "{mib} MiB: {}",
+            summary["degraded"]
+        );
+    }
+}

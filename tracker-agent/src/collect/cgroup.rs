@@ -73,6 +73,55 @@ pub(super) fn find(
     None
 }
 
+/// The levels of the tracker's own memory cgroup, its own first and then each
+/// parent that keeps the same files (v2's `memory.max`, v1's
+/// `memory.limit_in_bytes`), to the hierarchy's root. Empty where none is found.
+pub fn own_memory(roots: &Roots) -> Vec<crate::model::reading::MemoryLevel> {
+    let read = |p: &str| std::fs::read_to_string(roots.proc.join(p)).unwrap_or_default();
+    let (cgroups, mountinfo) = (read("self/cgroup"), read("self/mountinfo"));
+    let mounts = mounts(&mountinfo);
+    let (mut dir, files) = match find(&cgroups, &mounts, Some("memory")) {
+        Some(d) if d.join("memory.limit_in_bytes").exists() => (
+            d,
+            ["memory.limit_in_bytes", "memory.usage_in_bytes", "total_"],
+        ),
+        _ => match find(&cgroups, &mounts, None) {
+            Some(d) => (d, ["memory.max", "memory.current", ""]),
+            None => return Vec::new(),
+        },
+    };
+    let number =
+        |p: PathBuf| -> Option<u64> { std::fs::read_to_string(p).ok()?.trim().parse().ok() };
+    let mut out = Vec::new();
+    while dir.join(files[0]).exists() {
+        // "max" (v2) or a page-rounded i64::MAX (v1): no limit.
+        let limit = number(dir.join(files[0])).filter(|&l| l < 1 << 62);
+        let stat = std::fs::read_to_string(dir.join("memory.stat")).unwrap_or_default();
+        let file = ["active_file", "inactive_file"]
+            .iter()
+            .filter_map(|k| {
+                let key = format!("{}{k} ", files[2]);
+                stat.lines()
+                    .find_map(|l| l.strip_prefix(key.as_str()))
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+            })
+            .sum();
+        if let Some(usage) = number(dir.join(files[1])) {
+            out.push(crate::model::reading::MemoryLevel {
+                dir: dir.display().to_string(),
+                limit,
+                usage,
+                file,
+            });
+        }
+        match dir.parent() {
+            Some(p) => dir = p.to_path_buf(),
+            None => break,
+        }
+    }
+    out
+}
+
 pub struct CgroupCpu {
     usage: Option<(CachedFile, Usage)>,
     buf: Vec<u8>,

@@ -142,3 +142,57 @@ pub struct MemcgReading {
     /// (v2 before 5.19).
     pub peak: Option<u64>,
 }
+
+/// One level of the tracker's own memory cgroup, from its own up: its limit (None:
+/// none), its charge and the file pages in it, which the kernel reclaims before it
+/// kills (bytes).
+#[derive(Clone, Debug, PartialEq)]
+pub struct MemoryLevel {
+    pub dir: String,
+    pub limit: Option<u64>,
+    pub usage: u64,
+    pub file: u64,
+}
+
+/// What the tightest limited level of the tracker's memory cgroup leaves for what
+/// it has yet to allocate: its directory and the bytes free (limit less the charge
+/// that cannot be reclaimed). None when no level has a limit.
+pub fn memory_room(levels: &[MemoryLevel]) -> Option<(String, u64)> {
+    levels
+        .iter()
+        .filter_map(|l| {
+            let limit = l.limit?;
+            Some((
+                l.dir.clone(),
+                limit.saturating_sub(l.usage.saturating_sub(l.file)),
+            ))
+        })
+        .min_by_key(|(_, free)| *free)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tightest_limited_level_gives_the_room_file_pages_counted_free() {
+        let l = |dir: &str, limit, usage, file| MemoryLevel {
+            dir: dir.into(),
+            limit,
+            usage,
+            file,
+        };
+        let levels = [
+            l("/a/b", Some(100), 90, 30),
+            l("/a", Some(1000), 950, 0),
+            l("/", None, 5000, 0),
+        ];
+        assert_eq!(memory_room(&levels), Some(("/a/b".into(), 40)));
+        assert_eq!(memory_room(&levels[2..]), None);
+        // A charge past the limit (a limit lowered below it) leaves nothing.
+        assert_eq!(
+            memory_room(&[l("/x", Some(10), 50, 0)]),
+            Some(("/x".into(), 0))
+        );
+    }
+}

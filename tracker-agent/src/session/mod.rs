@@ -545,7 +545,9 @@ fn load_engine(st: &Settings) -> (Option<Engine>, Option<String>, Degradations) 
     if e.no_ebpf {
         return (None, Some("--no-ebpf".to_string()), Degradations::default());
     }
-    match EbpfEngine::load(e.max_tasks, e.ring_bytes, e.bpf_stats) {
+    let room =
+        crate::model::reading::memory_room(&crate::collect::cgroup::own_memory(&Roots::default()));
+    match EbpfEngine::load(e.max_tasks, e.ring_bytes, e.bpf_stats, room) {
         Ok(e) => {
             log::info!("eBPF engine loaded in {:.0} ms", e.load_ms);
             (

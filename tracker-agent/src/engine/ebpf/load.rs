@@ -165,6 +165,10 @@ pub enum EbpfUnavailable {
     /// Pids in BPF are the host's; this process sees another namespace's.
     PidNamespace,
     Load(String),
+    /// The tracker's memory cgroup leaves less than the programs' maps need: the
+    /// kernel would let the maps be made and then kill the tracker (measured: 8
+    /// and 9 MiB limits were killed, 3–7 MiB refused the maps, 10 MiB ran).
+    NoMemory(String),
 }
 
 impl EbpfUnavailable {
@@ -174,7 +178,7 @@ impl EbpfUnavailable {
             EbpfUnavailable::NoBtf(_) => degraded::EBPF_NO_BTF,
             EbpfUnavailable::NoPrivilege(_) => degraded::EBPF_NO_PRIVILEGE,
             EbpfUnavailable::PidNamespace => degraded::EBPF_PID_NAMESPACE,
-            EbpfUnavailable::Load(_) => degraded::EBPF_LOAD_FAILED,
+            EbpfUnavailable::Load(_) | EbpfUnavailable::NoMemory(_) => degraded::EBPF_LOAD_FAILED,
         };
         let mut d = Degradations::default();
         d.set(
@@ -202,6 +206,7 @@ impl fmt::Display for EbpfUnavailable {
                 "the tracker runs in a PID namespace other than the host's (the kernel's pids are not the ones this /proc shows)"
             ),
             EbpfUnavailable::Load(s) => write!(f, "loading the BPF programs failed: {s}"),
+            EbpfUnavailable::NoMemory(s) => write!(f, "{s}"),
         }
     }
 }
@@ -414,9 +419,28 @@ fn pid_max() -> Option<u32> {
 impl EbpfEngine {
     /// Loads and attaches everything. `max_tasks` sizes the task map (`task_map_size`),
     /// `ring_bytes` the event ring.
-    pub fn load(max_tasks: u32, ring_bytes: u32, bpf_stats: bool) -> Result<Self, EbpfUnavailable> {
+    /// `room`: the tracker's memory cgroup's tightest level and the bytes it
+    /// leaves, where one is limited.
+    pub fn load(
+        max_tasks: u32,
+        ring_bytes: u32,
+        bpf_stats: bool,
+        room: Option<(String, u64)>,
+    ) -> Result<Self, EbpfUnavailable> {
         let t0 = Instant::now();
         has_cap_bpf().map_err(EbpfUnavailable::NoPrivilege)?;
+        // The maps and the load's own buffers: 8.3 MiB of kernel memory charged
+        // to the cgroup with the default sizes (memory.kmem.max_usage_in_bytes),
+        // killed at 9 MiB, ran at 10; 14 MiB leaves a margin, plus the ring.
+        let need = (14 << 20) + u64::from(ring_bytes);
+        if let Some((dir, free)) = room.filter(|(_, free)| *free < need) {
+            return Err(EbpfUnavailable::NoMemory(format!(
+                "the tracker's memory cgroup {} leaves {:.1} MiB, less than the {} MiB the BPF programs' maps need",
+                crate::warn::escaped(&dir),
+                free as f64 / 1048576.0,
+                need >> 20
+            )));
+        }
         if !in_host_pid_ns() {
             return Err(EbpfUnavailable::PidNamespace);
         }
