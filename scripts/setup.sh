@@ -21,6 +21,8 @@ command -v runc >/dev/null 2>&1 || need_apt+=(runc)
 command -v objcopy >/dev/null 2>&1 || need_apt+=(binutils)
 # Headless Chromium opens the HTML reports in the report tests.
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
+# A real sudoers rule for the binary, made and removed by the root-safety tests.
+command -v sudo >/dev/null 2>&1 || need_apt+=(sudo)
 # stress-ng's stressors are real workloads of `cargo xtask bench --only-real`.
 command -v stress-ng >/dev/null 2>&1 || need_apt+=(stress-ng)
 if [ ${#need_apt[@]} -gt 0 ]; then

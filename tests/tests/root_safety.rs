@@ -510,6 +510,156 @@ fn under_sudo_config_token_and_node_output_are_the_users() {
     );
 }
 
+/// Removes the test's user and sudoers rule when the test ends, failed or not.
+struct SudoUser {
+    name: String,
+    rule: PathBuf,
+}
+
+impl Drop for SudoUser {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.rule);
+        let _ = Command::new("userdel").arg(&self.name).status();
+    }
+}
+
+/// A real user whose only grant is a sudoers rule for the binary, as an
+/// administrator writes it: through real sudo, the command runs as the user,
+/// `--as-root` is refused, a root-only file is neither read (`report`, `-c`) nor
+/// written (`-o` of `run` and `node`), and what the user may write becomes theirs.
+#[test]
+fn a_sudoers_rule_for_the_binary_grants_tracking_not_root() {
+    if skip_unless_root()
+        || !e2e::require(
+            e2e::have("sudo") && e2e::have("useradd"),
+            "sudo and useradd",
+        )
+    {
+        return;
+    }
+    let s = Scratch::new("safe-sudoers");
+    std::fs::set_permissions(&s.0, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let name = format!("rtsudo{}", std::process::id() % 100000);
+    let home = dir(&s, "home", 0o755, 0);
+    let st = Command::new("useradd")
+        .args(["--no-create-home", "--shell", "/bin/sh", "--home-dir"])
+        .arg(&home)
+        .arg(&name)
+        .status()
+        .expect("useradd");
+    assert!(st.success(), "useradd {name}");
+    let rule = PathBuf::from(format!("/etc/sudoers.d/{name}"));
+    let user = SudoUser {
+        name: name.clone(),
+        rule: rule.clone(),
+    };
+    let id = |flag: &str| -> u32 {
+        let o = Command::new("id")
+            .arg(flag)
+            .arg(&name)
+            .output()
+            .expect("id");
+        String::from_utf8_lossy(&o.stdout)
+            .trim()
+            .parse()
+            .expect("an id")
+    };
+    let (uid, gid) = (id("-u"), id("-g"));
+    std::os::unix::fs::chown(&home, Some(uid), Some(gid)).expect("chown home");
+    // The binary where an administrator puts it: root's, in root's directory.
+    let bin_dir = dir(&s, "bin", 0o755, 0);
+    let bin = bin_dir.join("resource-tracker");
+    std::fs::copy(tracker(), &bin).expect("copy the binary");
+    std::fs::write(
+        &rule,
+        format!("{name} ALL=(root) NOPASSWD: {}\n", bin.display()),
+    )
+    .expect("rule");
+    std::fs::set_permissions(&rule, std::fs::Permissions::from_mode(0o440)).expect("chmod rule");
+    let private = dir(&s, "private", 0o700, 0);
+    std::fs::write(private.join("only.toml"), "[job]\nname = \"SECRET-9b\"\n").expect("config");
+    let v = victim(&s);
+    let as_user = |args: &[&str]| -> Output {
+        let mut c = Command::new("setpriv");
+        c.arg(format!("--reuid={uid}"))
+            .arg(format!("--regid={gid}"))
+            .arg("--init-groups")
+            .args(["--", "sudo", "-n"])
+            .arg(&bin)
+            .args(args)
+            .current_dir(&home)
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        bounded(&mut c, 30)
+    };
+    // The command: the user, not root.
+    let o = as_user(&["run", "-q", "--", "id", "-u"]);
+    assert_eq!(o.status.code(), Some(0), "{}", one_line(&o));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim(),
+        uid.to_string(),
+        "the command's uid"
+    );
+    // --as-root: refused, the command never started.
+    let o = as_user(&["run", "-q", "--as-root", "--", "id", "-u"]);
+    assert_eq!(o.status.code(), Some(2), "{}", one_line(&o));
+    assert!(
+        o.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    // Root's files: not read, not written, nothing of them shown.
+    let conf = private.join("only.toml");
+    let o = as_user(&["run", "-q", "-c", &show(&conf), "--", "true"]);
+    assert_ne!(o.status.code(), Some(0), "{}", one_line(&o));
+    assert!(!one_line(&o).contains("SECRET-9b"), "{}", one_line(&o));
+    for out in [show(&v), show(&private.join("new.jsonl"))] {
+        // Refused, or (someone else's file at the path) sent to a kept file of
+        // the user's instead, said in one line.
+        let o = as_user(&["run", "-q", "-o", &out, "--", "true"]);
+        let err = one_line(&o);
+        assert!(
+            o.status.code() != Some(0) || err.contains("instead, and the command runs"),
+            "run -o {out}: {err}"
+        );
+        if let Some(kept) = err
+            .split_whitespace()
+            .find(|w| w.ends_with("samples.jsonl"))
+        {
+            let k = std::fs::metadata(kept).expect("the kept file");
+            assert_eq!(k.uid(), uid, "the kept file is the user's");
+            let _ = std::fs::remove_dir_all(Path::new(kept).parent().expect("its dir"));
+        }
+        let o = as_user(&["node", "--no-ebpf", "-i", "0.2", "-o", &out]);
+        assert_ne!(o.status.code(), Some(0), "node -o {out}: {}", one_line(&o));
+    }
+    assert_intact(&v);
+    assert!(
+        !private.join("new.jsonl").exists(),
+        "written in root's directory"
+    );
+    // The user's own output: made, and theirs.
+    let mine = home.join("run.jsonl");
+    let o = as_user(&[
+        "run",
+        "-q",
+        "-i",
+        "0.1",
+        "-o",
+        &show(&mine),
+        "--",
+        "sleep",
+        "0.3",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", one_line(&o));
+    let m = std::fs::metadata(&mine).expect("run.jsonl");
+    assert_eq!((m.uid(), m.gid()), (uid, gid), "the output is the user's");
+    drop(user);
+    assert!(!rule.exists());
+}
+
 /// As root without sudo, in a directory someone else owns: a planted link is not
 /// followed and a file planted there is not taken over; the output goes to a kept
 /// file instead, named in one line, and the command runs.
