@@ -1524,6 +1524,9 @@ enum Hostile {
     /// `200` whose body never ends: `[` bytes until the client leaves, 3 GiB or
     /// 60 s, whichever comes first.
     Flood,
+    /// `200` whose body comes a byte every 200 ms, and never ends (up to 120 s):
+    /// never idle long enough for a read time-out.
+    Trickle,
 }
 
 /// An HTTP listener on 127.0.0.1 that answers every request the same way and
@@ -1590,6 +1593,19 @@ impl HostileApi {
                             "HTTP/1.1 307 Temporary Redirect\r\nLocation: {to}\r\n\
                              Content-Length: 0\r\nConnection: close\r\n\r\n"
                         );
+                    }
+                    Hostile::Trickle => {
+                        let _ = c.write_all(
+                            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\
+                              Connection: close\r\n\r\n",
+                        );
+                        let t0 = Instant::now();
+                        while t0.elapsed() < Duration::from_secs(120) {
+                            if c.write_all(b" ").is_err() {
+                                break;
+                            }
+                            std::thread::sleep(Duration::from_millis(200));
+                        }
                     }
                     Hostile::Flood => {
                         let _ = c.write_all(
@@ -1699,6 +1715,29 @@ fn the_token_never_follows_a_redirect() {
         r.stderr
     );
     assert!(wall < Duration::from_secs(40), "took {wall:?}");
+}
+
+/// An API whose answer trickles (a byte every 200 ms, never ending): each request
+/// ends at its time-out all the same, and the exit waits no longer than the end's
+/// budget and one time-out.
+#[test]
+fn an_answer_that_trickles_ends_at_the_time_out() {
+    let api = HostileApi::start(Hostile::Trickle);
+    let dir = Scratch::new("stream-trickle");
+    let dead = closed_url();
+    let mut c = command(&dir, &api.url, &dead, "1", &["sleep", "1"]);
+    c.env("TRACKER_HTTP_TIMEOUT", "5");
+    let t0 = Instant::now();
+    let r = run_with(&dir, c);
+    let wall = t0.elapsed();
+    assert!(r.status.success(), "{}", r.stderr);
+    assert!(!api.heads().is_empty(), "the API was never asked");
+    assert!(
+        wall < Duration::from_secs(1 + 30 + 5 + 3),
+        "took {wall:?}:\n{}",
+        r.stderr
+    );
+    eprintln!("trickling API: exit after {wall:?}");
 }
 
 /// An API whose answer never ends (3 GiB of `[` without a length): the tracker
