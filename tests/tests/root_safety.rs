@@ -640,6 +640,52 @@ fn a_sudoers_rule_for_the_binary_grants_tracking_not_root() {
         !private.join("new.jsonl").exists(),
         "written in root's directory"
     );
+    // Attaching: root's process refused, the user's own tracked.
+    let o = as_user(&["--pid", "1", "-q", "-i", "0.2"]);
+    assert_eq!(o.status.code(), Some(2), "{}", one_line(&o));
+    assert!(one_line(&o).contains("--pid 1"), "{}", one_line(&o));
+    // The user's own process: attached (a tracker that attaches runs until it is
+    // stopped, so it is stopped after a while; sudo passes the signal on).
+    let mut theirs = Command::new("setpriv")
+        .arg(format!("--reuid={uid}"))
+        .arg(format!("--regid={gid}"))
+        .args(["--init-groups", "--", "sleep", "30"])
+        .spawn()
+        .expect("the user's process");
+    let err_file = s.path("attach.err");
+    let mut attach = Command::new("setpriv")
+        .arg(format!("--reuid={uid}"))
+        .arg(format!("--regid={gid}"))
+        .args(["--init-groups", "--", "sudo", "-n"])
+        .arg(&bin)
+        .args(["--pid", &theirs.id().to_string(), "-q", "-i", "0.2"])
+        .current_dir(&home)
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&err_file).expect("attach.err"))
+        .spawn()
+        .expect("attach");
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let early = attach.try_wait().expect("try_wait");
+    // SAFETY: signalling the sudo this test started.
+    unsafe { libc::kill(attach.id() as i32, libc::SIGTERM) };
+    let t0 = std::time::Instant::now();
+    while attach.try_wait().expect("try_wait").is_none() {
+        if t0.elapsed() > std::time::Duration::from_secs(10) {
+            let _ = attach.kill();
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let _ = theirs.kill();
+    let _ = theirs.wait();
+    let err = std::fs::read_to_string(&err_file).unwrap_or_default();
+    assert!(
+        early.is_none(),
+        "attaching to the user's own process ended: {early:?} {err}"
+    );
     // The user's own output: made, and theirs.
     let mine = home.join("run.jsonl");
     let o = as_user(&[

@@ -152,6 +152,26 @@ pub fn run(st: Settings) -> anyhow::Result<i32> {
             return Ok(2);
         }
     };
+    // Under sudo, attaching reads what the kernel shows a process's owner (its
+    // I/O, its memory maps): only a process of the invoking user's own.
+    if let (Some(inv), Start::Attach(pid)) = (&invoker, &start) {
+        let owner = std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .ok()
+            .and_then(|t| {
+                t.lines()
+                    .find_map(|l| l.strip_prefix("Uid:"))
+                    .and_then(|u| u.split_whitespace().next()?.parse::<u32>().ok())
+            });
+        if owner != Some(inv.uid) {
+            say(format_args!(
+                "--pid {pid}: under sudo only a process of user {} (uid {}) is tracked; this one is {}",
+                crate::warn::escaped(&inv.user),
+                inv.uid,
+                owner.map_or("gone".to_string(), |u| format!("uid {u}'s"))
+            ));
+            return Ok(2);
+        }
+    }
     // A sudoers rule for this binary grants tracking, not root: the command runs
     // as root under sudo only where the administrator's own file allows it.
     if st.as_root && invoker.is_some() {
