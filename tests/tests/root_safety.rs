@@ -432,6 +432,23 @@ fn under_sudo_config_token_and_node_output_are_the_users() {
         "the run went on with root's config"
     );
 
+    // A kernel BTF the user names (sudo's env_keep may pass the variable): read
+    // as the user, so root's file is refused, not parsed.
+    let btf = private.join("btf");
+    std::fs::write(&btf, b"\x9f\xeb\x01\x00 not BTF").expect("btf");
+    std::fs::set_permissions(&btf, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let mut c = tracker_cmd(&home);
+    sudo(&mut c);
+    c.env("TRACKER_KERNEL_BTF", &btf)
+        .args(["run", "-q", "--", "true"]);
+    let o = bounded(&mut c, 20);
+    let err = one_line(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("btf") && err.contains("Permission denied"),
+        "{err}"
+    );
+
     // The kubelet's token: a listener of the user's never hears it.
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");
     listener.set_nonblocking(true).expect("nonblocking");

@@ -208,7 +208,7 @@ pub fn run(st: Settings) -> anyhow::Result<i32> {
 
     let (engine, backend_reason, degraded) = match &start {
         Start::Host => (None, None, Degradations::default()),
-        _ => load_engine(&st),
+        _ => load_engine(&st, owner),
     };
     if engine.is_none() && matches!(start, Start::Command(..)) {
         // Orphans of the tree come back to us, and wait4 gives their exact usage.
@@ -560,14 +560,17 @@ fn refused(e: LaunchError) -> i32 {
 /// and why eBPF is not used.
 /// The eBPF engine, or None with the reason and what that costs in exactness
 /// (nothing named for `--no-ebpf`: the user chose it).
-fn load_engine(st: &Settings) -> (Option<Engine>, Option<String>, Degradations) {
+fn load_engine(
+    st: &Settings,
+    owner: Option<&crate::fsafe::Owner>,
+) -> (Option<Engine>, Option<String>, Degradations) {
     let e = &st.engine;
     if e.no_ebpf {
         return (None, Some("--no-ebpf".to_string()), Degradations::default());
     }
     let room =
         crate::model::reading::memory_room(&crate::collect::cgroup::own_memory(&Roots::default()));
-    match EbpfEngine::load(e.max_tasks, e.ring_bytes, e.bpf_stats, room) {
+    match EbpfEngine::load(e.max_tasks, e.ring_bytes, e.bpf_stats, room, owner) {
         Ok(e) => {
             log::info!("eBPF engine loaded in {:.0} ms", e.load_ms);
             (

@@ -264,6 +264,7 @@ pub(super) fn has_cap_bpf() -> Result<(), String> {
 /// the BTF had been read (since `t0`).
 fn kernel_offsets(
     t0: Instant,
+    btf_reader: Option<&crate::fsafe::Owner>,
 ) -> Result<(tracker_common::Offsets, Degradations, std::time::Duration), EbpfUnavailable> {
     // The programs are plain raw tracepoints: the kernel's BTF is read only for
     // the offsets they use, once a boot (offsets_cache.rs) unless a test names
@@ -279,7 +280,7 @@ fn kernel_offsets(
             (o, t0.elapsed())
         }
         None => {
-            let (o, t_read) = btf_offsets(t0)?;
+            let (o, t_read) = btf_offsets(t0, btf_reader)?;
             if let Some(n) = &cache {
                 if let Err(e) = offsets_cache::write(dir, n, &o) {
                     log::debug!("kernel offsets not kept in {}: {e}", dir.display());
@@ -299,9 +300,13 @@ fn kernel_offsets(
 /// The offsets the kernel's BTF gives, and when it had been read.
 fn btf_offsets(
     t0: Instant,
+    btf_reader: Option<&crate::fsafe::Owner>,
 ) -> Result<(tracker_common::Offsets, std::time::Duration), EbpfUnavailable> {
     let path = btf_path();
-    let data = crate::fsafe::read_input(&path, MAX_BTF)
+    // A BTF named by `TRACKER_KERNEL_BTF` (which sudo's env_keep may pass) is read
+    // with the invoking user's rights, as every file they name.
+    let reader = btf_reader.filter(|_| btf_override().is_some());
+    let data = crate::fsafe::read_input_as(&path, MAX_BTF, reader)
         .map_err(|e| EbpfUnavailable::NoBtf(format!("{}: {e}", path.display())))?;
     let t_read = t0.elapsed();
     let btf = Btf::parse(&data)
@@ -420,12 +425,14 @@ impl EbpfEngine {
     /// Loads and attaches everything. `max_tasks` sizes the task map (`task_map_size`),
     /// `ring_bytes` the event ring.
     /// `room`: the tracker's memory cgroup's tightest level and the bytes it
-    /// leaves, where one is limited.
+    /// leaves, where one is limited. `btf_reader`: under sudo, the user whose
+    /// rights read a BTF named by `TRACKER_KERNEL_BTF`.
     pub fn load(
         max_tasks: u32,
         ring_bytes: u32,
         bpf_stats: bool,
         room: Option<(String, u64)>,
+        btf_reader: Option<&crate::fsafe::Owner>,
     ) -> Result<Self, EbpfUnavailable> {
         let t0 = Instant::now();
         has_cap_bpf().map_err(EbpfUnavailable::NoPrivilege)?;
@@ -444,7 +451,7 @@ impl EbpfEngine {
         if !in_host_pid_ns() {
             return Err(EbpfUnavailable::PidNamespace);
         }
-        let (offsets, mut degraded, t_read) = kernel_offsets(t0)?;
+        let (offsets, mut degraded, t_read) = kernel_offsets(t0, btf_reader)?;
         let t_parsed = t0.elapsed();
         log::debug!("kernel offsets: {offsets:?}");
         let rss_in_kernel = offsets.mm_rss_stat != tracker_common::NO_FIELD;
