@@ -434,6 +434,11 @@ mod tests {
             (sum.memory_source, sum.peak_memory_mib),
             (Some("pss"), 350.0)
         );
+        // The advice and the statistics hold that peak too: 350 × 1.2 = 420 → 448.
+        let rec = s.stats.usage.recommendation().unwrap();
+        assert_eq!((rec.memory_source, rec.memory_mib), ("pss", 448));
+        let st = s.stats.usage.stats().unwrap();
+        assert_eq!(st.process_memory_mib.unwrap().max, 350.0);
 
         // No member's PSS could be read beside live RSS: Σ RSS, named.
         let mut s = Sampler::new(Some((7, Backend::Procfs)), None, start, 0.0);

@@ -198,6 +198,14 @@ impl UsageAccum {
         }
     }
 
+    /// A peak the samples did not see (a member's largest RSS, reached between
+    /// two samples): the statistics' maximum and the advice hold it too.
+    pub fn floor_peak(&mut self, mib: f64) {
+        if mib.is_finite() {
+            self.memory_peak = self.memory_peak.max(mib);
+        }
+    }
+
     /// None without a tracked tree's sample.
     pub fn stats(&self) -> Option<RunStatsOut> {
         self.first_ts?;
