@@ -450,11 +450,7 @@ impl Uploader {
                 Ok(()) => {
                     self.maybe_landed = None;
                     log::debug!("Sentinel: uploaded {uri} ({rows} rows)");
-                    self.saved('U', rows, &uri);
-                    self.uploaded.push(uri);
-                    self.q.pop_front();
-                    self.report.batches_uploaded += 1;
-                    self.report.rows_uploaded += rows as u64;
+                    self.front_uploaded(rows, uri);
                     self.recovered();
                     auth_retried = false;
                     self.forced_gap = Duration::ZERO;
@@ -477,6 +473,16 @@ impl Uploader {
         }
     }
 
+    /// The front batch (`rows` rows) is in S3 at `uri`: journaled, listed for
+    /// `finish`, counted, and gone from the queue.
+    fn front_uploaded(&mut self, rows: usize, uri: String) {
+        self.saved('U', rows, &uri);
+        self.uploaded.push(uri);
+        self.q.pop_front();
+        self.report.batches_uploaded += 1;
+        self.report.rows_uploaded += rows as u64;
+    }
+
     /// Before rows go inline: a PUT that got no answer may have landed since. S3
     /// holding it makes it uploaded (its rows are then not sent again); S3 that
     /// cannot say leaves it named, as the one place the rows may also be.
@@ -496,11 +502,7 @@ impl Uploader {
             Ok(true) => {
                 let rows = self.q.front().ok().flatten().map_or(0, |b| b.1);
                 log::debug!("Sentinel: {uri} was stored after all ({rows} rows)");
-                self.saved('U', rows, &uri);
-                self.uploaded.push(uri);
-                self.q.pop_front();
-                self.report.batches_uploaded += 1;
-                self.report.rows_uploaded += rows as u64;
+                self.front_uploaded(rows, uri);
             }
             Ok(false) => {}
             Err(e) => log::warn!(
