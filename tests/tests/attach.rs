@@ -158,3 +158,75 @@ exit $code
         "{alive:?}"
     );
 }
+
+/// The root's CPU by the kernel: its own and its reaped children's (which hold
+/// theirs), seconds.
+fn tree_cpu_secs(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc/PID/stat");
+    let after = &stat[stat.rfind(')').expect("comm") + 2..];
+    let f: Vec<u64> = after
+        .split_whitespace()
+        .map(|x| x.parse().unwrap_or(0))
+        .collect();
+    // utime, stime, cutime, cstime are fields 14–17 (11–14 after the comm).
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    (f[11] + f[12] + f[13] + f[14]) as f64 / hz
+}
+
+/// Attached on procfs to a shell that runs a pipeline through a nested shell: the
+/// inner shell waits for its children and is reaped by the root, all within one
+/// poll, so the root's `cutime` holds them all at once. Counted once, as the
+/// kernel counts the root's tree (its own time and its reaped children's).
+#[test]
+fn attached_procfs_counts_a_nested_pipeline_once() {
+    let s = Scratch::new("attach-pipe");
+    let (ready, go, done) = (s.path("ready"), s.path("go"), s.path("done"));
+    let w = workload().display().to_string();
+    let script = format!(
+        "touch {r}; while [ ! -e {g} ]; do sleep 0.05; done; \
+         for i in 1 2 3; do sh -c '{w} burner 1 400 | {w} burner 1 400; {w} burner 1 200'; done; \
+         touch {d}; sleep 30",
+        r = ready.display(),
+        g = go.display(),
+        d = done.display(),
+    );
+    let work = e2e::Bg::spawn(Command::new("sh").args(["-c", &script]), "workload");
+    wait_for_file(&ready);
+    let pid = work.pid() as u32;
+    let mut c = Command::new(tracker());
+    e2e::clean_env(&mut c);
+    c.args([
+        "-q",
+        "--no-ebpf",
+        "-i",
+        "0.25",
+        "--pid",
+        &pid.to_string(),
+        "-o",
+    ])
+    .arg(s.path("samples.jsonl"))
+    .arg("--summary")
+    .arg(s.path("summary.json"))
+    .stderr(Stdio::piped());
+    let mut tr = e2e::Bg::spawn(&mut c, "tracker");
+    e2e::wait_lines(&s.path("samples.jsonl"), 1, Duration::from_secs(10));
+    let before = tree_cpu_secs(pid);
+    std::fs::write(&go, "").expect("go");
+    wait_for_file(&done);
+    std::thread::sleep(Duration::from_millis(600));
+    tr.signal(libc::SIGTERM);
+    let st = tr.wait_for(Duration::from_secs(10));
+    let truth = tree_cpu_secs(pid) - before;
+    work.signal(libc::SIGKILL);
+    assert!(st.success(), "{st:?}");
+    let sum = read_json(&s.path("summary.json"));
+    let got = sum["cpu_total_secs"].as_f64().unwrap_or(f64::NAN);
+    eprintln!("nested pipeline attached on procfs: {got:.3} s vs the kernel's {truth:.3} s");
+    assert!(truth > 1.0, "the pipeline ran: {truth} s");
+    // Tick resolution (10 ms a process, 16 processes) and the root's own polling.
+    assert!(
+        (got - truth).abs() <= 0.02 * truth + 0.2,
+        "tracker {got} s vs the kernel's {truth} s"
+    );
+}

@@ -329,22 +329,39 @@ impl ProcfsEngine {
         &self,
         m: &Member,
         live: &HashSet<u32>,
-        gone: &HashSet<u32>,
+        gone: &HashMap<u32, Member>,
         gone_reaped: &HashSet<u32>,
     ) -> bool {
-        if live.contains(&m.ppid) {
-            // A parent that ignores SIGCHLD has its children reaped by the kernel,
-            // which adds nothing to the parent.
-            return !ignores_sigchld(m.ppid);
+        let mut m = *m;
+        // A chain of members that vanished together (a shell and the pipeline it
+        // waited for): bounded by the tree's depth, and by this.
+        for _ in 0..64 {
+            if live.contains(&m.ppid) {
+                // A parent that ignores SIGCHLD has its children reaped by the
+                // kernel, which adds nothing to the parent.
+                return !ignores_sigchld(m.ppid);
+            }
+            if gone_reaped.contains(&m.ppid) {
+                return true;
+            }
+            // Its parent vanished too. Under `run` the tracker is the subreaper: had
+            // the child outlived its parent, the tracker would have reaped it (and
+            // its exact figures are counted when they come), so its parent did.
+            // Attached, a child that vanished with its parent was reaped by it (a
+            // shell waits for its pipeline), and went on into whatever account
+            // its parent reaches: a live member's `cutime` counts it there, so it
+            // counts here only if its parent's figures are kept rather than
+            // accounted (an orphan that lived past its parent stays visible, and
+            // is kept when it vanishes on its own).
+            let Some(parent) = gone.get(&m.ppid) else {
+                return false;
+            };
+            if self.reaper.is_some() {
+                return true;
+            }
+            m = *parent;
         }
-        if gone_reaped.contains(&m.ppid) {
-            return true;
-        }
-        // Its parent vanished too. Under `run` the tracker is the subreaper: had the
-        // child outlived its parent, the tracker would have reaped it (and its exact
-        // figures are counted when they come), so its parent did. Attached, an
-        // orphan goes to a reaper outside the tree: its last sighting is kept.
-        self.reaper.is_some() && gone.contains(&m.ppid)
+        false
     }
 
     pub fn read(&mut self, opts: ReadOpts) -> anyhow::Result<TreeTotals> {
@@ -364,7 +381,7 @@ impl ProcfsEngine {
             .map(|(p, _)| *p)
             .filter(|p| self.reaped.contains_key(p))
             .collect();
-        let gone_pids: HashSet<u32> = gone.iter().map(|(p, _)| *p).collect();
+        let gone_map: HashMap<u32, Member> = gone.iter().copied().collect();
         for (pid, m) in gone {
             self.members.remove(&pid);
             self.exited += 1;
@@ -379,7 +396,7 @@ impl ProcfsEngine {
                 // last sighting stands in until they come.
                 self.keep(&m);
                 self.awaiting.insert(pid, m);
-            } else if self.in_a_members_account(&m, &set, &gone_pids, &gone_reaped) {
+            } else if self.in_a_members_account(&m, &set, &gone_map, &gone_reaped) {
                 // Its figures are in its reaper's cutime/cstime and I/O, which count.
             } else {
                 self.keep(&m);
