@@ -230,3 +230,98 @@ fn attached_procfs_counts_a_nested_pipeline_once() {
         "tracker {got} s vs the kernel's {truth} s"
     );
 }
+
+/// Attached on procfs to a root whose tree ends within one interval and whose
+/// parent (outside the tree) reaps it a while later, before the next poll: the
+/// root's exit wakes the tracker, which reads the zombie's final figures before
+/// the reap. Counted as the kernel moved them into the parent's `cutime`.
+#[test]
+fn attached_procfs_reads_the_roots_zombie_before_its_reap() {
+    let s = Scratch::new("attach-reaped");
+    let (go, pidfile, reaped) = (s.path("go"), s.path("pid"), s.path("reaped"));
+    let w = workload().display().to_string();
+    // The root waits without using CPU (a read on a FIFO) until the tracker has
+    // attached, so that the kernel's count from then on is the root's whole.
+    let fifo = s.path("fifo");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .is_ok_and(|st| st.success()));
+    let inner = format!(
+        "read x < {f}; {w} burner 1 600 | {w} burner 1 600",
+        f = fifo.display()
+    );
+    // A parent that reaps when it gets to it, not at SIGCHLD (a shell's wait for
+    // any job reaps every child at once): Python's Popen, waited for 2 s later.
+    let outer = "import os, subprocess, sys, time\n\
+         p = subprocess.Popen(['sh', '-c', sys.argv[1]])\n\
+         open(sys.argv[2], 'w').write(str(p.pid))\n\
+         while not os.path.exists(sys.argv[3]): time.sleep(0.02)\n\
+         time.sleep(2)\n\
+         p.wait()\n\
+         open(sys.argv[4], 'w').write('')\n\
+         time.sleep(30)\n";
+    let work = e2e::Bg::spawn(
+        Command::new("python3")
+            .args(["-c", outer, &inner])
+            .arg(&pidfile)
+            .arg(&go)
+            .arg(&reaped),
+        "workload",
+    );
+    wait_for_file(&pidfile);
+    std::thread::sleep(Duration::from_millis(50));
+    let text = std::fs::read_to_string(&pidfile).expect("pid");
+    let root: u32 = text.trim().parse().expect("a pid");
+    let at_attach = tree_cpu_secs(root);
+    let mut c = Command::new(tracker());
+    e2e::clean_env(&mut c);
+    c.args([
+        "-q",
+        "--no-ebpf",
+        "-i",
+        "3",
+        "--pid",
+        &root.to_string(),
+        "--summary",
+    ])
+    .arg(s.path("summary.json"))
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped());
+    let mut tr = e2e::Bg::spawn(&mut c, "tracker");
+    std::thread::sleep(Duration::from_millis(500));
+    std::fs::write(&fifo, "go\n").expect("go");
+    std::fs::write(&go, "").expect("go");
+    wait_for_file(&reaped);
+    std::thread::sleep(Duration::from_millis(300));
+    tr.signal(libc::SIGTERM);
+    let st = tr.wait_for(Duration::from_secs(10));
+    // The parent reaped the root: its children's time is the root's whole.
+    let outer_children = {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", work.pid()))
+            .expect("the parent's stat");
+        let f: Vec<u64> = stat[stat.rfind(')').expect("comm") + 2..]
+            .split_whitespace()
+            .map(|x| x.parse().unwrap_or(0))
+            .collect();
+        // SAFETY: sysconf has no preconditions.
+        (f[13] + f[14]) as f64 / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+    };
+    work.signal(libc::SIGKILL);
+    assert!(st.success(), "{st:?}");
+    let truth = outer_children - at_attach;
+    let got = read_json(&s.path("summary.json"))["cpu_total_secs"]
+        .as_f64()
+        .unwrap_or(f64::NAN);
+    eprintln!(
+        "a root reaped by its parent, attached on procfs: {got:.3} s vs the kernel's {truth:.3} s"
+    );
+    assert!(truth > 0.3, "the pipeline ran: {truth} s");
+    // The zombie's stat holds its children's time whole; its own reads 0 there
+    // (6.18: 0 of the root shell's 40–70 ms), which its parent's `cutime` gets at
+    // the reap: short by that, never over.
+    assert!(
+        got >= 0.8 * truth && got <= truth + 0.02,
+        "tracker {got} s vs the kernel's {truth} s"
+    );
+}

@@ -364,6 +364,30 @@ impl ProcfsEngine {
         false
     }
 
+    /// The attached root has exited (its pidfd said so): until its parent, outside
+    /// the tree, reaps it, its zombie holds its final figures (its own time and
+    /// its reaped children's). Read now, they are its last sighting; the next poll
+    /// may find it gone.
+    pub fn root_exited(&mut self) {
+        let Some(st) = procread::stat(self.root, &mut self.buf) else {
+            return;
+        };
+        if Some(st.starttime) != self.root_start {
+            return;
+        }
+        let io = procread::io(self.root, &mut self.buf);
+        let tck = self.tck_ns;
+        if let Some(m) = self.members.get_mut(&self.root) {
+            m.own_ns = (st.utime + st.stime) * tck;
+            m.child_ns = (st.cutime + st.cstime) * tck;
+            m.user_ns = (st.utime + st.cutime) * tck;
+            m.sys_ns = (st.stime + st.cstime) * tck;
+            if let Some(io) = io {
+                m.io = io;
+            }
+        }
+    }
+
     pub fn read(&mut self, opts: ReadOpts) -> anyhow::Result<TreeTotals> {
         let (all, set) = self.find_tree();
 

@@ -302,6 +302,27 @@ fn emit(lp: &mut Loop, ring: Option<&mut Ring>, sinks: &mut Sinks) {
     }
 }
 
+/// A pidfd of `pid` registered with the runtime: readable once the process has
+/// exited (a zombie or gone). None where the kernel has no pidfd_open (before
+/// 5.3) or the process is gone already.
+fn pidfd(pid: u32) -> Option<AsyncFd<OwnedFd>> {
+    use std::os::fd::FromRawFd as _;
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::c_int, 0) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: a descriptor the call above just opened, which nothing else owns;
+    // the OwnedFd the AsyncFd keeps holds it open, unchanged, until it is dropped.
+    unsafe {
+        AsyncFd::register_with_interest(
+            OwnedFd::from_raw_fd(fd as libc::c_int),
+            tokio::io::Interest::READABLE,
+        )
+    }
+    .ok()
+}
+
 /// The eBPF engine's event ring, registered with the runtime: the kernel wakes the
 /// loop when it fills. A ring that cannot be polled is given up: totals then come
 /// from the kernel's counters and live readings, and the run names `ring_unread`.
@@ -514,6 +535,14 @@ async fn run_loop(
             None
         }
     };
+    // Attached on procfs: the root's exit wakes the tracker (its pidfd), which
+    // reads the zombie's final figures before the root's parent, outside the tree,
+    // reaps it and takes them along (a tree that ends within an interval of its
+    // root counted nothing of its last stretch).
+    let mut root_exit = match (&lp.engine, t.command_root, t.root) {
+        (Some(Engine::Procfs(_)), None, Some(pid)) => pidfd(pid),
+        _ => None,
+    };
     // The kernel wakes us only when the ring is a quarter full; otherwise it is
     // drained at each sample. (A 100 ms drain timer cost ~1 ms of CPU a second.)
     let mut status: Option<i32> = None;
@@ -540,6 +569,18 @@ async fn run_loop(
                     break; // the final sample is written below
                 }
                 emit(&mut lp, ring.as_mut().map(|r| r.get_mut()), sinks);
+            }
+            _ = async {
+                match &root_exit {
+                    Some(fd) => fd.readable().await.map(|mut g| g.retain_ready()),
+                    None => std::future::pending().await,
+                }
+            } => {
+                if let Some(Engine::Procfs(p)) = &mut lp.engine {
+                    p.root_exited();
+                }
+                log::debug!("the attached root exited: its zombie's figures read");
+                root_exit = None;
             }
             Some(r) = reap_rx.recv() => {
                 if let Some(Engine::Procfs(p)) = &mut lp.engine {
