@@ -130,9 +130,33 @@ pub fn writable(path: &Path) -> io::Result<()> {
     }
 }
 
-/// `writable` with the rights of `owner` (the invoking user under sudo).
+/// Whether `owner` (the invoking user under sudo) may write in the directory
+/// `path`. The kernel's own check with the file-system identity `as_user` sets:
+/// faccessat2 with AT_EACCESS (5.8+), or, where there is none, a nameless file
+/// made in it (glibc before 2.33 turns AT_EACCESS into a check of the real uid,
+/// which is root's here).
 pub fn writable_as(path: &Path, owner: &Owner) -> io::Result<()> {
-    as_user(owner, || writable(path))
+    let c = cstr(path)?;
+    as_user(owner, || {
+        // SAFETY: a valid C string; faccessat2 only inspects the path.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_faccessat2,
+                libc::AT_FDCWD,
+                c.as_ptr(),
+                libc::W_OK,
+                libc::AT_EACCESS,
+            )
+        };
+        if r == 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::ENOSYS) {
+            return Err(e);
+        }
+        anonymous_file(path).map(drop)
+    })
 }
 
 /// A write-only open of a FIFO that no one reads fails with ENXIO: said as such.

@@ -93,7 +93,16 @@ pub fn own_memory(roots: &Roots) -> Vec<crate::model::reading::MemoryLevel> {
     let number =
         |p: PathBuf| -> Option<u64> { std::fs::read_to_string(p).ok()?.trim().parse().ok() };
     let mut out = Vec::new();
-    while dir.join(files[0]).exists() {
+    // Up to the hierarchy's root (every cgroup directory has cgroup.procs); a
+    // level without the limit file (its controller not enabled there) is passed.
+    while dir.join("cgroup.procs").exists() {
+        if !dir.join(files[0]).exists() {
+            match dir.parent() {
+                Some(p) => dir = p.to_path_buf(),
+                None => break,
+            }
+            continue;
+        }
         // "max" (v2) or a page-rounded i64::MAX (v1): no limit.
         let limit = number(dir.join(files[0])).filter(|&l| l < 1 << 62);
         let stat = std::fs::read_to_string(dir.join("memory.stat")).unwrap_or_default();

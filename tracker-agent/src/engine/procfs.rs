@@ -377,13 +377,45 @@ impl ProcfsEngine {
         }
         let io = procread::io(self.root, &mut self.buf);
         let tck = self.tck_ns;
-        if let Some(m) = self.members.get_mut(&self.root) {
-            m.own_ns = (st.utime + st.stime) * tck;
-            m.child_ns = (st.cutime + st.cstime) * tck;
-            m.user_ns = (st.utime + st.cutime) * tck;
-            m.sys_ns = (st.stime + st.cstime) * tck;
-            if let Some(io) = io {
-                m.io = io;
+        let Some(m) = self.members.get_mut(&self.root) else {
+            return;
+        };
+        m.own_ns = (st.utime + st.stime) * tck;
+        m.child_ns = (st.cutime + st.cstime) * tck;
+        m.user_ns = (st.utime + st.cutime) * tck;
+        m.sys_ns = (st.stime + st.cstime) * tck;
+        if let Some(io) = io {
+            m.io = io;
+        }
+        // The zombie's figures now hold every member that the root reaped before it
+        // exited, and those a vanished child of it reaped in turn: gone by now, they
+        // are in its account and count through it, not with their last sightings
+        // (which the next poll would keep, the root being outside every member's
+        // account once reaped). Members still there are orphans from here on.
+        if ignores_sigchld(self.root) {
+            return;
+        }
+        let gone: HashMap<u32, Member> = self
+            .members
+            .iter()
+            .filter(|(&pid, _)| pid != self.root)
+            .filter(|(&pid, m)| {
+                procread::stat(pid, &mut String::new()).is_none_or(|st| st.starttime != m.starttime)
+            })
+            .map(|(&p, &m)| (p, m))
+            .collect();
+        for (&pid, m) in &gone {
+            let mut ppid = m.ppid;
+            for _ in 0..64 {
+                if ppid == self.root {
+                    self.members.remove(&pid);
+                    self.exited += 1;
+                    break;
+                }
+                match gone.get(&ppid) {
+                    Some(p) => ppid = p.ppid,
+                    None => break,
+                }
             }
         }
     }

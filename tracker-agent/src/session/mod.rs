@@ -155,14 +155,24 @@ pub fn run(st: Settings) -> anyhow::Result<i32> {
     // Under sudo, attaching reads what the kernel shows a process's owner (its
     // I/O, its memory maps): only a process of the invoking user's own.
     if let (Some(inv), Start::Attach(pid)) = (&invoker, &start) {
-        let owner = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        // Real, effective, saved and file-system uids: a set-uid program the user
+        // started (passwd, su) is root's to read, not theirs.
+        let uids: Vec<u32> = std::fs::read_to_string(format!("/proc/{pid}/status"))
             .ok()
             .and_then(|t| {
-                t.lines()
-                    .find_map(|l| l.strip_prefix("Uid:"))
-                    .and_then(|u| u.split_whitespace().next()?.parse::<u32>().ok())
-            });
-        if owner != Some(inv.uid) {
+                t.lines().find_map(|l| l.strip_prefix("Uid:")).map(|u| {
+                    u.split_whitespace()
+                        .filter_map(|x| x.parse::<u32>().ok())
+                        .collect()
+                })
+            })
+            .unwrap_or_default();
+        let owner = uids
+            .iter()
+            .copied()
+            .find(|&u| u != inv.uid)
+            .or(uids.first().copied());
+        if uids.len() != 4 || uids.iter().any(|&u| u != inv.uid) {
             say(format_args!(
                 "--pid {pid}: under sudo only a process of user {} (uid {}) is tracked; this one is {}",
                 crate::warn::escaped(&inv.user),

@@ -117,13 +117,19 @@ pub async fn put(client: &Client, bucket: &str, key: &str, body: Vec<u8>) -> Res
             let (status, code, msg) = describe(&e);
             let auth =
                 status == Some(403) || code.as_deref().is_some_and(|c| AUTH_CODES.contains(&c));
-            let answered = matches!(e, SdkError::ServiceError(_));
+            // Sent, maybe stored, and no answer: a time-out, an answer cut short.
+            // Refused or never sent (a connection refused) stored nothing.
+            let may_have_landed = match &e {
+                SdkError::TimeoutError(_) | SdkError::ResponseError(_) => true,
+                SdkError::DispatchFailure(d) => d.is_timeout() || d.is_io(),
+                _ => false,
+            };
             Err(if auth {
                 PutError::Auth(msg)
-            } else if answered {
-                PutError::Other(msg)
-            } else {
+            } else if may_have_landed {
                 PutError::NoAnswer(msg)
+            } else {
+                PutError::Other(msg)
             })
         }
     }

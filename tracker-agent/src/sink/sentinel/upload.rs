@@ -824,6 +824,13 @@ pub(super) async fn resume(cfg: Config, r: Resume, exit_code: i32) -> StreamRepo
             }
         }
     }
+    // The tracker's PUT of that batch may land: the same bytes, which S3 is asked
+    // for before its rows could go inline (`settle_maybe_landed`).
+    if let (Some((seq, _)), Some(reg), Ok(Some((front, _, gz)))) = (r.tried, &u.reg, u.q.front()) {
+        if front == seq {
+            u.maybe_landed = Some((seq, reg.prefix.object_key(seq), gz.len()));
+        }
+    }
     u.finish(exit_code).await;
     u.close_report();
     u.report
