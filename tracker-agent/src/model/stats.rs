@@ -174,6 +174,16 @@ impl UsageAccum {
             self.memory_peak = self.memory_peak.max(peak);
         }
         self.memory_source = MemorySource::named(p.memory_source);
+        // Σ PSS and Σ RSS are seen at samples only: the largest RSS a member
+        // reached (between samples too, carried by every sample) is a floor of the
+        // peak, for the statistics and the advice alike, whether the samples come
+        // from the run or from its recorded file.
+        if matches!(
+            self.memory_source,
+            Some(MemorySource::Pss | MemorySource::Rss)
+        ) {
+            self.floor_peak(p.max_process_rss_mib);
+        }
         self.gpu.add(p.gpu_usage);
         self.vram.add(p.gpu_vram_mib);
         self.gpus.add(p.gpu_utilized.map(|g| g as f64));
@@ -200,7 +210,7 @@ impl UsageAccum {
 
     /// A peak the samples did not see (a member's largest RSS, reached between
     /// two samples): the statistics' maximum and the advice hold it too.
-    pub fn floor_peak(&mut self, mib: f64) {
+    fn floor_peak(&mut self, mib: f64) {
         if mib.is_finite() {
             self.memory_peak = self.memory_peak.max(mib);
         }

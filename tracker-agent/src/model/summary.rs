@@ -54,15 +54,6 @@ impl RunStats {
                 .max(p.memory_peak_mib.unwrap_or(0.0));
             self.memory_source = MemorySource::named(p.memory_source);
             self.cpu_source = Some(p.cpu_source);
-            // Σ PSS and Σ RSS are seen at samples only: the largest RSS a member
-            // reached (between samples too) is a floor of the peak, for the
-            // summary's figure and the advice alike (`peak_memory`).
-            if matches!(
-                self.memory_source,
-                Some(MemorySource::Pss | MemorySource::Rss)
-            ) {
-                self.usage.floor_peak(now.max_rss_kib as f64 / 1024.0);
-            }
         }
         if let Some(t) = s.tracker.bpf_run_time_secs {
             *self.bpf_run_time_secs.get_or_insert(0.0) += t;
