@@ -170,7 +170,12 @@ fn per_interval_cpu_follows_the_cgroup() {
             let truth = (b - a) / 1e9;
             let p = &w[1]["process"];
             let got = f(p, "utime_secs") + f(p, "stime_secs");
-            let allowed = 0.02 * truth + 0.01;
+            // Each end is read a scheduling delay after its timestamp, the tracker's
+            // and this test's poll of the cgroup alike, while the workload holds
+            // both vCPUs: the ends' skews differ by up to 25 ms, at the rate the
+            // tree uses CPU (CI: 33 ms at 1.8 cores against 2 % + 10 ms).
+            let rate = truth / (to - from).max(1e-3);
+            let allowed = 0.02 * truth + 0.01 + rate * 0.025;
             eprintln!(
                 "{tag}: interval of {:.3} s: tracker {got:.4} s, cgroup {truth:.4} s",
                 to - from
