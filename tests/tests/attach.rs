@@ -159,19 +159,24 @@ exit $code
     );
 }
 
-/// The root's CPU by the kernel: its own and its reaped children's (which hold
-/// theirs), seconds.
-fn tree_cpu_secs(pid: u32) -> f64 {
+/// A process's CPU by the kernel, seconds: its own, and its reaped children's
+/// (which hold theirs).
+fn cpu_secs(pid: u32) -> (f64, f64) {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc/PID/stat");
-    let after = &stat[stat.rfind(')').expect("comm") + 2..];
-    let f: Vec<u64> = after
+    let f: Vec<u64> = stat[stat.rfind(')').expect("comm") + 2..]
         .split_whitespace()
         .map(|x| x.parse().unwrap_or(0))
         .collect();
     // utime, stime, cutime, cstime are fields 14–17 (11–14 after the comm).
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    (f[11] + f[12] + f[13] + f[14]) as f64 / hz
+    ((f[11] + f[12]) as f64 / hz, (f[13] + f[14]) as f64 / hz)
+}
+
+/// The root's CPU by the kernel: its own and its reaped children's, seconds.
+fn tree_cpu_secs(pid: u32) -> f64 {
+    let (own, children) = cpu_secs(pid);
+    own + children
 }
 
 /// Attached on procfs to a shell that runs a pipeline through a nested shell: the
@@ -297,16 +302,7 @@ fn attached_procfs_reads_the_roots_zombie_before_its_reap() {
     tr.signal(libc::SIGTERM);
     let st = tr.wait_for(Duration::from_secs(10));
     // The parent reaped the root: its children's time is the root's whole.
-    let outer_children = {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", work.pid()))
-            .expect("the parent's stat");
-        let f: Vec<u64> = stat[stat.rfind(')').expect("comm") + 2..]
-            .split_whitespace()
-            .map(|x| x.parse().unwrap_or(0))
-            .collect();
-        // SAFETY: sysconf has no preconditions.
-        (f[13] + f[14]) as f64 / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
-    };
+    let outer_children = cpu_secs(work.pid() as u32).1;
     work.signal(libc::SIGKILL);
     assert!(st.success(), "{st:?}");
     let truth = outer_children - at_attach;

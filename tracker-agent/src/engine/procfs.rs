@@ -27,6 +27,14 @@ impl Member {
     fn cpu(&self) -> u64 {
         self.own_ns + self.child_ns
     }
+
+    /// Its times from its stat: its own and its reaped children's, `tck` ns a tick.
+    fn set_times(&mut self, st: &procread::Stat, tck: u64) {
+        self.own_ns = (st.utime + st.stime) * tck;
+        self.child_ns = (st.cutime + st.cstime) * tck;
+        self.user_ns = (st.utime + st.cutime) * tck;
+        self.sys_ns = (st.stime + st.cstime) * tck;
+    }
 }
 
 pub struct ProcfsEngine {
@@ -380,10 +388,7 @@ impl ProcfsEngine {
         let Some(m) = self.members.get_mut(&self.root) else {
             return;
         };
-        m.own_ns = (st.utime + st.stime) * tck;
-        m.child_ns = (st.cutime + st.cstime) * tck;
-        m.user_ns = (st.utime + st.cutime) * tck;
-        m.sys_ns = (st.stime + st.cstime) * tck;
+        m.set_times(&st, tck);
         if let Some(io) = io {
             m.io = io;
         }
@@ -473,7 +478,6 @@ impl ProcfsEngine {
         };
         for &pid in &set {
             let st = all[&pid];
-            let ns = |ticks: u64| ticks * self.tck_ns;
             let entry = self.members.entry(pid).or_insert_with(|| {
                 self.seen += 1;
                 Member {
@@ -482,10 +486,7 @@ impl ProcfsEngine {
                 }
             });
             entry.ppid = st.ppid;
-            entry.own_ns = ns(st.utime + st.stime);
-            entry.child_ns = ns(st.cutime + st.cstime);
-            entry.user_ns = ns(st.utime + st.cutime);
-            entry.sys_ns = ns(st.stime + st.cstime);
+            entry.set_times(&st, self.tck_ns);
             if let Some(io) = procread::io(pid, &mut self.buf) {
                 entry.io = io;
             }
