@@ -360,6 +360,14 @@ fn bad_input_is_a_clear_exception_and_leaves_no_child() {
         ("no_binary_env", "RESOURCE_TRACKER_BINARY"),
         ("nonexistent_pid", "no process with pid"),
         ("stop_before_start", "stop() called before start()"),
+        (
+            "binary_fails_at_start",
+            "exited with code 3 at start: cannot attach",
+        ),
+        (
+            "binary_never_ready",
+            "did not start tracking within start_timeout=1 s",
+        ),
         ("binary_killed", "killed by signal 9"),
         ("binary_killed_read", "killed by signal 9"),
         ("snapshot_other_version", "version 99"),
@@ -388,6 +396,49 @@ fn bad_input_is_a_clear_exception_and_leaves_no_child() {
         "a forked child's exit stopped its parent's tracker"
     );
     assert!(out["samples_after_fork_exit"].as_u64().unwrap() >= 1);
+}
+
+/// `start()` returns once the binary tracks the tree: what the job does from the
+/// next statement on is counted, processes and CPU, against the kernel's rusage of
+/// the interpreter and its reaped children over the same stretch.
+#[test]
+fn start_returns_once_the_tree_is_tracked() {
+    let Some(whl) = wheel() else { return };
+    let s = Scratch::new("py-from-start");
+    let py = fresh_venv(&s, "plain", &whl, &[]);
+    let ebpf = ebpf_available();
+    let modes: &[&str] = if ebpf { &["auto", "off"] } else { &["off"] };
+    for &mode in modes {
+        for run in 0..3 {
+            let o = run_fixture(&py, "attach_from_start.py", &[mode], &s.0);
+            let out = stdout_json(&o);
+            let got = out["cpu_total_secs"].as_f64().unwrap_or(f64::NAN);
+            let truth = out["kernel_cpu_secs"].as_f64().unwrap_or(f64::NAN);
+            eprintln!(
+                "{mode} run {run}: {} processes, CPU {got:.4} s vs the kernel's {truth:.4} s",
+                out["processes_spawned"]
+            );
+            assert!(truth > 0.8, "the job ran: {truth} s");
+            if mode == "auto" {
+                assert_eq!(out["backend"], "ebpf");
+                // 40 /bin/true and one burner, each counted by the kernel.
+                assert_eq!(out["processes_spawned"], 41, "{out}");
+                // The stretch around start() and stop() that the tracker's window
+                // holds and the interpreter's rusage calls do not: well under 5 ms.
+                assert!(
+                    (got - truth).abs() <= 0.005 * truth + 0.005,
+                    "eBPF: {got} s vs the kernel's {truth} s"
+                );
+            } else {
+                assert_eq!(out["backend"], "procfs");
+                // Ticks: 10 ms for each of the 42 processes' user and system time.
+                assert!(
+                    (got - truth).abs() <= 0.02 * truth + 0.02,
+                    "procfs: {got} s vs the kernel's {truth} s"
+                );
+            }
+        }
+    }
 }
 
 #[test]

@@ -13,6 +13,7 @@ import atexit
 import json
 import math
 import os
+import select
 import signal
 import subprocess
 import time
@@ -204,6 +205,9 @@ class ResourceTracker:
         extra_args: more command-line flags for the binary.
         stop_timeout: seconds stop() waits for the binary's final sample before
             killing it.
+        start_timeout: seconds start() waits for the binary to say that it tracks
+            (eBPF programs attached and the tree listed, or procfs's first reading
+            of it) before killing it and raising.
     """
 
     def __init__(
@@ -226,6 +230,7 @@ class ResourceTracker:
         binary: Optional[str] = None,
         extra_args: Sequence[str] = (),
         stop_timeout: float = 10.0,
+        start_timeout: float = 30.0,
     ):
         if not children:
             raise ValueError("children=False is not supported: the binary tracks the whole tree")
@@ -248,6 +253,7 @@ class ResourceTracker:
         self._binary_arg = binary
         self.extra_args = list(extra_args)
         self.stop_timeout = stop_timeout
+        self.start_timeout = start_timeout
 
         self.start_time: Optional[float] = None
         self.stop_time: Optional[float] = None
@@ -313,6 +319,9 @@ class ResourceTracker:
             args.append("--recommend-server")
         args += self.extra_args
         self._stderr = open(self._path("stderr.log"), "wb")
+        # The binary writes one line on this pipe once it tracks the tree, and
+        # start() returns only then: nothing the job does after start() is missed.
+        ready_r, ready_w = os.pipe()
         try:
             self._proc = subprocess.Popen(
                 args,
@@ -323,27 +332,70 @@ class ResourceTracker:
                 # before stop() collects its final sample.
                 start_new_session=True,
                 close_fds=True,
+                pass_fds=(ready_w,),
                 # The binary stops by itself if this interpreter dies (SIGKILL, a
                 # crash): no tracker is left attached to a pid that is gone.
-                env={**os.environ, "TRACKER_STOP_WITH_PARENT": "1"},
+                env={
+                    **os.environ,
+                    "TRACKER_STOP_WITH_PARENT": "1",
+                    "TRACKER_READY_FD": str(ready_w),
+                },
             )
         except OSError as e:
+            os.close(ready_r)
             self._stderr.close()
             _rmtree(self._tmpdir)
             raise TrackerError(f"cannot execute {binary}: {e}") from e
+        finally:
+            os.close(ready_w)
         self.start_time = time.time()
         self._owner = os.getpid()
         self._finalizer = weakref.finalize(self, _finalize, self._proc, self._tmpdir, self._owner)
         _live.add(self)
-        # Bad arguments and a vanished pid fail within milliseconds: say so here
-        # rather than at the first read.
         try:
-            self._proc.wait(timeout=0.05)
-        except subprocess.TimeoutExpired:
-            pass
-        else:
-            self._died("at start")
+            self._wait_ready(ready_r)
+        finally:
+            os.close(ready_r)
         return self
+
+    def _wait_ready(self, fd: int) -> None:
+        """Waits for the binary's line on the ready pipe. The pipe closing without it
+        means the binary is exiting (bad arguments, a vanished pid, no right to
+        read it): its exit and stderr are raised. No line in time: killed, raised."""
+        assert self._proc is not None
+        deadline = time.monotonic() + self.start_timeout
+        got = b""
+        while b"\n" not in got:
+            left = deadline - time.monotonic()
+            readable = left > 0 and select.select([fd], [], [], left)[0]
+            if not readable:
+                _kill_and_reap(self._proc, 1.0)
+                self._gave_up(
+                    f"the resource-tracker binary {self._binary} did not start tracking "
+                    f"within start_timeout={self.start_timeout:g} s and was killed"
+                )
+            chunk = os.read(fd, 64)
+            if not chunk:
+                try:
+                    self._proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    _kill_and_reap(self._proc, 1.0)
+                    self._gave_up(
+                        f"the resource-tracker binary {self._binary} closed its ready pipe "
+                        "without starting and did not exit; killed"
+                    )
+                self._died("at start")
+            got += chunk
+
+    def _gave_up(self, message: str) -> None:
+        """The binary was killed by this package at start: reaped already; raise."""
+        assert self._proc is not None
+        self._exit_code = self._proc.returncode
+        self.stop_time = time.time()
+        self._stderr.close()
+        _live.discard(self)
+        err = self._read_stderr()
+        raise TrackerError(message + (f": {err}" if err else ""))
 
     def _read_stderr(self) -> str:
         try:

@@ -143,6 +143,11 @@ fn pipe_cloexec() -> Result<[libc::c_int; 2], LaunchError> {
 /// Variables the tracker reads that the command's environment does not get.
 pub const SECRET_VARS: [&str; 2] = ["SENTINEL_API_TOKEN", "SENTINEL_API_KEY"];
 
+/// The tracker's own pipes' numbers: meaningless in the command (the fd is closed
+/// on exec), and a tracker the command runs must not write into whatever pipe
+/// has that number there.
+const OWN_FD_VARS: [&str; 1] = ["TRACKER_READY_FD"];
+
 /// Forks `argv` (argv[0] already resolved to `path`) and leaves it blocked before exec.
 pub fn spawn_paused(
     path: &Path,
@@ -156,7 +161,7 @@ pub fn spawn_paused(
     // The tracker's secrets are not the command's: a token handed to the tracker
     // must not reach whatever the tracked command runs.
     let mut env: Vec<(OsString, OsString)> = std::env::vars_os()
-        .filter(|(k, _)| !SECRET_VARS.iter().any(|s| k == s))
+        .filter(|(k, _)| !SECRET_VARS.iter().chain(&OWN_FD_VARS).any(|s| k == s))
         .collect();
     if let Some(r) = run_as {
         for (k, v) in [("HOME", &r.home), ("USER", &r.user), ("LOGNAME", &r.user)] {

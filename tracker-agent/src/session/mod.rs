@@ -7,6 +7,7 @@ mod end;
 mod events;
 mod launch;
 pub mod node;
+mod ready;
 pub mod report;
 mod signals;
 mod track;
@@ -139,6 +140,15 @@ pub fn run(st: Settings) -> anyhow::Result<i32> {
             crate::warn::escaped(&c.display().to_string())
         );
     }
+    // The starter's pipe first: nothing the session opens may take its number, and
+    // no child started below may inherit it.
+    let ready = match st.ready_fd.map(ready::Ready::claim).transpose() {
+        Ok(r) => r,
+        Err(e) => {
+            say(e);
+            return Ok(2);
+        }
+    };
     // Everything that can fail on bad input fails here, before anything starts.
     let start = match resolve_start(&st.target)? {
         Ok(s) => s,
@@ -269,6 +279,7 @@ pub fn run(st: Settings) -> anyhow::Result<i32> {
         degraded,
         memcg,
         cpucg,
+        ready,
     };
     let ended = match track::run(tracked, &st, started, &mut sinks) {
         Ok(e) => e,

@@ -13,6 +13,7 @@ use tokio::{io::unix::AsyncFd, sync::mpsc};
 use super::{
     end::{self, OnSignal},
     events::EventLog,
+    ready::Ready,
     signals,
 };
 use crate::{
@@ -49,6 +50,8 @@ pub struct Tracked {
     pub memcg: Option<TreeCgroup>,
     /// Where the command's CPU is counted by a cgroup; None: the backend's sums.
     pub cpucg: Option<TreeCpu>,
+    /// Told once the tree's first reading is taken.
+    pub ready: Option<Ready>,
 }
 
 /// How the loop ended.
@@ -526,6 +529,9 @@ async fn run_loop(
     };
     let bpf = lp.engine.as_ref().and_then(Engine::bpf_stats);
     lp.sampler.baseline(base, bpf);
+    if let Some(r) = t.ready.take() {
+        r.signal();
+    }
     let period = Duration::from_secs_f64(st.interval);
     let mut next = tokio::time::Instant::from_std(started) + period;
     let ticker = match Ticker::new().and_then(|t| t.arm(next.into_std(), period).map(|()| t)) {

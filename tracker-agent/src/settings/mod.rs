@@ -21,7 +21,7 @@ use crate::{
     },
 };
 use cli::{Cli, Command, Opts};
-use values::{env_bool, env_seconds, env_var, seconds, url_setting, GetEnv};
+use values::{env_bool, env_fd, env_seconds, env_var, seconds, url_setting, GetEnv};
 
 /// What to track.
 #[derive(Clone, Debug, PartialEq)]
@@ -82,6 +82,9 @@ pub struct Settings {
     /// Attached or host-only: stop once the process that started the tracker is
     /// gone (`TRACKER_STOP_WITH_PARENT`, set by the Python package).
     pub stop_with_parent: bool,
+    /// The write end of a pipe that gets one line once tracking is in place
+    /// (`TRACKER_READY_FD`, set by the Python package, whose `start()` waits for it).
+    pub ready_fd: Option<i32>,
     /// How long, once the command has exited, the run waits for the rest of its tree
     /// (members still running: a script's background job, a worker finishing).
     pub tail_timeout: Duration,
@@ -409,6 +412,7 @@ pub fn resolve(cli: Cli, get_env: GetEnv) -> Result<Settings, String> {
         report: opts.report.clone(),
         keeper,
         stop_with_parent: env_bool(get_env, "TRACKER_STOP_WITH_PARENT")?.unwrap_or(false),
+        ready_fd: env_fd(get_env, "TRACKER_READY_FD")?,
         tail_timeout: Duration::from_secs_f64(tail),
     })
 }

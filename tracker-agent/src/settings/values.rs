@@ -112,6 +112,22 @@ pub fn env_bool(get: GetEnv, var: &str) -> Result<Option<bool>, String> {
     }
 }
 
+/// A file descriptor's number from the environment; unset or empty is `None`.
+/// Whether it is open, and what it is, the session checks when it takes it over.
+pub fn env_fd(get: GetEnv, var: &str) -> Result<Option<i32>, String> {
+    match env_var(get, var)?.as_deref().map(str::trim) {
+        None | Some("") => Ok(None),
+        Some(v) => v
+            .parse::<i32>()
+            .ok()
+            .filter(|&n| n >= 0)
+            .map(Some)
+            .ok_or_else(|| {
+                format!("environment variable {var}: '{v}' is not a file descriptor number")
+            }),
+    }
+}
+
 /// Seconds from the environment variable `var`, when set.
 pub fn env_seconds(get: GetEnv, var: &str, min: f64) -> Result<Option<f64>, String> {
     match env_var(get, var)? {
@@ -333,6 +349,18 @@ mod tests {
             .map(|(k, v)| (k.to_string(), OsString::from(v)))
             .collect();
         move |k| m.get(k).cloned()
+    }
+
+    #[test]
+    fn a_ready_fd_is_a_number_or_an_error_naming_it() {
+        let v = "TRACKER_READY_FD";
+        assert_eq!(env_fd(&env(&[]), v), Ok(None));
+        assert_eq!(env_fd(&env(&[(v, "")]), v), Ok(None));
+        assert_eq!(env_fd(&env(&[(v, " 7 ")]), v), Ok(Some(7)));
+        for bad in ["-1", "x", "7.5", "99999999999"] {
+            let e = env_fd(&env(&[(v, bad)]), v).unwrap_err();
+            assert!(e.contains(v) && e.contains(&format!("'{bad}'")), "{e}");
+        }
     }
 
     #[test]
