@@ -28,11 +28,13 @@
 //!   pingpong ROUNDS                 two processes on CPU 0 bouncing a byte over pipes
 //!   forkstorm N                     N fork+exec of /bin/true, one at a time
 //!   sleepers N SECS                 N idle children sleeping SECS
-//!   shared MIB N MS fork|thread|exec
+//!   shared MIB N MS fork|thread|exec|cow
 //!                                   MIB MiB written once, then read (never written)
 //!                                   by N forked children, N threads, or N exec'd
 //!                                   children mapping it from an inherited memfd;
-//!                                   all hold it MS ms: the group's peak is ~MIB
+//!                                   all hold it MS ms: the group's peak is ~MIB;
+//!                                   cow: N forked children read it, then write it
+//!                                   a third of the way in (peak ~(N+1) × MIB)
 //!   mapread FD MIB MS               map MIB MiB of descriptor FD shared, read every
 //!                                   page, hold MS ms (the exec'd children above)
 
@@ -482,6 +484,31 @@ fn shared(mib: usize, n: u64, ms: u64, how: &str) {
     let len = mib << 20;
     let hold = Duration::from_millis(ms);
     match how {
+        "cow" => {
+            // Forked children read the pages, then, a third of the way in, write
+            // every one: each copy-on-write break leaves their RSS where it was and
+            // makes the page theirs alone (Σ PSS and the charge grow by n copies).
+            let mut v = vec![0u8; len];
+            for page in v.chunks_mut(4096) {
+                page[0] = 1;
+            }
+            for _ in 0..n {
+                if fork() == 0 {
+                    std::hint::black_box(touch_read(v.as_ptr(), len));
+                    std::thread::sleep(hold / 3);
+                    for page in v.chunks_mut(4096) {
+                        page[0] = 2;
+                    }
+                    std::hint::black_box(&v);
+                    std::thread::sleep(hold - hold / 3);
+                    // SAFETY: the forked child leaves without the parent's handlers.
+                    unsafe { libc::_exit(0) };
+                }
+            }
+            std::thread::sleep(hold);
+            while wait_one().is_some() {}
+            std::hint::black_box(&v);
+        }
         "fork" | "thread" => {
             let mut v = vec![0u8; len];
             for page in v.chunks_mut(4096) {
@@ -550,7 +577,7 @@ fn shared(mib: usize, n: u64, ms: u64, how: &str) {
             }
             while wait_one().is_some() {}
         }
-        _ => die("shared: fork, thread or exec"),
+        _ => die("shared: fork, thread, exec or cow"),
     }
     report(format!("\"mode\":\"shared\",\"processes_forked\":{n}"));
 }
@@ -621,7 +648,7 @@ fn main() {
         Some("sleepers") => sleepers(arg(&args, 2, "count"), arg(&args, 3, "seconds")),
         Some("memory") => memory(arg(&args, 2, "mib"), arg(&args, 3, "processes"), arg(&args, 4, "ms")),
         Some("shared") => {
-            let how: String = arg(&args, 5, "fork|thread|exec");
+            let how: String = arg(&args, 5, "fork|thread|exec|cow");
             shared(arg(&args, 2, "mib"), arg(&args, 3, "n"), arg(&args, 4, "ms"), &how)
         }
         Some("mapread") => mapread(arg(&args, 2, "fd"), arg(&args, 3, "mib"), arg(&args, 4, "ms")),

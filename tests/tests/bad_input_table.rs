@@ -262,7 +262,10 @@ fn cases() -> Vec<Case> {
         &["TRACKER_STOP_WITH_PARENT", "always"],
     ));
     for (value, words) in [
-        ("x", &["TRACKER_READY_FD", "'x' is not a file descriptor number"][..]),
+        (
+            "x",
+            &["TRACKER_READY_FD", "'x' is not a file descriptor number"][..],
+        ),
         ("1", &["TRACKER_READY_FD=1", "not a pipe of its own"][..]),
         ("987", &["TRACKER_READY_FD=987", "fd 987 is not open"][..]),
     ] {

@@ -6,6 +6,7 @@ pub mod btf;
 pub mod ebpf;
 pub mod procfs;
 pub mod procread;
+pub mod pss;
 
 use std::{collections::HashSet, time::Duration};
 
@@ -41,7 +42,7 @@ impl Engine {
     ) -> anyhow::Result<TreeTotals> {
         match self {
             Engine::Ebpf(e) => e.read(o, ring, on_event),
-            Engine::Procfs(e) => e.read(o),
+            Engine::Procfs(e) => e.read(),
         }
     }
 
@@ -102,8 +103,6 @@ impl Engine {
 /// Options that change what a reading costs.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ReadOpts {
-    /// Read smaps_rollup for PSS (expensive).
-    pub pss: bool,
     /// The id (directory inode) of the memory cgroup the tree should be wholly in:
     /// the eBPF backend then says whether every live process's leader is charged
     /// to it (`TreeTotals::memcg_inside`).

@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 
 use tracker_common::Figures;
 
-use super::{procread, ReadOpts};
+use super::procread;
 use crate::model::reading::TreeTotals;
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -425,7 +425,7 @@ impl ProcfsEngine {
         }
     }
 
-    pub fn read(&mut self, opts: ReadOpts) -> anyhow::Result<TreeTotals> {
+    pub fn read(&mut self) -> anyhow::Result<TreeTotals> {
         let (all, set) = self.find_tree();
 
         // Members that vanished since the last poll.
@@ -473,7 +473,6 @@ impl ProcfsEngine {
             write_bytes: self.kept_io.write_bytes,
             rchar: self.kept_io.rchar,
             wchar: self.kept_io.wchar,
-            pss_bytes: opts.pss.then_some(0),
             ..Default::default()
         };
         for &pid in &set {
@@ -506,14 +505,6 @@ impl ProcfsEngine {
                 self.max_rss_kib = self.max_rss_kib.max(rss / 1024);
                 if pid == self.root {
                     t.root_alive = true;
-                }
-                if opts.pss {
-                    if let (Some(p), Some(acc)) = (
-                        procread::pss_bytes(pid, &mut self.buf),
-                        t.pss_bytes.as_mut(),
-                    ) {
-                        *acc += p;
-                    }
                 }
             }
         }

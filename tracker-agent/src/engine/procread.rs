@@ -25,7 +25,15 @@ pub struct Stat {
     pub num_threads: u64,
     pub starttime: u64,
     pub rss_pages: u64,
+    /// The kernel's `PF_*` bits (`PF_EXITING` once it has begun to exit).
+    pub flags: u64,
+    /// Minor and major page faults of its threads, live and dead: any change to
+    /// its own page tables (a page mapped, a copy-on-write broken) is one.
+    pub faults: u64,
 }
+
+/// `PF_EXITING` in `Stat::flags`.
+pub const PF_EXITING: u64 = 0x4;
 
 /// Parses /proc/PID/stat content; the comm field may contain spaces and parentheses.
 pub fn parse_stat(s: &str) -> Option<Stat> {
@@ -34,7 +42,12 @@ pub fn parse_stat(s: &str) -> Option<Stat> {
     // Fields from 3 (state) on; nth is 0-based over the remaining fields.
     let state = it.next()?.bytes().next()?;
     let ppid = it.next()?.parse().ok()?;
-    let mut it = it.skip(9); // pgrp .. majflt (fields 5..13)
+    let mut it = it.skip(4); // pgrp, session, tty_nr, tpgid (fields 5..8)
+    let flags = it.next()?.parse().ok()?; // 9
+    let minflt: u64 = it.next()?.parse().ok()?; // 10
+    let mut it = it.skip(1); // cminflt
+    let majflt: u64 = it.next()?.parse().ok()?; // 12
+    let mut it = it.skip(1); // cmajflt
     let utime = it.next()?.parse().ok()?; // 14
     let stime = it.next()?.parse().ok()?; // 15
     let cutime: i64 = it.next()?.parse().ok()?; // 16
@@ -55,6 +68,8 @@ pub fn parse_stat(s: &str) -> Option<Stat> {
         num_threads,
         starttime,
         rss_pages: rss_pages.max(0) as u64,
+        flags,
+        faults: minflt + majflt,
     })
 }
 
@@ -93,12 +108,37 @@ pub fn parse_io(s: &str) -> Option<Figures> {
     (rd && wr).then_some(io)
 }
 
-/// Proportional set size in bytes, from smaps_rollup.
-pub fn pss_bytes(pid: u32, buf: &mut String) -> Option<u64> {
+/// What smaps_rollup says of a process's memory, in bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Rollup {
+    /// Proportional set size: each page divided by the number of processes mapping it.
+    pub pss: u64,
+    /// Resident pages that another process maps too (`Shared_Clean` + `Shared_Dirty`):
+    /// the pages through which a change elsewhere moves this process's PSS.
+    pub shared: u64,
+}
+
+/// Parses smaps_rollup content; `None` without its `Pss:` line.
+pub fn parse_rollup(s: &str) -> Option<Rollup> {
+    let mut r = Rollup::default();
+    let mut pss = false;
+    for line in s.lines() {
+        let Some((k, v)) = line.split_once(':') else {
+            continue;
+        };
+        let kib = || -> Option<u64> { v.split_ascii_whitespace().next()?.parse().ok() };
+        match k {
+            "Pss" => (r.pss, pss) = (kib()? * 1024, true),
+            "Shared_Clean" | "Shared_Dirty" => r.shared += kib().unwrap_or(0) * 1024,
+            _ => {}
+        }
+    }
+    pss.then_some(r)
+}
+
+pub fn rollup(pid: u32, buf: &mut String) -> Option<Rollup> {
     read_into(&format!("/proc/{pid}/smaps_rollup"), buf)?;
-    let line = buf.lines().find(|l| l.starts_with("Pss:"))?;
-    let kib: u64 = line.split_ascii_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
+    parse_rollup(buf)
 }
 
 #[cfg(test)]
@@ -107,8 +147,9 @@ mod tests {
 
     #[test]
     fn stat_with_odd_comm() {
-        let s = "1234 (a) b (c)) S 1 1234 1234 0 -1 4194560 100 0 0 0 7 3 2 1 20 0 4 0 5555 1000 250 18446744073709551615";
+        let s = "1234 (a) b (c)) S 1 1234 1234 0 -1 4194564 100 9 5 8 7 3 2 1 20 0 4 0 5555 1000 250 18446744073709551615";
         let st = parse_stat(s).unwrap();
+        assert_eq!((st.flags & PF_EXITING, st.faults), (PF_EXITING, 105));
         assert_eq!(st.state, b'S');
         assert_eq!(
             (st.ppid, st.utime, st.stime, st.cutime, st.cstime),
@@ -117,6 +158,19 @@ mod tests {
         assert_eq!((st.num_threads, st.starttime, st.rss_pages), (4, 5555, 250));
         assert!(parse_stat("garbage").is_none());
         assert!(parse_stat("1 (x) S 1").is_none());
+    }
+
+    #[test]
+    fn rollup_pss_and_shared() {
+        let s = "55d0c0a4e000-7ffd8b5f4000 ---p 00000000 00:00 0 [rollup]\n\
+                 Rss:                3968 kB\nPss:                 962 kB\n\
+                 Pss_Dirty:           160 kB\nShared_Clean:       3520 kB\n\
+                 Shared_Dirty:         16 kB\nPrivate_Clean:        0 kB\n";
+        let r = parse_rollup(s).unwrap();
+        assert_eq!((r.pss, r.shared), (962 * 1024, 3536 * 1024));
+        assert!(parse_rollup("Rss: 1 kB\n").is_none());
+        let me = rollup(std::process::id(), &mut String::new()).expect("own rollup");
+        assert!(me.pss > 0);
     }
 
     #[test]

@@ -19,10 +19,10 @@ use super::{
 use crate::{
     collect::{
         gpu::GpuCollector,
-        memcg::{self, TreeCgroup, TreeCpu},
+        memcg::{TreeCgroup, TreeCpu},
         SystemCollector,
     },
-    engine::{procread, Engine, ReadOpts, Ring},
+    engine::{pss::PssSum, Engine, ReadOpts, Ring},
     model::{
         degraded::Degradations,
         reading::{unix_now, MemcgReading, TreeTotals},
@@ -79,6 +79,10 @@ struct Loop {
     cpucg: Option<TreeCpu>,
     /// The CPU cgroup's last total: the tree's CPU is never below it.
     cpu_floor: u64,
+    /// Σ PSS, the memory figure without a cgroup that holds exactly the tree.
+    pss: PssSum,
+    /// Σ PSS beside the cgroup too (`--pss`).
+    pss_always: bool,
 }
 
 impl Loop {
@@ -138,8 +142,7 @@ impl Loop {
         };
         log::info!("{why}: the tree's memory is Σ PSS from here on (memory_source pss)");
         self.memcg_stale = true;
-        // From here on the settled pass below reads it.
-        self.opts.pss = false;
+        // From here on `PssSum` reads it.
         self.opts.memcg_id = None;
         None
     }
@@ -190,58 +193,17 @@ impl Loop {
         total + 1_000 >= backend_ns
     }
 
-    /// Σ PSS of the tree's live processes, read one after the other: each file is
-    /// right at its own moment, the sum of them is not. A member that exits during
-    /// the pass leaves the pages it shared to the others, which are then read with
-    /// fewer sharers (a forked child's 75 MiB share of 300 MiB becomes 100 MiB in
-    /// each of the three left); members that map a shared file while the pass runs
-    /// make the ones read first count it with fewer sharers than the ones read last
-    /// (three exec'd children mapping one 300 MiB memfd summed to 491 MiB). Either
-    /// way a pass only overcounts, by what changed while it ran. So passes are
-    /// taken until two in a row agree and no member read was exiting (at most
-    /// `PSS_PASSES`), and the smallest sum counts. None when no live member's file
-    /// could be read (no smaps_rollup, no right to read them): Σ RSS then.
-    fn settled_pss(&mut self) -> Option<u64> {
-        /// Each pass walks every member's page tables: a few ms for a few GiB.
-        const PSS_PASSES: usize = 4;
-        let live = self
-            .engine
-            .as_ref()
-            .map(Engine::live_pids)
-            .unwrap_or_default();
-        let mut buf = String::new();
-        let mut best: Option<u64> = None;
-        let mut prev: Option<u64> = None;
-        for _ in 0..PSS_PASSES {
-            let mut sum = 0;
-            let mut read = Vec::with_capacity(live.len());
-            for &pid in &live {
-                if let Some(p) = procread::pss_bytes(pid, &mut buf) {
-                    sum += p;
-                    read.push(pid);
-                }
-            }
-            if read.is_empty() && live.iter().any(|&p| !memcg::exiting(p)) {
-                return None;
-            }
-            best = Some(best.map_or(sum, |b| b.min(sum)));
-            let settled = prev.is_some_and(|p| p.abs_diff(sum) <= (p / 100).max(1 << 20));
-            if settled && !read.iter().any(|&p| memcg::exiting(p)) {
-                break;
-            }
-            prev = Some(sum);
-        }
-        best
-    }
-
     /// Reads every source and turns the readings into the interval's sample.
     fn sample(&mut self, ring: Option<&mut Ring>) -> anyhow::Result<Sample> {
         let t0 = Instant::now();
         let (mut tree, stamp) = self.read_tree(ring)?;
         let memcg = self.tree_memcg(&tree);
         let cpu_cgroup = self.tree_cpu(&mut tree);
-        if memcg.is_none() && self.engine.is_some() {
-            tree.pss_bytes = self.settled_pss();
+        if memcg.is_none() || self.pss_always {
+            if let Some(e) = &self.engine {
+                tree.pss_bytes = self.pss.read(&e.live_pids());
+                log::trace!("Σ PSS: {:?}", self.pss.counts);
+            }
         }
         let mut host = self.host.sample();
         // The GPUs' readings and the tree's GPU use; nothing (not even the tree's
@@ -503,16 +465,16 @@ async fn run_loop(
         events: t.events,
         host: t.host,
         gpus: t.gpus,
-        // Beside a cgroup, Σ PSS only when asked for; without one it is the source,
-        // read by `settled_pss`.
         opts: ReadOpts {
-            pss: st.engine.pss && t.memcg.is_some(),
             memcg_id: t.memcg.as_ref().and_then(TreeCgroup::id),
         },
         memcg: t.memcg,
         memcg_stale: false,
         cpucg: t.cpucg,
         cpu_floor: 0,
+        // Beside a cgroup, Σ PSS only when asked for; without one it is the source.
+        pss: PssSum::default(),
+        pss_always: st.engine.pss,
     };
     // A tree the tracker started begins at zero (its first instructions belong to
     // the first interval); an attached one at what it had used already.

@@ -547,7 +547,6 @@ impl EbpfEngine {
     fn read_proc(
         &mut self,
         live: &StdHashMap<u32, Vec<u32>>,
-        opts: ReadOpts,
         t: &mut TreeTotals,
         read_now: &mut Figures,
     ) -> HashSet<u32> {
@@ -600,12 +599,6 @@ impl EbpfEngine {
             let rss = st.rss_pages * self.page;
             t.rss_bytes += rss;
             self.live_max_rss_kib = self.live_max_rss_kib.max(rss / 1024);
-            if opts.pss {
-                if let (Some(p), Some(acc)) = (procread::pss_bytes(tgid, buf), t.pss_bytes.as_mut())
-                {
-                    *acc += p;
-                }
-            }
         }
         self.files.sweep();
         for tid in gone {
@@ -670,14 +663,6 @@ impl EbpfEngine {
             let rss = rss_pages * self.page;
             t.rss_bytes += rss;
             self.live_max_rss_kib = self.live_max_rss_kib.max(rss / 1024);
-            if opts.pss {
-                if let (Some(p), Some(acc)) = (
-                    procread::pss_bytes(tgid, &mut self.buf),
-                    t.pss_bytes.as_mut(),
-                ) {
-                    *acc += p;
-                }
-            }
         }
         t.memcg_inside = opts.memcg_id.is_some() && outside == 0 && proc_alive.is_empty();
         self.procs = procs;
@@ -707,10 +692,7 @@ impl EbpfEngine {
             self.lost_seen = k.lost_events;
             self.relist();
         }
-        let mut t = TreeTotals {
-            pss_bytes: opts.pss.then_some(0),
-            ..Default::default()
-        };
+        let mut t = TreeTotals::default();
         let mut read_now = Figures::default();
         self.live_pids.clear();
         let rest = match ring.as_deref_mut() {
@@ -729,7 +711,7 @@ impl EbpfEngine {
         let proc_alive = if rest.is_empty() {
             HashSet::new()
         } else {
-            self.read_proc(&rest, opts, &mut t, &mut read_now)
+            self.read_proc(&rest, &mut t, &mut read_now)
         };
         self.live_pids.extend(proc_alive.iter().copied());
         self.gauges(opts, &mut t, &mut read_now, &proc_alive);

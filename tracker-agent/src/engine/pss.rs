@@ -1,0 +1,240 @@
+//! Σ PSS of the tree's live members, the memory figure wherever no cgroup holds
+//! exactly the tree (attached with `--pid`, the Python package), at a cost that
+//! follows what changed rather than the size of the tree.
+//!
+//! A member's PSS moves only through its own page tables (a page mapped or
+//! unmapped, a copy-on-write broken: each a page fault of its own, or a change of
+//! its RSS) or through a page it shares changing its number of sharers. So a
+//! member whose faults, RSS and start time are where they were when its
+//! smaps_rollup was last read keeps that figure, unless a sharer moved:
+//! - a member re-read whose shared pages changed (it broke, mapped or dropped a
+//!   page someone else maps), or a member that joined or left the tree: every
+//!   member is read again, as one settled pass;
+//! - sharers outside the tree (libraries, files mapped by other processes): not
+//!   seen, so every `FULL_EVERY`-th sample is a settled pass too. What they move in
+//!   between is the remaining error: their share of the pages the tree maps with
+//!   them changes by a fraction of a page per page mapped or unmapped there.
+//!
+//! A stat read (~3 µs) stands in for a smaps_rollup (15 µs for an idle `sleep`,
+//! 56 µs for an idle Python, and more with its mapped memory; docs/cost.md).
+
+use std::collections::{HashMap, HashSet};
+
+use super::procread::{self, Stat, PF_EXITING};
+
+/// Samples between two settled passes when nothing in the tree moved.
+const FULL_EVERY: u32 = 10;
+
+/// Passes of a settled read: each walks every member's page tables.
+const PASSES: usize = 4;
+
+/// What a member's PSS was read beside.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Sig {
+    starttime: u64,
+    rss_pages: u64,
+    faults: u64,
+}
+
+impl Sig {
+    fn of(st: &Stat) -> Sig {
+        Sig {
+            starttime: st.starttime,
+            rss_pages: st.rss_pages,
+            faults: st.faults,
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Entry {
+    sig: Sig,
+    pss: u64,
+    shared: u64,
+}
+
+/// How many smaps_rollup files the reads took, for the debug log and the tests.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PssCounts {
+    pub settled_passes: u64,
+    pub rollups_read: u64,
+    pub kept: u64,
+}
+
+#[derive(Default)]
+pub struct PssSum {
+    cache: HashMap<u32, Entry>,
+    since_settled: u32,
+    buf: String,
+    pub counts: PssCounts,
+}
+
+/// Whether a member is exiting or gone: its pages are on their way to the others.
+fn exiting(st: Option<&Stat>) -> bool {
+    st.is_none_or(|s| matches!(s.state, b'Z' | b'X' | b'x') || s.flags & PF_EXITING != 0)
+}
+
+impl PssSum {
+    /// Σ PSS of `live` now; None when no live member's smaps_rollup could be read
+    /// (none there, or no right to read them): Σ RSS is then the figure.
+    pub fn read(&mut self, live: &HashSet<u32>) -> Option<u64> {
+        let same_members =
+            live.len() == self.cache.len() && live.iter().all(|p| self.cache.contains_key(p));
+        if !same_members || self.since_settled + 1 >= FULL_EVERY {
+            return self.settled(live);
+        }
+        let mut sum = 0;
+        for &pid in live {
+            let Some(st) = procread::stat(pid, &mut self.buf) else {
+                // Gone since the engine's reading: the next sample settles.
+                self.cache.remove(&pid);
+                continue;
+            };
+            let sig = Sig::of(&st);
+            let Some(e) = self.cache.get_mut(&pid) else {
+                continue;
+            };
+            if e.sig == sig {
+                self.counts.kept += 1;
+                sum += e.pss;
+                continue;
+            }
+            self.counts.rollups_read += 1;
+            match procread::rollup(pid, &mut self.buf) {
+                Some(r) if r.shared == e.shared => {
+                    *e = Entry {
+                        sig,
+                        pss: r.pss,
+                        shared: r.shared,
+                    };
+                    sum += r.pss;
+                }
+                // Its shared pages changed, and with them their sharers' PSS.
+                Some(_) => return self.settled(live),
+                None => {
+                    self.cache.remove(&pid);
+                }
+            }
+        }
+        self.since_settled += 1;
+        Some(sum)
+    }
+
+    /// Σ PSS read one member after the other, each file right at its own moment, the
+    /// sum not: a member that exits during the pass leaves the pages it shared to
+    /// the others, read then with fewer sharers (a forked child's 75 MiB share of
+    /// 300 MiB becomes 100 MiB in each of the three left); members that map a
+    /// shared file while the pass runs make the ones read first count it with fewer
+    /// sharers than the ones read last (three exec'd children mapping one 300 MiB
+    /// memfd summed to 491 MiB). Either way a pass only overcounts, by what changed
+    /// while it ran. So passes are taken until two in a row agree and no member read
+    /// was exiting (at most `PASSES`), and the smallest sum counts, with its
+    /// members' figures kept for the samples after.
+    fn settled(&mut self, live: &HashSet<u32>) -> Option<u64> {
+        self.since_settled = 0;
+        self.counts.settled_passes += 1;
+        let mut best: Option<(u64, HashMap<u32, Entry>)> = None;
+        let mut prev: Option<u64> = None;
+        for _ in 0..PASSES {
+            let mut sum = 0;
+            let mut read = HashMap::with_capacity(live.len());
+            let mut any_exiting = false;
+            let mut any_live = false;
+            for &pid in live {
+                // The signature before the rollup: a fault in between makes the next
+                // sample read it again, never keep a figure older than its signature.
+                let st = procread::stat(pid, &mut self.buf);
+                let ex = exiting(st.as_ref());
+                any_live |= !ex;
+                let Some(st) = st else { continue };
+                self.counts.rollups_read += 1;
+                if let Some(r) = procread::rollup(pid, &mut self.buf) {
+                    any_exiting |= ex;
+                    sum += r.pss;
+                    read.insert(
+                        pid,
+                        Entry {
+                            sig: Sig::of(&st),
+                            pss: r.pss,
+                            shared: r.shared,
+                        },
+                    );
+                }
+            }
+            if read.is_empty() && any_live {
+                self.cache.clear();
+                return None;
+            }
+            if best.as_ref().is_none_or(|(b, _)| sum < *b) {
+                best = Some((sum, read));
+            }
+            let settled = prev.is_some_and(|p| p.abs_diff(sum) <= (p / 100).max(1 << 20));
+            if settled && !any_exiting {
+                break;
+            }
+            prev = Some(sum);
+        }
+        let (sum, cache) = best?;
+        self.cache = cache;
+        Some(sum)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{collections::HashSet, process::Command};
+
+    use super::PssSum;
+
+    /// Idle members keep their figures; a member that maps and touches new pages
+    /// is read again; one that joins makes a settled pass.
+    #[test]
+    fn only_what_moved_is_read_again() {
+        let mut kids: Vec<_> = (0..3)
+            .map(|_| Command::new("sleep").arg("30").spawn().expect("sleep"))
+            .collect();
+        // Let each exec and settle.
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let mut live: HashSet<u32> = kids.iter().map(|k| k.id()).collect();
+        let mut p = PssSum::default();
+        let first = p.read(&live).expect("Σ PSS of three sleeps");
+        assert!(first > 0);
+        let settled = p.counts.settled_passes;
+        let again = p.read(&live).expect("again");
+        assert_eq!(
+            p.counts.settled_passes, settled,
+            "nothing moved: no settled pass"
+        );
+        assert_eq!(p.counts.kept, 3);
+        assert_eq!(again, first);
+        // A fourth member: every member is read again.
+        let extra = Command::new("sleep").arg("30").spawn().expect("sleep");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        live.insert(extra.id());
+        kids.push(extra);
+        p.read(&live).expect("four");
+        assert_eq!(p.counts.settled_passes, settled + 1);
+        for k in &mut kids {
+            let _ = k.kill();
+            let _ = k.wait();
+        }
+    }
+
+    #[test]
+    fn this_process_growing_is_seen_at_once() {
+        let me: HashSet<u32> = [std::process::id()].into();
+        let mut p = PssSum::default();
+        let before = p.read(&me).expect("own PSS");
+        let mut big = vec![0u8; 64 << 20];
+        for i in (0..big.len()).step_by(4096) {
+            big[i] = 1;
+        }
+        let after = p.read(&me).expect("own PSS again");
+        // Other tests of this process allocate and free meanwhile.
+        assert!(
+            after >= before + (32 << 20),
+            "64 MiB touched: {before} → {after}"
+        );
+        std::hint::black_box(&big);
+    }
+}
