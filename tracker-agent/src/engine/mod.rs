@@ -8,7 +8,10 @@ pub mod procfs;
 pub mod procread;
 pub mod pss;
 
-use std::{collections::HashSet, time::Duration};
+use std::{
+    collections::{HashMap, HashSet},
+    time::Duration,
+};
 
 use self::{ebpf::EbpfEngine, procfs::ProcfsEngine};
 use crate::model::{
@@ -74,6 +77,15 @@ impl Engine {
         match self {
             Engine::Ebpf(e) => e.live_pids(),
             Engine::Procfs(e) => e.live_pids().collect(),
+        }
+    }
+
+    /// The live members' /proc/PID/stat where the last reading read it (procfs:
+    /// every member; eBPF: those the probe could not read in the kernel).
+    pub fn stats_read(&self) -> &HashMap<u32, procread::Stat> {
+        match self {
+            Engine::Ebpf(e) => e.stats_read(),
+            Engine::Procfs(e) => e.stats_read(),
         }
     }
 

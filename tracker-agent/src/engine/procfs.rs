@@ -61,8 +61,8 @@ pub struct ProcfsEngine {
     tck_ns: u64,
     page: u64,
     buf: String,
-    /// Live (non-zombie) members at the last reading.
-    live: Vec<u32>,
+    /// Live (non-zombie) members at the last reading, with their stat of it.
+    live: HashMap<u32, procread::Stat>,
     /// Walk the tree through `children` files instead of scanning all of /proc.
     children_files: bool,
 }
@@ -217,7 +217,7 @@ impl ProcfsEngine {
             tck_ns: 1_000_000_000 / crate::sys::clk_tck(),
             page: crate::sys::page_size(),
             buf,
-            live: Vec::new(),
+            live: HashMap::new(),
             children_files: have_children_files(),
         }
     }
@@ -254,7 +254,12 @@ impl ProcfsEngine {
 
     /// Live processes of the tree at the last `read` (for the GPU attribution).
     pub fn live_pids(&self) -> impl Iterator<Item = u32> + '_ {
-        self.live.iter().copied()
+        self.live.keys().copied()
+    }
+
+    /// The live members' /proc/PID/stat as the last reading read it.
+    pub fn stats_read(&self) -> &HashMap<u32, procread::Stat> {
+        &self.live
     }
 
     /// Whether a process of the tree is running (not a zombie) now.
@@ -497,7 +502,7 @@ impl ProcfsEngine {
             t.rchar += entry.io.rchar;
             t.wchar += entry.io.wchar;
             if st.state != b'Z' && st.state != b'X' {
-                self.live.push(pid);
+                self.live.insert(pid, st);
                 t.live_procs += 1;
                 t.live_threads += st.num_threads;
                 let rss = st.rss_pages * self.page;

@@ -15,8 +15,9 @@
 //!   between is the remaining error: their share of the pages the tree maps with
 //!   them changes by a fraction of a page per page mapped or unmapped there.
 //!
-//! A stat read (~3 µs) stands in for a smaps_rollup (15 µs for an idle `sleep`,
-//! 56 µs for an idle Python, and more with its mapped memory; docs/cost.md).
+//! A stat (the engine's of this sample where it read one, else ~3 µs here) stands
+//! in for a smaps_rollup (15 µs for an idle `sleep`, 56 µs for an idle Python, and
+//! more with its mapped memory; docs/cost.md).
 
 use std::collections::{HashMap, HashSet};
 
@@ -76,8 +77,10 @@ fn exiting(st: Option<&Stat>) -> bool {
 
 impl PssSum {
     /// Σ PSS of `live` now; None when no live member's smaps_rollup could be read
-    /// (none there, or no right to read them): Σ RSS is then the figure.
-    pub fn read(&mut self, live: &HashSet<u32>) -> Option<u64> {
+    /// (none there, or no right to read them): Σ RSS is then the figure. `known`:
+    /// members' stat the engine read this sample (read before any rollup here, so
+    /// never newer than the figure kept beside it), the others' is read here.
+    pub fn read(&mut self, live: &HashSet<u32>, known: &HashMap<u32, Stat>) -> Option<u64> {
         let same_members =
             live.len() == self.cache.len() && live.iter().all(|p| self.cache.contains_key(p));
         if !same_members || self.since_settled + 1 >= FULL_EVERY {
@@ -85,7 +88,11 @@ impl PssSum {
         }
         let mut sum = 0;
         for &pid in live {
-            let Some(st) = procread::stat(pid, &mut self.buf) else {
+            let st = match known.get(&pid) {
+                Some(st) => Some(*st),
+                None => procread::stat(pid, &mut self.buf),
+            };
+            let Some(st) = st else {
                 // Gone since the engine's reading: the next sample settles.
                 self.cache.remove(&pid);
                 continue;
@@ -182,7 +189,10 @@ impl PssSum {
 
 #[cfg(test)]
 mod tests {
-    use std::{collections::HashSet, process::Command};
+    use std::{
+        collections::{HashMap, HashSet},
+        process::Command,
+    };
 
     use super::PssSum;
 
@@ -197,10 +207,10 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(200));
         let mut live: HashSet<u32> = kids.iter().map(|k| k.id()).collect();
         let mut p = PssSum::default();
-        let first = p.read(&live).expect("Σ PSS of three sleeps");
+        let first = p.read(&live, &HashMap::new()).expect("Σ PSS of three sleeps");
         assert!(first > 0);
         let settled = p.counts.settled_passes;
-        let again = p.read(&live).expect("again");
+        let again = p.read(&live, &HashMap::new()).expect("again");
         assert_eq!(
             p.counts.settled_passes, settled,
             "nothing moved: no settled pass"
@@ -212,7 +222,7 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(200));
         live.insert(extra.id());
         kids.push(extra);
-        p.read(&live).expect("four");
+        p.read(&live, &HashMap::new()).expect("four");
         assert_eq!(p.counts.settled_passes, settled + 1);
         for k in &mut kids {
             let _ = k.kill();
@@ -224,12 +234,12 @@ mod tests {
     fn this_process_growing_is_seen_at_once() {
         let me: HashSet<u32> = [std::process::id()].into();
         let mut p = PssSum::default();
-        let before = p.read(&me).expect("own PSS");
+        let before = p.read(&me, &HashMap::new()).expect("own PSS");
         let mut big = vec![0u8; 64 << 20];
         for i in (0..big.len()).step_by(4096) {
             big[i] = 1;
         }
-        let after = p.read(&me).expect("own PSS again");
+        let after = p.read(&me, &HashMap::new()).expect("own PSS again");
         // Other tests of this process allocate and free meanwhile.
         assert!(
             after >= before + (32 << 20),

@@ -531,6 +531,7 @@ impl EbpfEngine {
             procs: Default::default(),
             lost_seen: 0,
             live_pids: Default::default(),
+            proc_stats: Default::default(),
             rss_in_kernel,
             _stats_fd: stats_fd,
             load_ms: t0.elapsed().as_secs_f64() * 1e3,

@@ -175,6 +175,8 @@ pub struct EbpfEngine {
     lost_seen: u64,
     /// Processes live at the last reading (for the GPU collector).
     live_pids: HashSet<u32>,
+    /// The /proc/PID/stat of the live processes the last reading read from /proc.
+    proc_stats: StdHashMap<u32, procread::Stat>,
     /// The running kernel's `mm->rss_stat` layout is known: the probe reads RSS.
     rss_in_kernel: bool,
     _stats_fd: Option<OwnedFd>,
@@ -325,6 +327,12 @@ impl EbpfEngine {
     /// Processes live at the last reading.
     pub fn live_pids(&self) -> HashSet<u32> {
         self.live_pids.clone()
+    }
+
+    /// The /proc/PID/stat of the live processes the last reading took from /proc
+    /// (the others the probe read in the kernel).
+    pub fn stats_read(&self) -> &StdHashMap<u32, procread::Stat> {
+        &self.proc_stats
     }
 
     /// Runs the probe over `keys` (at most `PROBE_BATCH`): retires those dead and off
@@ -592,6 +600,7 @@ impl EbpfEngine {
                 continue;
             }
             alive.insert(tgid);
+            self.proc_stats.insert(tgid, st);
             t.live_procs += 1;
             if tgid == self.root {
                 t.root_alive = true;
@@ -695,6 +704,7 @@ impl EbpfEngine {
         let mut t = TreeTotals::default();
         let mut read_now = Figures::default();
         self.live_pids.clear();
+        self.proc_stats.clear();
         let rest = match ring.as_deref_mut() {
             Some(r) => self.read_kernel(r, shown),
             None => None,
