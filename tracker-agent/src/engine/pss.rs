@@ -145,18 +145,15 @@ impl PssSum {
         for _ in 0..PASSES {
             let mut sum = 0;
             let mut read = HashMap::with_capacity(live.len());
-            let mut any_exiting = false;
             let mut any_live = false;
             for &pid in live {
                 // The signature before the rollup: a fault in between makes the next
                 // sample read it again, never keep a figure older than its signature.
                 let st = procread::stat(pid, &mut self.buf);
-                let ex = exiting(st.as_ref());
-                any_live |= !ex;
+                any_live |= !exiting(st.as_ref());
                 let Some(st) = st else { continue };
                 self.counts.rollups_read += 1;
                 if let Some(r) = procread::rollup(pid, &mut self.buf) {
-                    any_exiting |= ex;
                     sum += r.pss;
                     read.insert(
                         pid,
@@ -172,11 +169,15 @@ impl PssSum {
                 self.cache.clear();
                 return None;
             }
+            let settled = prev.is_some_and(|p| p.abs_diff(sum) <= (p / 100).max(1 << 20))
+                // Exiting by the end of the pass: its shares moved while it ran.
+                && !read
+                    .keys()
+                    .any(|&p| exiting(procread::stat(p, &mut self.buf).as_ref()));
             if best.as_ref().is_none_or(|(b, _)| sum < *b) {
                 best = Some((sum, read));
             }
-            let settled = prev.is_some_and(|p| p.abs_diff(sum) <= (p / 100).max(1 << 20));
-            if settled && !any_exiting {
+            if settled {
                 break;
             }
             prev = Some(sum);
@@ -207,7 +208,9 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(200));
         let mut live: HashSet<u32> = kids.iter().map(|k| k.id()).collect();
         let mut p = PssSum::default();
-        let first = p.read(&live, &HashMap::new()).expect("Σ PSS of three sleeps");
+        let first = p
+            .read(&live, &HashMap::new())
+            .expect("Σ PSS of three sleeps");
         assert!(first > 0);
         let settled = p.counts.settled_passes;
         let again = p.read(&live, &HashMap::new()).expect("again");
