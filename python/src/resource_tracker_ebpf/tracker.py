@@ -236,6 +236,8 @@ class ResourceTracker:
             raise ValueError("children=False is not supported: the binary tracks the whole tree")
         if not (isinstance(interval, (int, float)) and interval >= 0.1):
             raise ValueError(f"interval must be a number of seconds >= 0.1, not {interval!r}")
+        if not (isinstance(start_timeout, (int, float)) and start_timeout > 0):
+            raise ValueError(f"start_timeout must be a positive number of seconds, not {start_timeout!r}")
         self.pid = os.getpid() if pid is None else int(pid)
         self.children = True
         self.interval = float(interval)
