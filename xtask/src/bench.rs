@@ -423,6 +423,13 @@ pub fn run(dir: &Path, args: &[String]) -> anyhow::Result<()> {
     if args.iter().any(|a| a == "--only-real") {
         return only_real(dir, args, quick, &path);
     }
+    if args.iter().any(|a| a == "--only-attach") {
+        // Keep every other section as it is; replace (or add) the attach one.
+        let md = crate::attach_bench::run(dir, quick)?;
+        crate::attach_bench::write(&path, &md)?;
+        eprintln!("xtask: wrote {}", path.display());
+        return Ok(());
+    }
     if args.iter().any(|a| a == "--only-exact") {
         // Keep every other section as it is; replace (or add) the exactness one.
         let md = crate::exact_bench::run(dir, quick)?;
@@ -522,6 +529,9 @@ fn write_doc(dir: &Path, path: &Path, md: &str, peers: bool, quick: bool) -> any
     let old = std::fs::read_to_string(path).unwrap_or_default();
     if let Some(node) = crate::node_bench::section(&old) {
         let _ = write!(text, "\n{}\n", node.trim_end());
+    }
+    if let Some(attach) = crate::attach_bench::section(&old) {
+        let _ = write!(text, "\n{}\n", attach.trim_end());
     }
     if let Some(exact) = crate::exact_bench::section(&old) {
         let _ = write!(text, "\n{}\n", exact.trim_end());
