@@ -145,7 +145,8 @@ pub fn run(dir: &Path, quick: bool) -> anyhow::Result<String> {
     let w = dir.join("workload");
     let tools = tools(dir);
     let rounds = if quick { 1 } else { 3 };
-    let (warm, window) = (3.0, if quick { 4.0 } else { 8.0 });
+    // Ten samples: a settled pass of Σ PSS comes every tenth (docs/cost.md).
+    let (warm, window) = (3.0, if quick { 4.0 } else { 10.0 });
     let sizes = [50usize, 300];
     let mut cells: Vec<Vec<Vec<f64>>> = vec![vec![Vec::new(); tools.len()]; sizes.len()];
     for _ in 0..rounds {
