@@ -22,81 +22,59 @@ struct Tool {
     takes_pid: bool,
 }
 
+/// `exe` and its arguments, given as one space-separated string.
+fn argv(exe: &str, args: &str) -> Vec<String> {
+    std::iter::once(exe)
+        .chain(args.split_whitespace())
+        .map(str::to_string)
+        .collect()
+}
+
 fn tools(dir: &Path) -> Vec<Tool> {
     let tr = dir.join("resource-tracker").display().to_string();
     let root = crate::root();
-    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    let tool = |name, argv| Tool {
+        name,
+        argv,
+        takes_pid: true,
+    };
     let mut v = vec![
-        Tool {
-            name: "ours, eBPF (`--pid`)",
-            argv: s(&[&tr, "-q", "-i", "1", "-o", "/dev/null", "--pid"]),
-            takes_pid: true,
-        },
-        Tool {
-            name: "ours, procfs (`--pid --no-ebpf`)",
-            argv: s(&[
+        tool(
+            "ours, eBPF (`--pid`)",
+            argv(&tr, "-q -i 1 -o /dev/null --pid"),
+        ),
+        tool(
+            "ours, procfs (`--pid --no-ebpf`)",
+            argv(&tr, "-q --no-ebpf -i 1 -o /dev/null --pid"),
+        ),
+        // The flags the Python package starts the binary with (tracker.py).
+        tool(
+            "ours as the Python package starts it (eBPF, JSON lines, events)",
+            argv(
                 &tr,
-                "-q",
-                "--no-ebpf",
-                "-i",
-                "1",
-                "-o",
-                "/dev/null",
-                "--pid",
-            ]),
-            takes_pid: true,
-        },
-        Tool {
-            // The flags the Python package starts the binary with (tracker.py).
-            name: "ours as the Python package starts it (eBPF, JSON lines, events)",
-            argv: s(&[
-                &tr,
-                "-i",
-                "1",
-                "-f",
-                "json",
-                "-q",
-                "-o",
-                "/dev/null",
-                "--summary",
-                "/dev/null",
-                "--events",
-                "/dev/null",
-                "--pid",
-            ]),
-            takes_pid: true,
-        },
+                "-i 1 -f json -q -o /dev/null --summary /dev/null --events /dev/null --pid",
+            ),
+        ),
     ];
     let rs = root.join("target/peers/rs/bin/resource-tracker");
     if rs.exists() {
-        v.push(Tool {
-            name: "Rust resource-tracker 0.1.18 (`--pid`)",
-            argv: s(&[
-                &rs.display().to_string(),
-                "-i",
-                "1",
-                "-o",
-                "/dev/null",
-                "--pid",
-            ]),
-            takes_pid: true,
-        });
+        v.push(tool(
+            "Rust resource-tracker 0.1.18 (`--pid`)",
+            argv(&rs.display().to_string(), "-i 1 -o /dev/null --pid"),
+        ));
     }
     let py = root.join("target/py-peers/bin/python");
     if py.exists() {
-        v.push(Tool {
-            name: "Python resource-tracker 0.5.0 (`ProcessTracker(pid)`)",
-            argv: s(&[
-                &py.display().to_string(),
-                "-c",
-                "import sys\nfrom resource_tracker import ProcessTracker\nProcessTracker(pid=int(sys.argv[1]), interval=1, output_file='/dev/null')",
-            ]),
-            takes_pid: true,
-        });
+        let script = "import sys\nfrom resource_tracker import ProcessTracker\n\
+                      ProcessTracker(pid=int(sys.argv[1]), interval=1, output_file='/dev/null')";
+        v.push(tool(
+            "Python resource-tracker 0.5.0 (`ProcessTracker(pid)`)",
+            vec![py.display().to_string(), "-c".into(), script.into()],
+        ));
     }
     v.push(Tool {
         name: "ours, host only (no tree)",
-        argv: s(&[&tr, "-q", "-i", "1", "-o", "/dev/null"]),
+        argv: argv(&tr, "-q -i 1 -o /dev/null"),
         takes_pid: false,
     });
     v
