@@ -39,16 +39,24 @@ static NODE_COMMANDS: PerCpuHashMap<CommandKey, CommandCpu> =
 #[map]
 static NODE_EXITED: HashMap<u64, ExitedTask> = HashMap::with_max_entries(MAX_NODE_EXITED, 0);
 
-/// Counts the node programs could not keep (a full map or ring), per CPU.
+/// Per CPU: at 0 the counts the node programs could not keep (a full map or ring);
+/// at 1 the threads the kernel freed without the free program that were counted
+/// at the exit of the next task given their memory, with their figures as of their
+/// own exit (user space names how many: their CPU is short by up to a tick).
 #[map]
-static NODE_LOST: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+static NODE_LOST: PerCpuArray<u64> = PerCpuArray::with_max_entries(2, 0);
 
 #[inline(always)]
-fn lost() {
-    if let Some(p) = NODE_LOST.get_ptr_mut(0) {
+fn add_one(slot: u32) {
+    if let Some(p) = NODE_LOST.get_ptr_mut(slot) {
         // SAFETY: this CPU's slot, valid for the program's run.
         unsafe { *p += 1 };
     }
+}
+
+#[inline(always)]
+fn lost() {
+    add_one(0);
 }
 
 /// OOM victims for user space; rare, so small.
@@ -149,6 +157,7 @@ pub fn node_exit(ctx: RawTracePointContext) -> u32 {
         if let Some(old) = unsafe { NODE_EXITED.get(&addr) }.copied() {
             if NODE_EXITED.remove(&addr).is_ok() {
                 count_command(&old.key, old.cpu_ns, old.leader != 0);
+                add_one(1);
             }
         }
         if NODE_EXITED

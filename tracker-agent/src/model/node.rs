@@ -146,6 +146,10 @@ pub struct NodeSnapshot {
     /// Of those, the runs the kernel skipped, per tracepoint (`sched_process_fork`,
     /// …): what each container's count of that event may lack, at most.
     pub skipped_runs: Vec<(&'static str, u64)>,
+    /// Exited threads the kernel freed without the free program: their commands'
+    /// CPU is as of their exit, each short by at most a scheduler tick and its exit
+    /// path.
+    pub freed_unread: u64,
     /// The programs' run time so far, when the kernel's BPF statistics are on.
     pub bpf_run_secs: Option<f64>,
     pub scans: u64,

@@ -140,6 +140,7 @@ pub fn run(st: NodeSettings) -> anyhow::Result<i32> {
                 ebpf: life.is_some(),
                 lost_events: life.as_ref().map_or(0, |l| l.lost()),
                 skipped_runs: life.as_ref().map(|l| l.skipped()).unwrap_or_default(),
+                freed_unread: life.as_ref().map_or(0, |l| l.freed_unread()),
                 bpf_run_secs: life
                     .as_ref()
                     .and_then(|l| l.run_time())

@@ -411,7 +411,15 @@ fn encode_agent(enc: &mut DescriptorEncoder, snap: &NodeSnapshot) -> Result<(), 
         true,
         &skipped,
     )?;
-    let agent: [(&str, &str, bool, f64); 7] = [
+    let agent: [(&str, &str, bool, f64); 8] = [
+        (
+            "resource_tracker_freed_unread",
+            "Exited threads the kernel freed without running the agent's free program: their \
+             commands' CPU (resource_tracker_container_command_cpu_seconds_total) is as of their \
+             exit, each short by at most one scheduler tick and its exit path.",
+            true,
+            snap.freed_unread as f64,
+        ),
         (
             "resource_tracker_lost_events",
             "Counts the BPF programs could not keep (a full map or ring, or a run the kernel skipped).",
@@ -652,6 +660,7 @@ mod tests {
             }],
             agent_cpu_secs: 0.25,
             skipped_runs: vec![("sched_process_fork", 3), ("sched_process_exit", 0)],
+            freed_unread: 2,
             ..Default::default()
         })))
     }
@@ -687,6 +696,10 @@ mod tests {
             ) && text.contains(
                 "resource_tracker_skipped_runs_total{tracepoint=\"sched_process_exit\"} 0.0\n"
             ),
+            "{text}"
+        );
+        assert!(
+            text.contains("resource_tracker_freed_unread_total 2.0\n"),
             "{text}"
         );
         // Gone from the snapshot: gone from the endpoint.

@@ -43,6 +43,8 @@ pub struct NodeLife {
     /// What the threads freed without the free program counted, as of their exit:
     /// CPU ns and processes by command.
     taken_over: StdHashMap<CommandKey, (u64, u64)>,
+    /// Threads counted that way since the start.
+    freed_unread: u64,
     last_sweep: std::time::Instant,
     host_pids: bool,
     lost: PerCpuArray<MapData, u64>,
@@ -146,6 +148,7 @@ impl NodeLife {
             commands,
             exited,
             taken_over: StdHashMap::new(),
+            freed_unread: 0,
             last_sweep: std::time::Instant::now(),
             host_pids: super::load::in_host_pid_ns(),
             lost,
@@ -236,11 +239,22 @@ impl NodeLife {
                 n += 1;
             }
         }
+        self.freed_unread += n;
         if n > 0 {
             log::debug!(
                 "{n} exited threads freed without the free program: counted as of their exit"
             );
         }
+    }
+
+    /// Exited threads the kernel freed without running the free program, since the
+    /// start, counted in user space (taken over) or by the exit of the next task
+    /// given their memory: each counts with its CPU as of its exit, short by at most
+    /// one scheduler tick (`sum_exec_runtime` is brought up to date at ticks) and
+    /// the exit path after the tracepoint (docs/engine.md).
+    pub fn freed_unread(&self) -> u64 {
+        let in_kernel: u64 = self.lost.get(&1, 0).map(|v| v.iter().sum()).unwrap_or(0);
+        self.freed_unread + in_kernel
     }
 
     /// Counts the programs could not keep (a full map or ring) since the start, and
