@@ -876,7 +876,7 @@ fn process_life_cycle_per_container() {
         Some(301.0)
     );
     eprintln!(
-        "top command CPU {by_cmd:.4} s, cgroup {truth:.4} s after {:?}",
+        "top command CPU {by_cmd:.6} s, cgroup {truth:.6} s after {:?}, {unread} freed unread",
         t0.elapsed()
     );
     // Nothing the programs counted was lost.
