@@ -405,28 +405,27 @@ impl ProcfsEngine {
         if ignores_sigchld(self.root) {
             return;
         }
+        let buf = &mut self.buf;
         let gone: HashMap<u32, Member> = self
             .members
             .iter()
             .filter(|(&pid, _)| pid != self.root)
             .filter(|(&pid, m)| {
-                procread::stat(pid, &mut String::new()).is_none_or(|st| st.starttime != m.starttime)
+                procread::stat(pid, buf).is_none_or(|st| st.starttime != m.starttime)
             })
             .map(|(&p, &m)| (p, m))
             .collect();
-        for (&pid, m) in &gone {
-            let mut ppid = m.ppid;
-            for _ in 0..64 {
-                if ppid == self.root {
-                    self.members.remove(&pid);
-                    self.exited += 1;
-                    break;
-                }
-                match gone.get(&ppid) {
-                    Some(p) => ppid = p.ppid,
-                    None => break,
-                }
-            }
+        // The root as the one member left: a chain of vanished members that reaches
+        // it is in its account.
+        let root = HashSet::from([self.root]);
+        let in_root: Vec<u32> = gone
+            .iter()
+            .filter(|(_, m)| self.in_a_members_account(m, &root, &gone, &HashSet::new()))
+            .map(|(&pid, _)| pid)
+            .collect();
+        for pid in in_root {
+            self.members.remove(&pid);
+            self.exited += 1;
         }
     }
 
