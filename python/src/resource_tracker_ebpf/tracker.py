@@ -371,7 +371,6 @@ class ResourceTracker:
             left = deadline - time.monotonic()
             readable = left > 0 and select.select([fd], [], [], left)[0]
             if not readable:
-                _kill_and_reap(self._proc, 1.0)
                 self._gave_up(
                     f"the resource-tracker binary {self._binary} did not start tracking "
                     f"within start_timeout={self.start_timeout:g} s and was killed"
@@ -381,7 +380,6 @@ class ResourceTracker:
                 try:
                     self._proc.wait(timeout=5)
                 except subprocess.TimeoutExpired:
-                    _kill_and_reap(self._proc, 1.0)
                     self._gave_up(
                         f"the resource-tracker binary {self._binary} closed its ready pipe "
                         "without starting and did not exit; killed"
@@ -390,14 +388,21 @@ class ResourceTracker:
             got += chunk
 
     def _gave_up(self, message: str) -> None:
-        """The binary was killed by this package at start: reaped already; raise."""
+        """The binary did not start in time: kill and reap it, and raise."""
+        assert self._proc is not None
+        _kill_and_reap(self._proc, 1.0)
+        err = self._ended()
+        raise TrackerError(message + (f": {err}" if err else ""))
+
+    def _ended(self) -> str:
+        """The binary is reaped: its end recorded, its stderr file closed; the tail of
+        what it said there."""
         assert self._proc is not None
         self._exit_code = self._proc.returncode
         self.stop_time = time.time()
         self._stderr.close()
         _live.discard(self)
-        err = self._read_stderr()
-        raise TrackerError(message + (f": {err}" if err else ""))
+        return self._read_stderr()
 
     def _read_stderr(self) -> str:
         try:
@@ -411,12 +416,8 @@ class ResourceTracker:
         """The binary exited without being asked to: reap it and raise."""
         assert self._proc is not None
         code = self._proc.wait()
-        self._exit_code = code
-        self.stop_time = time.time()
-        self._stderr.close()
+        err = self._ended()
         self._read_new()
-        _live.discard(self)
-        err = self._read_stderr()
         how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
         raise TrackerDiedError(
             f"the resource-tracker binary {how} {when}"
