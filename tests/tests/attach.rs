@@ -321,3 +321,116 @@ fn attached_procfs_reads_the_roots_zombie_before_its_reap() {
         "tracker {got} s vs the kernel's {truth} s"
     );
 }
+
+/// Members already running at the attach, which no program meets (busy loops and
+/// a sleeper never fork, exec or exit again): the attach's task walk gives each
+/// its task, so the probe reads them in the kernel, not /proc every sample; their
+/// CPU is then the kernel's per-thread count, as each thread's schedstat says.
+#[test]
+fn attached_members_are_read_in_the_kernel() {
+    if !ebpf_available() {
+        return;
+    }
+    use std::os::unix::process::CommandExt as _;
+    /// The workload's process group, killed whole however the test ends.
+    struct Group(i32);
+    impl Drop for Group {
+        fn drop(&mut self) {
+            // SAFETY: killpg(2) has no memory preconditions.
+            unsafe { libc::killpg(self.0, libc::SIGKILL) };
+        }
+    }
+    let s = Scratch::new("attach-walk");
+    // A root shell, three busy children and a sleep; each one thread.
+    let work = e2e::Bg::spawn(
+        Command::new("sh")
+            .args([
+                "-c",
+                "for i in 1 2 3; do sh -c 'while :; do :; done' & done; sleep 60",
+            ])
+            .process_group(0),
+        "workload",
+    );
+    let _group = Group(work.pid());
+    let root = work.pid() as u32;
+    let kids = || -> Vec<u32> {
+        std::fs::read_to_string(format!("/proc/{root}/task/{root}/children"))
+            .unwrap_or_default()
+            .split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .collect()
+    };
+    let t0 = Instant::now();
+    while kids().len() < 4 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "children: {:?}",
+            kids()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let members: Vec<u32> = std::iter::once(root).chain(kids()).collect();
+    let cpu_ns = |pids: &[u32]| -> u64 {
+        pids.iter()
+            .map(|p| {
+                std::fs::read_to_string(format!("/proc/{p}/schedstat"))
+                    .ok()
+                    .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+                    .expect("schedstat")
+            })
+            .sum()
+    };
+    let group = |sig: i32| {
+        // SAFETY: killpg(2) has no memory preconditions.
+        unsafe { libc::killpg(root as i32, sig) };
+        // Until every member is stopped (or running again).
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    // Stopped while the tracker attaches, so that the kernel's count at the attach
+    // is known.
+    group(libc::SIGSTOP);
+    let before = cpu_ns(&members);
+    let mut c = Command::new(tracker());
+    e2e::clean_env(&mut c);
+    c.env("RUST_LOG", "debug")
+        .args(["-q", "-i", "0.2", "--pid", &root.to_string(), "-o"])
+        .arg(s.path("samples.jsonl"))
+        .arg("--summary")
+        .arg(s.path("summary.json"))
+        .stderr(Stdio::from(
+            std::fs::File::create(s.path("stderr")).expect("stderr file"),
+        ));
+    let mut tr = e2e::Bg::spawn(&mut c, "tracker");
+    e2e::wait_lines(&s.path("samples.jsonl"), 1, Duration::from_secs(10));
+    group(libc::SIGCONT);
+    std::thread::sleep(Duration::from_millis(1500));
+    group(libc::SIGSTOP);
+    let after = cpu_ns(&members);
+    tr.signal(libc::SIGTERM);
+    let st = tr.wait_for(Duration::from_secs(10));
+    drop(_group);
+    let err = std::fs::read_to_string(s.path("stderr")).unwrap_or_default();
+    assert!(st.success(), "{st:?}: {err}");
+    assert!(
+        err.contains("the task walk found 5 of 5 registered threads"),
+        "the walk: {}",
+        err.lines()
+            .filter(|l| l.contains("attach"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    let samples = read_jsonl(&s.path("samples.jsonl"));
+    let last = samples.last().expect("samples");
+    assert_eq!(last["process"]["live_processes"].as_u64(), Some(5));
+    let total = read_json(&s.path("summary.json"))["cpu_total_secs"]
+        .as_f64()
+        .expect("cpu_total_secs");
+    // The kernel's count of the members' run time while the tracker watched:
+    // the summary's figure has microseconds.
+    let truth = (after - before) as f64 / 1e9;
+    assert!(truth > 1.0, "the busy members ran {truth} s");
+    assert!(
+        (total - truth).abs() <= 2e-6,
+        "the tree's CPU {total} s against the kernel's {truth} s"
+    );
+}

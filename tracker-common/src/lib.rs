@@ -249,6 +249,10 @@ pub struct LiveReading {
     /// the tree's.
     pub memcg_id: u64,
     pub memcg_css: u64,
+    /// Minor + major page faults of this thread (`min_flt + maj_flt`); 0 where the
+    /// offsets are unknown (`Offsets::task_min_flt`). User space sums a process's
+    /// threads: with its RSS, what says its PSS can have moved (engine/pss.rs).
+    pub faults: u64,
 }
 
 /// One record of the ordered event stream (ring buffer). FORK is sent for new
@@ -344,6 +348,9 @@ pub struct Offsets {
     /// is missing (no walk).
     pub task_children: u32,
     pub task_sibling: u32,
+    /// `task->min_flt`, where `maj_flt` follows it (one read takes both), else
+    /// `NO_FIELD`.
+    pub task_min_flt: u32,
 }
 
 /// `TASK_DEAD` in `task->__state`: set just before the final context switch.

@@ -5,7 +5,8 @@
 //! user space. Nothing runs on the host's context switches.
 //!
 //! Plain raw tracepoints: the programs only read their `u64` arguments and go
-//! through `bpf_probe_read_kernel`, so loading needs no kernel BTF.
+//! through `bpf_probe_read_kernel`, so loading needs no kernel BTF. The one
+//! exception, the attach's task walk (`attach.rs`), is loaded only by `--pid`.
 //!
 //! Field offsets are not compiled in: user space reads them from the running kernel's
 //! BTF and stores them in `OFFSETS` (a read-only global) before loading.
@@ -27,6 +28,7 @@ macro_rules! zeroed_slot {
     };
 }
 
+mod attach;
 mod node;
 
 use core::mem::{size_of, MaybeUninit};
@@ -84,6 +86,7 @@ static OFFSETS: Offsets = Offsets {
     memory_cgrp_id: NO_FIELD,
     task_children: NO_FIELD,
     task_sibling: NO_FIELD,
+    task_min_flt: NO_FIELD,
 };
 
 /// How the programs run (see `EngineMode`), written by user space before loading.
@@ -114,7 +117,7 @@ fn graveyard_used() -> bool {
 
 /// tid → tree membership. Sized by user space (`set_max_entries`).
 #[map]
-static TASKS: HashMap<u32, TaskInfo> = HashMap::with_max_entries(DEFAULT_MAX_TASKS, 0);
+pub(crate) static TASKS: HashMap<u32, TaskInfo> = HashMap::with_max_entries(DEFAULT_MAX_TASKS, 0);
 
 /// Per-tree totals of exited members, one copy per CPU.
 #[map]
@@ -275,7 +278,7 @@ fn current_task() -> *const u8 {
 /// # Safety
 /// `task` must be a task the kernel handed to the program (or the current task).
 #[inline(always)]
-unsafe fn is_member(info: &TaskInfo, task: *const u8) -> bool {
+pub(crate) unsafe fn is_member(info: &TaskInfo, task: *const u8) -> bool {
     if info.task != 0 {
         return info.task == task as u64;
     }
@@ -1086,7 +1089,18 @@ unsafe fn live_reading(task: *const u8, key: u32) -> LiveReading {
         fig: thread_figures(task),
         memcg_id: 0,
         memcg_css: 0,
+        faults: thread_faults(task),
     }
+}
+
+/// A thread's minor + major page faults, 0 where their offsets are unknown.
+///
+/// # Safety
+/// As `thread_figures`.
+#[inline(always)]
+unsafe fn thread_faults(task: *const u8) -> u64 {
+    let f: [u64; 2] = field(task, off().task_min_flt);
+    f[0].wrapping_add(f[1])
 }
 
 /// A thread's CPU, tick times and I/O. Adjacent fields are read together: each

@@ -656,6 +656,76 @@ fn procfs_no_ebpf() -> Cell {
     }
 }
 
+/// `--pid` on a tree of idle processes that no program will meet: the attach's
+/// task walk (an `iter/task` program, loaded only here) finds every registered
+/// thread, so the probe reads them in the kernel. Where the walk cannot load they
+/// stay on /proc, exact and dearer; this cell names that.
+fn attach_walk() -> Cell {
+    const CHECK: &str = "attach task walk";
+    const KIDS: usize = 20;
+    let s = Scratch::new("kc-walk");
+    let mut work = Command::new(workload());
+    work.args(["sleepers", &KIDS.to_string(), "60"])
+        .stdout(Stdio::null())
+        .process_group(0);
+    let work = match work.spawn() {
+        Ok(w) => w,
+        Err(e) => return bad(CHECK, format!("workload: {e}")),
+    };
+    let root = work.id();
+    // SAFETY: killpg(2) has no memory preconditions; the group is the workload's.
+    let end = || unsafe { libc::killpg(root as i32, libc::SIGKILL) };
+    let kids = || {
+        std::fs::read_to_string(format!("/proc/{root}/task/{root}/children"))
+            .map(|c| c.split_whitespace().count())
+            .unwrap_or(0)
+    };
+    let t0 = Instant::now();
+    while kids() < KIDS && t0.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = s.path("samples.jsonl");
+    let err = s.path("stderr");
+    let tr = std::fs::File::create(&err).and_then(|e| {
+        Command::new(tracker())
+            .env("RUST_LOG", "debug")
+            .args(["-q", "-i", "0.5", "--pid", &root.to_string(), "-o"])
+            .arg(&out)
+            .stderr(e)
+            .spawn()
+    });
+    let mut tr = match tr {
+        Ok(t) => t,
+        Err(e) => {
+            end();
+            return bad(CHECK, format!("tracker: {e}"));
+        }
+    };
+    let t0 = Instant::now();
+    let lines = || std::fs::read_to_string(&out).map_or(0, |o| o.lines().count());
+    while lines() < 2 && t0.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // SAFETY: kill(2) has no memory preconditions; the tracker is our child.
+    unsafe { libc::kill(tr.id() as i32, libc::SIGTERM) };
+    let code = tr.wait().ok().and_then(|st| st.code());
+    end();
+    let text = std::fs::read_to_string(&err).unwrap_or_default();
+    let said = text
+        .lines()
+        .find(|l| l.contains("the task walk found") || l.contains("members stay on /proc"))
+        .map(|l| l.split("] ").nth(1).unwrap_or(l).to_string());
+    let want = format!("the task walk found {n} of {n} ", n = KIDS + 1);
+    match said {
+        Some(l) if code == Some(0) && l.contains(&want) => ok(CHECK, l),
+        Some(l) => bad(CHECK, format!("exit {code:?}; {l}")),
+        None => bad(
+            CHECK,
+            format!("exit {code:?}; the attach said nothing of the walk"),
+        ),
+    }
+}
+
 /// As an unprivileged user BPF is refused: the run goes on with procfs and names
 /// why. The tracker starts in a cgroup delegated to that user, the workload moves to
 /// a child of it, whose CPU is the truth (v1 cpuacct where the host has it, as the
@@ -1081,7 +1151,7 @@ fn main() {
     std::panic::set_hook(Box::new(|_| {}));
     let only: Vec<String> = std::env::args().skip(1).collect();
     type Check = (&'static str, fn() -> Vec<Cell>);
-    let checks: [Check; 12] = [
+    let checks: [Check; 13] = [
         ("run programs", run_programs),
         ("node", node),
         ("shape swarm", || vec![swarm()]),
@@ -1091,6 +1161,7 @@ fn main() {
         ("shape threads", || vec![threads()]),
         ("shape exec from a thread", || vec![thread_exec()]),
         ("shape vfork", || vec![vfork()]),
+        ("attach task walk", || vec![attach_walk()]),
         ("procfs --no-ebpf", || vec![procfs_no_ebpf()]),
         ("procfs unprivileged", || vec![procfs_unprivileged()]),
         ("degraded vs BTF", || vec![degraded_names()]),

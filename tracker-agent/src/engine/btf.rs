@@ -411,6 +411,10 @@ impl<'a> Btf<'a> {
             memory_cgrp_id: NO_FIELD,
             task_children: self.optional(t, "children")?,
             task_sibling: self.optional(t, "sibling")?,
+            task_min_flt: match (self.offset_of(t, "min_flt")?, self.offset_of(t, "maj_flt")?) {
+                (Some(min), Some(maj)) if maj == min + 8 => min,
+                _ => NO_FIELD,
+            },
         };
         let chain = [
             o.task_cgroups,

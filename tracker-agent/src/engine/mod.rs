@@ -8,10 +8,7 @@ pub mod procfs;
 pub mod procread;
 pub mod pss;
 
-use std::{
-    collections::{HashMap, HashSet},
-    time::Duration,
-};
+use std::{collections::HashSet, time::Duration};
 
 use self::{ebpf::EbpfEngine, procfs::ProcfsEngine};
 use crate::model::{
@@ -80,12 +77,13 @@ impl Engine {
         }
     }
 
-    /// The live members' /proc/PID/stat where the last reading read it (procfs:
-    /// every member; eBPF: those the probe could not read in the kernel).
-    pub fn stats_read(&self) -> &HashMap<u32, procread::Stat> {
+    /// A live member's memory signature as the last reading read it (procfs: its
+    /// stat; eBPF: the probe's figures, or its stat where the probe could not read
+    /// it); None where this reading has none.
+    pub fn mem_sig(&self, pid: u32) -> Option<procread::MemSig> {
         match self {
-            Engine::Ebpf(e) => e.stats_read(),
-            Engine::Procfs(e) => e.stats_read(),
+            Engine::Ebpf(e) => e.mem_sig(pid),
+            Engine::Procfs(e) => e.mem_sig(pid),
         }
     }
 

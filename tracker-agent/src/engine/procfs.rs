@@ -257,9 +257,10 @@ impl ProcfsEngine {
         self.live.keys().copied()
     }
 
-    /// The live members' /proc/PID/stat as the last reading read it.
-    pub fn stats_read(&self) -> &HashMap<u32, procread::Stat> {
-        &self.live
+    /// A live member's memory signature (engine/pss.rs) from the stat the last
+    /// reading read.
+    pub fn mem_sig(&self, pid: u32) -> Option<procread::MemSig> {
+        self.live.get(&pid).map(procread::MemSig::of)
     }
 
     /// Whether a process of the tree is running (not a zombie) now.

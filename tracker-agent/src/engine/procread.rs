@@ -32,6 +32,29 @@ pub struct Stat {
     pub faults: u64,
 }
 
+/// What a member's PSS was read beside (engine/pss.rs): any change to its own
+/// page tables is a page fault or a change of its RSS. From its /proc stat, with
+/// its start time (the identity of a pid there), or from the kernel's readings
+/// (start time 0: the probe's task address is the identity; faults of its live
+/// threads). The two never compare equal, so a member read from the other source
+/// than before is read again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemSig {
+    pub starttime: u64,
+    pub rss_pages: u64,
+    pub faults: u64,
+}
+
+impl MemSig {
+    pub fn of(st: &Stat) -> MemSig {
+        MemSig {
+            starttime: st.starttime,
+            rss_pages: st.rss_pages,
+            faults: st.faults,
+        }
+    }
+}
+
 /// `PF_EXITING` in `Stat::flags`.
 pub const PF_EXITING: u64 = 0x4;
 

@@ -21,7 +21,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::procread::{self, Stat, PF_EXITING};
+use super::procread::{self, MemSig, Stat, PF_EXITING};
 
 /// Samples between two settled passes when nothing in the tree moved.
 const FULL_EVERY: u32 = 10;
@@ -29,27 +29,9 @@ const FULL_EVERY: u32 = 10;
 /// Passes of a settled read: each walks every member's page tables.
 const PASSES: usize = 4;
 
-/// What a member's PSS was read beside.
-#[derive(Clone, Copy, PartialEq, Eq)]
-struct Sig {
-    starttime: u64,
-    rss_pages: u64,
-    faults: u64,
-}
-
-impl Sig {
-    fn of(st: &Stat) -> Sig {
-        Sig {
-            starttime: st.starttime,
-            rss_pages: st.rss_pages,
-            faults: st.faults,
-        }
-    }
-}
-
 #[derive(Clone, Copy)]
 struct Entry {
-    sig: Sig,
+    sig: MemSig,
     pss: u64,
     shared: u64,
 }
@@ -78,26 +60,30 @@ fn exiting(st: Option<&Stat>) -> bool {
 impl PssSum {
     /// Σ PSS of `live` now; None when no live member's smaps_rollup could be read
     /// (none there, or no right to read them): Σ RSS is then the figure. `known`:
-    /// members' stat the engine read this sample (read before any rollup here, so
-    /// never newer than the figure kept beside it), the others' is read here.
-    pub fn read(&mut self, live: &HashSet<u32>, known: &HashMap<u32, Stat>) -> Option<u64> {
+    /// a member's signature as the engine read it this sample (read before any
+    /// rollup here, so never newer than the figure kept beside it), else None and
+    /// its stat is read here.
+    pub fn read(
+        &mut self,
+        live: &HashSet<u32>,
+        known: &dyn Fn(u32) -> Option<MemSig>,
+    ) -> Option<u64> {
         let same_members =
             live.len() == self.cache.len() && live.iter().all(|p| self.cache.contains_key(p));
         if !same_members || self.since_settled + 1 >= FULL_EVERY {
-            return self.settled(live);
+            return self.settled(live, known);
         }
         let mut sum = 0;
         for &pid in live {
-            let st = match known.get(&pid) {
-                Some(st) => Some(*st),
-                None => procread::stat(pid, &mut self.buf),
+            let sig = match known(pid) {
+                Some(sig) => Some(sig),
+                None => procread::stat(pid, &mut self.buf).map(|st| MemSig::of(&st)),
             };
-            let Some(st) = st else {
+            let Some(sig) = sig else {
                 // Gone since the engine's reading: the next sample settles.
                 self.cache.remove(&pid);
                 continue;
             };
-            let sig = Sig::of(&st);
             let Some(e) = self.cache.get_mut(&pid) else {
                 continue;
             };
@@ -117,7 +103,7 @@ impl PssSum {
                     sum += r.pss;
                 }
                 // Its shared pages changed, and with them their sharers' PSS.
-                Some(_) => return self.settled(live),
+                Some(_) => return self.settled(live, known),
                 None => {
                     self.cache.remove(&pid);
                 }
@@ -137,7 +123,11 @@ impl PssSum {
     /// while it ran. So passes are taken until two in a row agree and no member read
     /// was exiting (at most `PASSES`), and the smallest sum counts, with its
     /// members' figures kept for the samples after.
-    fn settled(&mut self, live: &HashSet<u32>) -> Option<u64> {
+    fn settled(
+        &mut self,
+        live: &HashSet<u32>,
+        known: &dyn Fn(u32) -> Option<MemSig>,
+    ) -> Option<u64> {
         self.since_settled = 0;
         self.counts.settled_passes += 1;
         let mut best: Option<(u64, HashMap<u32, Entry>)> = None;
@@ -158,7 +148,9 @@ impl PssSum {
                     read.insert(
                         pid,
                         Entry {
-                            sig: Sig::of(&st),
+                            // The engine's, where it has one: the next samples
+                            // compare with it.
+                            sig: known(pid).unwrap_or_else(|| MemSig::of(&st)),
                             pss: r.pss,
                             shared: r.shared,
                         },
@@ -191,7 +183,7 @@ impl PssSum {
 #[cfg(test)]
 mod tests {
     use std::{
-        collections::{HashMap, HashSet},
+        collections::HashSet,
         process::Command,
     };
 
@@ -208,12 +200,10 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(200));
         let mut live: HashSet<u32> = kids.iter().map(|k| k.id()).collect();
         let mut p = PssSum::default();
-        let first = p
-            .read(&live, &HashMap::new())
-            .expect("Σ PSS of three sleeps");
+        let first = p.read(&live, &|_| None).expect("Σ PSS of three sleeps");
         assert!(first > 0);
         let settled = p.counts.settled_passes;
-        let again = p.read(&live, &HashMap::new()).expect("again");
+        let again = p.read(&live, &|_| None).expect("again");
         assert_eq!(
             p.counts.settled_passes, settled,
             "nothing moved: no settled pass"
@@ -225,7 +215,7 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(200));
         live.insert(extra.id());
         kids.push(extra);
-        p.read(&live, &HashMap::new()).expect("four");
+        p.read(&live, &|_| None).expect("four");
         assert_eq!(p.counts.settled_passes, settled + 1);
         for k in &mut kids {
             let _ = k.kill();
@@ -237,12 +227,12 @@ mod tests {
     fn this_process_growing_is_seen_at_once() {
         let me: HashSet<u32> = [std::process::id()].into();
         let mut p = PssSum::default();
-        let before = p.read(&me, &HashMap::new()).expect("own PSS");
+        let before = p.read(&me, &|_| None).expect("own PSS");
         let mut big = vec![0u8; 64 << 20];
         for i in (0..big.len()).step_by(4096) {
             big[i] = 1;
         }
-        let after = p.read(&me, &HashMap::new()).expect("own PSS again");
+        let after = p.read(&me, &|_| None).expect("own PSS again");
         // Other tests of this process allocate and free meanwhile.
         assert!(
             after >= before + (32 << 20),

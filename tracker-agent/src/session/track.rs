@@ -201,7 +201,7 @@ impl Loop {
         let cpu_cgroup = self.tree_cpu(&mut tree);
         if memcg.is_none() || self.pss_always {
             if let Some(e) = &self.engine {
-                tree.pss_bytes = self.pss.read(&e.live_pids(), e.stats_read());
+                tree.pss_bytes = self.pss.read(&e.live_pids(), &|p| e.mem_sig(p));
                 log::trace!("Σ PSS: {:?}", self.pss.counts);
             }
         }

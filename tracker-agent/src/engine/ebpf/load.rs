@@ -379,6 +379,45 @@ fn attach_programs(bpf: &mut Ebpf, loaded: &[&str]) -> Result<(), EbpfUnavailabl
     Ok(())
 }
 
+/// The attach's task walk (tracker-ebpf's `attach.rs`).
+const CLAIM: &str = "claim_registered";
+
+/// Runs the task walk once: every member registered from /proc that the walk
+/// finds gets its task address, and the probe reads it from then on. Loaded here,
+/// not with the others: only an attach needs it, and it needs the kernel's BTF.
+/// An error says why the members stay on /proc.
+pub(super) fn walk_tasks(bpf: &mut Ebpf) -> Result<(), String> {
+    use std::io::Read;
+    let btf = aya::Btf::from_sys_fs().map_err(|e| format!("the kernel's BTF: {e}"))?;
+    let prog: &mut aya::programs::Iter = bpf
+        .program_mut(CLAIM)
+        .ok_or_else(|| format!("program {CLAIM} missing from object"))?
+        .try_into()
+        .map_err(|e: aya::programs::ProgramError| format!("{CLAIM}: {e}"))?;
+    prog.load("task", &btf)
+        .map_err(|e| format!("{CLAIM}: {}", crate::warn::error_chain(&e)))?;
+    let id = prog.attach().map_err(|e| format!("{CLAIM}: attach: {e}"))?;
+    let link = prog.take_link(id).map_err(|e| format!("{CLAIM}: {e}"))?;
+    let mut walk = link
+        .into_file()
+        .map_err(|e| format!("{CLAIM}: the walk's file: {e}"))?;
+    // The program writes nothing: one read runs the whole walk and returns 0.
+    let mut buf = [0u8; 64];
+    while walk
+        .read(&mut buf)
+        .map_err(|e| format!("{CLAIM}: the walk: {e}"))?
+        > 0
+    {}
+    drop(walk);
+    // The walk is done with; the program's memory goes back to the kernel.
+    let _ = prog.unload();
+    drop(btf);
+    // Parsing the BTF left megabytes of freed heap behind, as at the load.
+    // SAFETY: malloc_trim has no preconditions.
+    unsafe { libc::malloc_trim(0) };
+    Ok(())
+}
+
 /// The size of a ring buffer the object holds but a loader never reads: one page.
 pub(super) const UNUSED_RING: u32 = 4096;
 
@@ -455,6 +494,7 @@ impl EbpfEngine {
         let t_parsed = t0.elapsed();
         log::debug!("kernel offsets: {offsets:?}");
         let rss_in_kernel = offsets.mm_rss_stat != tracker_common::NO_FIELD;
+        let faults_in_kernel = offsets.task_min_flt != tracker_common::NO_FIELD;
         let max_tasks = task_map_size(max_tasks, pid_max());
         let mode = engine_mode(second_copies());
         let mut bpf = loader_without_btf()
@@ -532,6 +572,8 @@ impl EbpfEngine {
             lost_seen: 0,
             live_pids: Default::default(),
             proc_stats: Default::default(),
+            kernel_sigs: Default::default(),
+            faults_in_kernel,
             rss_in_kernel,
             _stats_fd: stats_fd,
             load_ms: t0.elapsed().as_secs_f64() * 1e3,

@@ -42,7 +42,7 @@ mod records;
 mod roster;
 
 use super::{
-    procread::{self, Kind},
+    procread::{self, Kind, MemSig},
     ReadOpts,
 };
 use crate::model::{
@@ -97,6 +97,8 @@ struct ProcGauge {
     threads: u64,
     /// The leader was read charged to the memory cgroup `ReadOpts::memcg_id`.
     in_memcg: bool,
+    /// Σ page faults of the threads read.
+    faults: u64,
 }
 
 /// Readings between two looks at the kernel's skipped runs where tracepoints are
@@ -177,6 +179,11 @@ pub struct EbpfEngine {
     live_pids: HashSet<u32>,
     /// The /proc/PID/stat of the live processes the last reading read from /proc.
     proc_stats: StdHashMap<u32, procread::Stat>,
+    /// The memory signatures of the live processes the probe read whole (every
+    /// thread in the kernel).
+    kernel_sigs: StdHashMap<u32, MemSig>,
+    /// The running kernel's `min_flt`/`maj_flt` are known: the probe reads faults.
+    faults_in_kernel: bool,
     /// The running kernel's `mm->rss_stat` layout is known: the probe reads RSS.
     rss_in_kernel: bool,
     _stats_fd: Option<OwnedFd>,
@@ -230,8 +237,33 @@ impl EbpfEngine {
                     self.enrol(tid, tgid);
                 }
             }
+            // Without it, every member no program meets is read from /proc at every
+            // sample: exact, three reads a thread dearer.
+            let t0 = Instant::now();
+            match load::walk_tasks(&mut self.bpf) {
+                Ok(()) => {
+                    let (found, all) = self.registered_found();
+                    log::debug!(
+                        "attach: the task walk found {found} of {all} registered threads in {:?}",
+                        t0.elapsed()
+                    );
+                }
+                Err(e) => log::info!("attach: members stay on /proc ({e})"),
+            }
         }
         Ok(())
+    }
+
+    /// (members with their task address, members) of the tree in the task map: a
+    /// walk of every entry, for the attach's log only.
+    fn registered_found(&self) -> (usize, usize) {
+        self.tasks
+            .iter()
+            .flatten()
+            .filter(|(key, info)| info.tree == self.tree && key & GRAVEYARD_KEY == 0)
+            .fold((0, 0), |(found, all), (_, info)| {
+                (found + usize::from(info.task != 0), all + 1)
+            })
     }
 
     pub fn ring(&mut self) -> Option<RingBuf<MapData>> {
@@ -329,10 +361,13 @@ impl EbpfEngine {
         self.live_pids.clone()
     }
 
-    /// The /proc/PID/stat of the live processes the last reading took from /proc
-    /// (the others the probe read in the kernel).
-    pub fn stats_read(&self) -> &StdHashMap<u32, procread::Stat> {
-        &self.proc_stats
+    /// What the last reading says of a live process's memory (engine/pss.rs): from
+    /// the kernel where the probe read all its threads, else from its /proc stat.
+    pub fn mem_sig(&self, pid: u32) -> Option<MemSig> {
+        self.kernel_sigs
+            .get(&pid)
+            .copied()
+            .or_else(|| self.proc_stats.get(&pid).map(MemSig::of))
     }
 
     /// Runs the probe over `keys` (at most `PROBE_BATCH`): retires those dead and off
@@ -645,6 +680,7 @@ impl EbpfEngine {
             if r.flags & READING_FLAG_EXITED == 0 {
                 g.threads += 1;
             }
+            g.faults = g.faults.wrapping_add(r.faults);
         }
         // Live processes whose leader was not read in the tree's memory cgroup.
         let mut outside = 0u64;
@@ -663,6 +699,16 @@ impl EbpfEngine {
                 None => continue,
             };
             self.live_pids.insert(tgid);
+            if self.faults_in_kernel && self.rss_in_kernel && !proc_alive.contains(&tgid) {
+                self.kernel_sigs.insert(
+                    tgid,
+                    MemSig {
+                        starttime: 0,
+                        rss_pages,
+                        faults: g.faults,
+                    },
+                );
+            }
             outside += u64::from(!g.in_memcg);
             t.live_procs += 1;
             t.live_threads += g.threads;
@@ -705,6 +751,7 @@ impl EbpfEngine {
         let mut read_now = Figures::default();
         self.live_pids.clear();
         self.proc_stats.clear();
+        self.kernel_sigs.clear();
         let rest = match ring.as_deref_mut() {
             Some(r) => self.read_kernel(r, shown),
             None => None,
