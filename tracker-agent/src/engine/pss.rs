@@ -182,10 +182,7 @@ impl PssSum {
 
 #[cfg(test)]
 mod tests {
-    use std::{
-        collections::HashSet,
-        process::Command,
-    };
+    use std::{collections::HashSet, process::Command};
 
     use super::PssSum;
 
@@ -221,6 +218,36 @@ mod tests {
             let _ = k.kill();
             let _ = k.wait();
         }
+    }
+
+    /// The engine's signature, where it gives one, is what a member is compared
+    /// by: kept while it stays, read again once it moves, whatever /proc says.
+    #[test]
+    fn the_engines_signature_decides() {
+        use std::cell::Cell;
+
+        use crate::engine::procread::MemSig;
+        let mut kid = Command::new("sleep").arg("30").spawn().expect("sleep");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let live: HashSet<u32> = [kid.id()].into();
+        let faults = Cell::new(1);
+        let known = |_| {
+            Some(MemSig {
+                starttime: 0,
+                rss_pages: 100,
+                faults: faults.get(),
+            })
+        };
+        let mut p = PssSum::default();
+        p.read(&live, &known).expect("settled");
+        let read = p.counts.rollups_read;
+        p.read(&live, &known).expect("kept");
+        assert_eq!((p.counts.kept, p.counts.rollups_read), (1, read));
+        faults.set(2);
+        p.read(&live, &known).expect("read again");
+        assert_eq!((p.counts.kept, p.counts.rollups_read), (1, read + 1));
+        let _ = kid.kill();
+        let _ = kid.wait();
     }
 
     #[test]
