@@ -122,7 +122,9 @@ impl PssSum {
     /// memfd summed to 491 MiB). Either way a pass only overcounts, by what changed
     /// while it ran. So passes are taken until two in a row agree and no member read
     /// was exiting (at most `PASSES`), and the smallest sum counts, with its
-    /// members' figures kept for the samples after.
+    /// members' figures kept for the samples after. Where every member has a kept
+    /// figure (the tenth sample's pass, or a re-read member's shares moved), their
+    /// sum stands for the pass before the first: an idle tree settles in one pass.
     fn settled(
         &mut self,
         live: &HashSet<u32>,
@@ -131,7 +133,10 @@ impl PssSum {
         self.since_settled = 0;
         self.counts.settled_passes += 1;
         let mut best: Option<(u64, HashMap<u32, Entry>)> = None;
-        let mut prev: Option<u64> = None;
+        let mut prev: Option<u64> = live
+            .iter()
+            .map(|p| self.cache.get(p).map(|e| e.pss))
+            .sum();
         for _ in 0..PASSES {
             let mut sum = 0;
             let mut read = HashMap::with_capacity(live.len());
@@ -139,18 +144,27 @@ impl PssSum {
             for &pid in live {
                 // The signature before the rollup: a fault in between makes the next
                 // sample read it again, never keep a figure older than its signature.
-                let st = procread::stat(pid, &mut self.buf);
-                any_live |= !exiting(st.as_ref());
-                let Some(st) = st else { continue };
+                // The engine's of this sample where it has one (read before this
+                // pass, and live then), else the stat's.
+                let sig = match known(pid) {
+                    Some(sig) => {
+                        any_live = true;
+                        sig
+                    }
+                    None => {
+                        let st = procread::stat(pid, &mut self.buf);
+                        any_live |= !exiting(st.as_ref());
+                        let Some(st) = st else { continue };
+                        MemSig::of(&st)
+                    }
+                };
                 self.counts.rollups_read += 1;
                 if let Some(r) = procread::rollup(pid, &mut self.buf) {
                     sum += r.pss;
                     read.insert(
                         pid,
                         Entry {
-                            // The engine's, where it has one: the next samples
-                            // compare with it.
-                            sig: known(pid).unwrap_or_else(|| MemSig::of(&st)),
+                            sig,
                             pss: r.pss,
                             shared: r.shared,
                         },
@@ -248,6 +262,30 @@ mod tests {
         assert_eq!((p.counts.kept, p.counts.rollups_read), (1, read + 1));
         let _ = kid.kill();
         let _ = kid.wait();
+    }
+
+    /// The tenth sample's settled pass of an idle tree agrees with the figures kept
+    /// at once: one rollup per member, not two passes.
+    #[test]
+    fn an_idle_trees_tenth_sample_is_one_pass() {
+        let mut kids: Vec<_> = (0..3)
+            .map(|_| Command::new("sleep").arg("30").spawn().expect("sleep"))
+            .collect();
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let live: HashSet<u32> = kids.iter().map(|k| k.id()).collect();
+        let mut p = PssSum::default();
+        let first = p.read(&live, &|_| None).expect("settled");
+        let after_first = p.counts.rollups_read;
+        assert!(after_first >= 6, "a first settled pass reads twice");
+        for _ in 1..=super::FULL_EVERY {
+            assert_eq!(p.read(&live, &|_| None), Some(first));
+        }
+        assert_eq!(p.counts.settled_passes, 2);
+        assert_eq!(p.counts.rollups_read, after_first + 3);
+        for k in &mut kids {
+            let _ = k.kill();
+            let _ = k.wait();
+        }
     }
 
     #[test]
