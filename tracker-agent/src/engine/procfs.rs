@@ -65,6 +65,13 @@ pub struct ProcfsEngine {
     live: HashMap<u32, procread::Stat>,
     /// Walk the tree through `children` files instead of scanning all of /proc.
     children_files: bool,
+    /// The members' stat and io, held open and read again with `pread`: an open
+    /// and a close fewer per file and member each sample.
+    files: procread::FileCache,
+    /// Each member's threads as last listed, with their number then: listed again
+    /// only when its stat shows another number, or a thread's `children` file is
+    /// gone (one exited, another came).
+    threads: HashMap<u32, (u64, Vec<u32>)>,
 }
 
 /// Whether `pid` ignores SIGCHLD (its children are then reaped by the kernel, and
@@ -130,25 +137,45 @@ fn children_of(pid: u32, buf: &mut String, out: &mut Vec<u32>) {
     }
 }
 
-/// The processes under `roots` (roots included), reading only those: pid → stat.
-/// Costs O(tree) instead of a scan of every process of the host.
-fn tree_from(roots: &[u32], buf: &mut String) -> HashMap<u32, procread::Stat> {
-    let mut out = HashMap::new();
-    let mut stack = roots.to_vec();
-    let mut kids = Vec::new();
-    while let Some(p) = stack.pop() {
-        if out.contains_key(&p) {
-            continue;
+/// The children a thread's `children` file lists, added to `out`; false when the
+/// file is gone (the thread exited).
+fn thread_children(pid: u32, tid: u32, buf: &mut String, out: &mut Vec<u32>) -> bool {
+    let Ok(f) = std::fs::File::open(format!("/proc/{pid}/task/{tid}/children")) else {
+        return false;
+    };
+    // One read: a `children` file is one line of pids, empty for a thread without
+    // children (`read_to_string` would add an fstat and a seek per file).
+    let mut bytes = [0u8; 4096];
+    let mut len = 0;
+    while let Ok(n) = std::io::Read::read(&mut &f, &mut bytes[len..]) {
+        len += n;
+        if n == 0 || len == bytes.len() {
+            break;
         }
-        let Some(st) = procread::stat(p, buf) else {
-            continue;
-        };
-        out.insert(p, st);
-        kids.clear();
-        children_of(p, buf, &mut kids);
-        stack.extend(kids.iter().copied());
     }
-    out
+    if len == bytes.len() {
+        // More children than one page holds: the slower, whole read.
+        buf.clear();
+        if let Ok(mut f) = std::fs::File::open(format!("/proc/{pid}/task/{tid}/children")) {
+            let _ = std::io::Read::read_to_string(&mut f, buf);
+        }
+    } else {
+        buf.clear();
+        buf.push_str(std::str::from_utf8(&bytes[..len]).unwrap_or(""));
+    }
+    out.extend(buf.split_whitespace().filter_map(|x| x.parse::<u32>().ok()));
+    true
+}
+
+/// A process's threads, from /proc/PID/task.
+fn list_threads(pid: u32) -> Vec<u32> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.file_name().to_str()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Whether this kernel has `/proc/PID/task/TID/children` (CONFIG_PROC_CHILDREN).
@@ -219,6 +246,8 @@ impl ProcfsEngine {
             buf,
             live: HashMap::new(),
             children_files: have_children_files(),
+            files: procread::FileCache::default(),
+            threads: HashMap::new(),
         }
     }
 
@@ -263,6 +292,61 @@ impl ProcfsEngine {
         self.live.get(&pid).map(procread::MemSig::of)
     }
 
+    /// A member's stat through the held file.
+    fn stat_of(&mut self, pid: u32) -> Option<procread::Stat> {
+        self.files
+            .read(pid, pid, procread::Kind::Stat, &mut self.buf)
+            .and_then(|_| procread::parse_stat(&self.buf))
+    }
+
+    /// The children of a process of `num_threads` threads, added to `out`: each
+    /// thread's `children` file, over the thread list kept while it holds.
+    fn children(&mut self, pid: u32, num_threads: u64, out: &mut Vec<u32>) {
+        let from = out.len();
+        if let Some((n, tids)) = self.threads.get(&pid) {
+            if *n == num_threads
+                && tids
+                    .iter()
+                    .all(|&tid| thread_children(pid, tid, &mut self.buf, out))
+            {
+                return;
+            }
+        }
+        out.truncate(from);
+        let tids = list_threads(pid);
+        for &tid in &tids {
+            thread_children(pid, tid, &mut self.buf, out);
+        }
+        self.threads.insert(pid, (num_threads, tids));
+    }
+
+    /// The processes under `roots` (roots included), reading only those: pid →
+    /// stat (`known`: stats read this poll already). Costs O(tree) instead of a
+    /// scan of every process of the host.
+    fn tree_from(
+        &mut self,
+        roots: &[u32],
+        mut known: HashMap<u32, procread::Stat>,
+    ) -> HashMap<u32, procread::Stat> {
+        let mut out = HashMap::new();
+        let mut stack = roots.to_vec();
+        let mut kids = Vec::new();
+        while let Some(p) = stack.pop() {
+            if out.contains_key(&p) {
+                continue;
+            }
+            let Some(st) = known.remove(&p).or_else(|| self.stat_of(p)) else {
+                continue;
+            };
+            out.insert(p, st);
+            kids.clear();
+            self.children(p, st.num_threads, &mut kids);
+            stack.extend(kids.iter().copied());
+        }
+        self.threads.retain(|p, _| out.contains_key(p));
+        out
+    }
+
     /// Whether a process of the tree is running (not a zombie) now.
     pub fn tree_alive(&mut self) -> bool {
         let (all, set) = self.find_tree();
@@ -282,21 +366,29 @@ impl ProcfsEngine {
         if self.children_files {
             // Once a member, the root is checked with the members below.
             let mut roots = Vec::new();
-            if !self.members.contains_key(&self.root)
-                && procread::stat(self.root, &mut self.buf).is_some_and(|st| same_root(&st))
-            {
-                roots.push(self.root);
+            let mut known = HashMap::new();
+            if !self.members.contains_key(&self.root) {
+                if let Some(st) = self.stat_of(self.root).filter(same_root) {
+                    roots.push(self.root);
+                    known.insert(self.root, st);
+                }
             }
-            for (&pid, m) in &self.members {
-                if procread::stat(pid, &mut self.buf).is_some_and(|st| st.starttime == m.starttime)
-                {
+            let members: Vec<(u32, u64)> = self
+                .members
+                .iter()
+                .map(|(&p, m)| (p, m.starttime))
+                .collect();
+            for (pid, start) in members {
+                if let Some(st) = self.stat_of(pid).filter(|st| st.starttime == start) {
                     roots.push(pid);
+                    known.insert(pid, st);
                 }
             }
             if let Some(me) = self.reaper {
                 children_of(me, &mut self.buf, &mut roots);
             }
-            let all = tree_from(&roots, &mut self.buf);
+            let all = self.tree_from(&roots, known);
+            self.files.sweep();
             let mut set: HashSet<u32> = all.keys().copied().collect();
             set.remove(&std::process::id());
             return (all, set);
@@ -491,7 +583,11 @@ impl ProcfsEngine {
             });
             entry.ppid = st.ppid;
             entry.set_times(&st, self.tck_ns);
-            if let Some(io) = procread::io(pid, &mut self.buf) {
+            if let Some(io) = self
+                .files
+                .read(pid, pid, procread::Kind::Io, &mut self.buf)
+                .and_then(|_| procread::parse_io(&self.buf))
+            {
                 entry.io = io;
             }
             t.cpu_ns += entry.cpu();

@@ -280,6 +280,9 @@ pub struct FileCache {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Kind {
     Stat,
+    /// A process's I/O (`/proc/PID/io`: its threads, live and dead, and its reaped
+    /// children).
+    Io,
     /// One thread's own I/O (`/proc/TGID/task/TID/io`, for the leader too).
     ThreadIo,
     Schedstat,
@@ -302,6 +305,7 @@ impl FileCache {
         let path = match kind {
             Kind::Stat => task_path(tgid, tid, "stat"),
             Kind::ThreadIo => format!("/proc/{tgid}/task/{tid}/io"),
+            Kind::Io => format!("/proc/{tgid}/io"),
             Kind::Schedstat => task_path(tgid, tid, "schedstat"),
         };
         let f = File::open(path).ok()?;

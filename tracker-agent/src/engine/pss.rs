@@ -133,10 +133,7 @@ impl PssSum {
         self.since_settled = 0;
         self.counts.settled_passes += 1;
         let mut best: Option<(u64, HashMap<u32, Entry>)> = None;
-        let mut prev: Option<u64> = live
-            .iter()
-            .map(|p| self.cache.get(p).map(|e| e.pss))
-            .sum();
+        let mut prev: Option<u64> = live.iter().map(|p| self.cache.get(p).map(|e| e.pss)).sum();
         for _ in 0..PASSES {
             let mut sum = 0;
             let mut read = HashMap::with_capacity(live.len());
