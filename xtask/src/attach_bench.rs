@@ -123,8 +123,9 @@ pub fn run(dir: &Path, quick: bool) -> anyhow::Result<String> {
     let w = dir.join("workload");
     let tools = tools(dir);
     let rounds = if quick { 1 } else { 3 };
-    // Ten samples: a settled pass of Σ PSS comes every tenth (docs/cost.md).
-    let (warm, window) = (3.0, if quick { 4.0 } else { 10.0 });
+    // Ten samples, quick or not: a settled pass of Σ PSS comes every tenth
+    // (docs/cost.md), and a shorter window would leave it out.
+    let (warm, window) = (3.0, 10.0);
     let sizes = [50usize, 300];
     let mut cells: Vec<Vec<Vec<f64>>> = vec![vec![Vec::new(); tools.len()]; sizes.len()];
     for _ in 0..rounds {
