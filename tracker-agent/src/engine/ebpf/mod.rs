@@ -241,21 +241,22 @@ impl EbpfEngine {
             // sample: exact, three reads a thread dearer.
             let t0 = Instant::now();
             match load::walk_tasks(&mut self.bpf) {
-                Ok(()) => {
+                // The count walks the whole task map: for the debug log only.
+                Ok(()) if log::log_enabled!(log::Level::Debug) => {
+                    let took = t0.elapsed();
                     let (found, all) = self.registered_found();
                     log::debug!(
-                        "attach: the task walk found {found} of {all} registered threads in {:?}",
-                        t0.elapsed()
+                        "attach: the task walk found {found} of {all} registered threads in {took:?}"
                     );
                 }
+                Ok(()) => {}
                 Err(e) => log::info!("attach: members stay on /proc ({e})"),
             }
         }
         Ok(())
     }
 
-    /// (members with their task address, members) of the tree in the task map: a
-    /// walk of every entry, for the attach's log only.
+    /// (members with their task address, members) of the tree in the task map.
     fn registered_found(&self) -> (usize, usize) {
         self.tasks
             .iter()
