@@ -126,14 +126,8 @@ fn walk(from: &[u32], kids: &HashMap<u32, Vec<u32>>, into: &mut HashSet<u32>) {
 
 /// Children of `pid` from every thread's `/proc/PID/task/TID/children`.
 fn children_of(pid: u32, buf: &mut String, out: &mut Vec<u32>) {
-    let Ok(d) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return;
-    };
-    for t in d.flatten() {
-        let path = t.path().join("children");
-        if procread::read_into(&path.to_string_lossy(), buf).is_some() {
-            out.extend(buf.split_whitespace().filter_map(|x| x.parse::<u32>().ok()));
-        }
+    for tid in list_threads(pid) {
+        thread_children(pid, tid, buf, out);
     }
 }
 
@@ -143,26 +137,16 @@ fn thread_children(pid: u32, tid: u32, buf: &mut String, out: &mut Vec<u32>) -> 
     let Ok(f) = std::fs::File::open(format!("/proc/{pid}/task/{tid}/children")) else {
         return false;
     };
-    // One read: a `children` file is one line of pids, empty for a thread without
-    // children (`read_to_string` would add an fstat and a seek per file).
-    let mut bytes = [0u8; 4096];
-    let mut len = 0;
-    while let Ok(n) = std::io::Read::read(&mut &f, &mut bytes[len..]) {
-        len += n;
-        if n == 0 || len == bytes.len() {
-            break;
-        }
+    // Plain reads to the end: a `children` file is one line of pids, empty for a
+    // thread without children (`read_to_string` would add an fstat and a seek per
+    // file).
+    let mut bytes = std::mem::take(buf).into_bytes();
+    bytes.clear();
+    let mut chunk = [0u8; 4096];
+    while let Ok(n @ 1..) = std::io::Read::read(&mut &f, &mut chunk) {
+        bytes.extend_from_slice(&chunk[..n]);
     }
-    if len == bytes.len() {
-        // More children than one page holds: the slower, whole read.
-        buf.clear();
-        if let Ok(mut f) = std::fs::File::open(format!("/proc/{pid}/task/{tid}/children")) {
-            let _ = std::io::Read::read_to_string(&mut f, buf);
-        }
-    } else {
-        buf.clear();
-        buf.push_str(std::str::from_utf8(&bytes[..len]).unwrap_or(""));
-    }
+    *buf = String::from_utf8(bytes).unwrap_or_default();
     out.extend(buf.split_whitespace().filter_map(|x| x.parse::<u32>().ok()));
     true
 }
@@ -194,14 +178,8 @@ pub fn descendants_with_threads(root: u32) -> Vec<(u32, Vec<u32>)> {
     }
     set.into_iter()
         .map(|pid| {
-            let tids = std::fs::read_dir(format!("/proc/{pid}/task"))
-                .map(|d| {
-                    d.flatten()
-                        .filter_map(|e| e.file_name().to_str()?.parse().ok())
-                        .collect()
-                })
-                .unwrap_or_else(|_| vec![pid]);
-            (pid, tids)
+            let tids = list_threads(pid);
+            (pid, if tids.is_empty() { vec![pid] } else { tids })
         })
         .collect()
 }
