@@ -252,18 +252,15 @@ fn procfs_fallback_on_the_same_workloads() {
         let t = track(name, &["--no-ebpf"], args);
         assert_eq!(t.summary["backend"], "procfs");
         assert_eq!(t.code, 0);
-        let truth = t.truth_ns as f64 / 1e9;
+        let (lo, hi) = (t.truth_ns as f64 / 1e9, t.truth_hi_ns as f64 / 1e9);
         let got = f(&t.summary, "cpu_total_secs");
         let spawned = u(&t.summary, "processes_spawned");
-        eprintln!(
-            "procfs {name}: cpu {got:.4} of {truth:.4} s ({:.1} %), processes counted {spawned}",
-            100.0 * got / truth
-        );
-        // Tick resolution (10 ms per process) and the wrapper's time outside the
-        // cgroup bound the error from above and below.
+        eprintln!("procfs {name}: cpu {got:.4} of {lo:.4}–{hi:.4} s, processes counted {spawned}",);
+        // Tick resolution (10 ms per process) bounds the error from above and below,
+        // against the truth's window (the root's join of the cgroup falls in it).
         assert!(
-            got <= truth * 1.02 + 0.02 && got >= truth * 0.9,
-            "{name}: {got} vs {truth}"
+            got <= hi * 1.02 + 0.02 && got >= lo * 0.9,
+            "{name}: {got} vs {lo}–{hi}"
         );
         assert!(spawned >= 1);
         check_adds_up(&t);

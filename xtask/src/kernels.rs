@@ -594,7 +594,10 @@ pub fn render(outcomes: &[Outcome], wall_secs: f64) -> String {
          the command: the CPU checked is the backend's own sums (`cpu_source` ebpf or\n\
          procfs), what that kernel's programs or /proc give, not a cgroup's charge.\n\
          Bounds are the host's: CPU within 0.5 %, bytes within 1 %, counts exact; the procfs\n\
-         fallback within the host's procfs bound (+2 % + 20 ms, −10 %). Programs are seen\n\
+         fallback within the host's procfs bound (+2 % + 20 ms, −10 %). The truth is the\n\
+         cgroup's plus the root's CPU before it joined, known to within the join's own\n\
+         (`cgroup lo–hi`; a guest starved by its host can charge that one write tens of\n\
+         ms), and an error is to the window's nearer end. Programs are seen\n\
          loaded and attached by listing the kernel's BPF programs and links (bpf(2)\n\
          `BPF_PROG_GET_NEXT_ID`, `BPF_LINK_GET_NEXT_ID`), not by the tracker's word. The\n\
          `again_*` rows are the second copies of the life-cycle programs (docs/engine.md):\n\
