@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, Iterable, List, Optional
 
+from ._fields import PROCESS_EXTRA
+
 Row = Dict[str, Any]
 
 # The Python package 0.5.0's column names and order (its SystemTracker and
@@ -56,23 +58,6 @@ PROCESS_COLUMNS = [
     "gpu_usage",
     "gpu_vram_mib",
     "gpu_utilized",
-]
-PROCESS_EXTRA = [
-    "backend",
-    "cpu_secs_total",
-    "live_processes",
-    "live_threads",
-    "processes_spawned",
-    "processes_exited",
-    "memory_source",
-    "memory_peak_mib",
-    "memory_rss_mib",
-    "memory_pss_mib",
-    "max_process_rss_mib",
-    "root_alive",
-    "rchar_bytes",
-    "wchar_bytes",
-    "untracked_tasks",
 ]
 TRACKER_COLUMNS = [
     "timestamp",
@@ -158,7 +143,7 @@ def process_row(s: Row) -> Optional[Row]:
     if not p:
         return None
     cpu = s.get("cpu") or {}
-    return {
+    row: Row = {
         "timestamp": s["timestamp_secs"],
         "pid": p["pid"],
         "children": cpu.get("process_child_count"),
@@ -173,22 +158,11 @@ def process_row(s: Row) -> Optional[Row]:
         "gpu_usage": p.get("gpu_usage"),
         "gpu_vram_mib": p.get("gpu_vram_mib"),
         "gpu_utilized": p.get("gpu_utilized"),
-        "backend": p.get("backend"),
-        "cpu_secs_total": p.get("cpu_secs_total"),
-        "live_processes": p.get("live_processes"),
-        "live_threads": p.get("live_threads"),
-        "processes_spawned": p.get("processes_spawned"),
-        "processes_exited": p.get("processes_exited"),
-        "memory_source": memory_source(p),
-        "memory_peak_mib": p.get("memory_peak_mib"),
-        "memory_rss_mib": p.get("memory_rss_mib"),
-        "memory_pss_mib": p.get("memory_pss_mib"),
-        "max_process_rss_mib": p.get("max_process_rss_mib"),
-        "root_alive": p.get("root_alive"),
-        "rchar_bytes": p.get("rchar_bytes"),
-        "wchar_bytes": p.get("wchar_bytes"),
-        "untracked_tasks": p.get("untracked_tasks"),
     }
+    # The binary's fields beyond 0.5.0's (its field registry), as the JSON has them.
+    row.update((name, p.get(name)) for name in PROCESS_EXTRA)
+    row["memory_source"] = memory_source(p)
+    return row
 
 
 def tracker_row(s: Row) -> Row:

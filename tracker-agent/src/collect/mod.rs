@@ -359,29 +359,50 @@ mod tests {
             .is_err());
     }
 
+    /// `read` gives all of `name`: compared with two whole reads around it that
+    /// agree (kallsyms changes as BPF programs load, diskstats' counters grow a
+    /// digit), tried again where they do not.
+    fn reads_whole(name: &str, read: impl Fn() -> Vec<u8>) {
+        for _ in 0..20 {
+            let before = std::fs::read(name).unwrap();
+            let got = read();
+            if std::fs::read(name).unwrap() == before {
+                assert_eq!(got.len(), before.len(), "{name}");
+                return;
+            }
+        }
+        panic!("{name} changed under every one of 20 reads");
+    }
+
     #[test]
     fn pread_of_real_seq_files_is_complete() {
         // A seq_file returns at most a page per read: all of a 5 MB file must come.
-        let mut buf = Vec::new();
-        if let Ok(direct) = std::fs::read("/proc/kallsyms") {
-            let mut f = CachedFile::records(PathBuf::from("/proc/kallsyms"));
-            f.read(&mut buf).unwrap();
-            assert_eq!(buf.len(), direct.len());
-        }
-        // Read to the end without the 0-byte read, where each read but the last
-        // comes back nearly a page long: kallsyms' lines (a name under 512 bytes)
-        // stand in for net/dev's and diskstats' here, as they span many pages.
-        if let Ok(direct) = std::fs::read("/proc/kallsyms") {
-            let mut f = CachedFile::lines_under(PathBuf::from("/proc/kallsyms"), 1024);
-            f.read(&mut buf).unwrap();
-            assert_eq!(buf.len(), direct.len());
+        let whole = |name: &str, f: fn(PathBuf) -> CachedFile| {
+            let name = name.to_string();
+            move || {
+                let mut buf = Vec::new();
+                f(PathBuf::from(&name)).read(&mut buf).unwrap();
+                buf
+            }
+        };
+        if std::path::Path::new("/proc/kallsyms").exists() {
+            reads_whole(
+                "/proc/kallsyms",
+                whole("/proc/kallsyms", CachedFile::records),
+            );
+            // Read to the end without the 0-byte read, where each read but the last
+            // comes back nearly a page long: kallsyms' lines (a name under 512
+            // bytes) stand in for net/dev's and diskstats' here, as they span many
+            // pages.
+            reads_whole(
+                "/proc/kallsyms",
+                whole("/proc/kallsyms", |p| CachedFile::lines_under(p, 1024)),
+            );
         }
         for name in ["/proc/diskstats", "/proc/self/net/dev"] {
-            let mut f = CachedFile::lines_under(PathBuf::from(name), 512);
-            f.read(&mut buf).unwrap();
-            let direct = std::fs::read(name).unwrap();
-            assert_eq!(buf.len(), direct.len(), "{name}");
+            reads_whole(name, whole(name, |p| CachedFile::lines_under(p, 512)));
         }
+        let mut buf = Vec::new();
         let mut s = CachedFile::whole(PathBuf::from("/proc/stat"));
         s.read(&mut buf).unwrap();
         assert!(buf.ends_with(b"\n") && buf.starts_with(b"cpu "));

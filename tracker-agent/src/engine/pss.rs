@@ -193,20 +193,99 @@ impl PssSum {
 
 #[cfg(test)]
 mod tests {
-    use std::{collections::HashSet, process::Command};
+    use std::{
+        collections::HashSet,
+        path::PathBuf,
+        process::{Child, Command},
+    };
 
     use super::PssSum;
+
+    /// Sleeping processes whose every file-backed page is theirs alone: `sleep`,
+    /// its libraries and the dynamic loader are private copies, and with no
+    /// environment no locale file is mapped, so their Σ PSS does not move as other
+    /// processes of the machine map or unmap the shared libc or the locale archive
+    /// (which changes a shared page's share in each mapper).
+    struct Sleepers {
+        dir: PathBuf,
+        loader: PathBuf,
+        kids: Vec<Child>,
+    }
+
+    impl Sleepers {
+        fn new(n: usize) -> Sleepers {
+            let dir = std::env::temp_dir().join(format!(
+                "rt-pss-{}-{:?}",
+                std::process::id(),
+                std::thread::current().id()
+            ));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir(&dir).expect("scratch dir");
+            let mut s = Sleepers {
+                dir,
+                loader: PathBuf::new(),
+                kids: Vec::new(),
+            };
+            let sleep = ["/bin/sleep", "/usr/bin/sleep"]
+                .into_iter()
+                .find(|p| std::path::Path::new(p).exists())
+                .expect("sleep");
+            let ldd = Command::new("ldd").arg(sleep).output().expect("ldd");
+            for l in String::from_utf8_lossy(&ldd.stdout).lines() {
+                let Some(path) = l.split_whitespace().find(|w| w.starts_with('/')) else {
+                    continue;
+                };
+                let name = path.rsplit('/').next().unwrap_or(path).to_string();
+                std::fs::copy(path, s.dir.join(&name)).expect("a library's copy");
+                if !l.contains("=>") {
+                    s.loader = s.dir.join(name);
+                }
+            }
+            std::fs::copy(sleep, s.dir.join("sleep")).expect("sleep's copy");
+            assert!(s.loader.is_file(), "the dynamic loader in ldd's list");
+            for _ in 0..n {
+                s.add();
+            }
+            // Let each start and settle.
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            s
+        }
+
+        fn add(&mut self) -> u32 {
+            let kid = Command::new(&self.loader)
+                .env_clear()
+                .arg("--library-path")
+                .arg(&self.dir)
+                .arg(self.dir.join("sleep"))
+                .arg("30")
+                .spawn()
+                .expect("sleep");
+            let pid = kid.id();
+            self.kids.push(kid);
+            pid
+        }
+
+        fn pids(&self) -> HashSet<u32> {
+            self.kids.iter().map(Child::id).collect()
+        }
+    }
+
+    impl Drop for Sleepers {
+        fn drop(&mut self) {
+            for k in &mut self.kids {
+                let _ = k.kill();
+                let _ = k.wait();
+            }
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
 
     /// Idle members keep their figures; a member that maps and touches new pages
     /// is read again; one that joins makes a settled pass.
     #[test]
     fn only_what_moved_is_read_again() {
-        let mut kids: Vec<_> = (0..3)
-            .map(|_| Command::new("sleep").arg("30").spawn().expect("sleep"))
-            .collect();
-        // Let each exec and settle.
-        std::thread::sleep(std::time::Duration::from_millis(200));
-        let mut live: HashSet<u32> = kids.iter().map(|k| k.id()).collect();
+        let mut kids = Sleepers::new(3);
+        let mut live = kids.pids();
         let mut p = PssSum::default();
         let first = p.read(&live, &|_| None).expect("Σ PSS of three sleeps");
         assert!(first > 0);
@@ -219,16 +298,10 @@ mod tests {
         assert_eq!(p.counts.kept, 3);
         assert_eq!(again, first);
         // A fourth member: every member is read again.
-        let extra = Command::new("sleep").arg("30").spawn().expect("sleep");
+        live.insert(kids.add());
         std::thread::sleep(std::time::Duration::from_millis(200));
-        live.insert(extra.id());
-        kids.push(extra);
         p.read(&live, &|_| None).expect("four");
         assert_eq!(p.counts.settled_passes, settled + 1);
-        for k in &mut kids {
-            let _ = k.kill();
-            let _ = k.wait();
-        }
     }
 
     /// The engine's signature, where it gives one, is what a member is compared
@@ -238,9 +311,8 @@ mod tests {
         use std::cell::Cell;
 
         use crate::engine::procread::MemSig;
-        let mut kid = Command::new("sleep").arg("30").spawn().expect("sleep");
-        std::thread::sleep(std::time::Duration::from_millis(200));
-        let live: HashSet<u32> = [kid.id()].into();
+        let kid = Sleepers::new(1);
+        let live = kid.pids();
         let faults = Cell::new(1);
         let known = |_| {
             Some(MemSig {
@@ -257,19 +329,14 @@ mod tests {
         faults.set(2);
         p.read(&live, &known).expect("read again");
         assert_eq!((p.counts.kept, p.counts.rollups_read), (1, read + 1));
-        let _ = kid.kill();
-        let _ = kid.wait();
     }
 
     /// The tenth sample's settled pass of an idle tree agrees with the figures kept
     /// at once: one rollup per member, not two passes.
     #[test]
     fn an_idle_trees_tenth_sample_is_one_pass() {
-        let mut kids: Vec<_> = (0..3)
-            .map(|_| Command::new("sleep").arg("30").spawn().expect("sleep"))
-            .collect();
-        std::thread::sleep(std::time::Duration::from_millis(200));
-        let live: HashSet<u32> = kids.iter().map(|k| k.id()).collect();
+        let kids = Sleepers::new(3);
+        let live = kids.pids();
         let mut p = PssSum::default();
         let first = p.read(&live, &|_| None).expect("settled");
         let after_first = p.counts.rollups_read;
@@ -279,10 +346,6 @@ mod tests {
         }
         assert_eq!(p.counts.settled_passes, 2);
         assert_eq!(p.counts.rollups_read, after_first + 3);
-        for k in &mut kids {
-            let _ = k.kill();
-            let _ = k.wait();
-        }
     }
 
     #[test]

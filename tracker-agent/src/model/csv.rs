@@ -3,7 +3,10 @@
 //! sibling's 33rd (`system_steal_time`), then ours.
 //! Empty cells stand for null (no tree, no GPU, a source that could not be read).
 
-use super::sample::{sum_present, Sample};
+use super::{
+    fields::{self, Cell, TreeField},
+    sample::{sum_present, ProcessSample, Sample, TREE_FIELDS},
+};
 
 pub const PYTHON_COLUMNS: [&str; 32] = [
     "timestamp",
@@ -43,8 +46,9 @@ pub const PYTHON_COLUMNS: [&str; 32] = [
 /// The Rust sibling 0.1.18's column after the Python ones.
 pub const SIBLING_COLUMNS: [&str; 1] = ["system_steal_time"];
 
-/// Our columns after those (documented in docs/schema.md).
-pub const EXTRA_COLUMNS: [&str; 23] = [
+/// Our columns after those (documented in docs/schema.md): these, the tree's
+/// (`fields::csv_columns`, from the field registry), then `TRACKER_COLUMNS`.
+pub const EXTRA_COLUMNS: [&str; 8] = [
     "interval_secs",
     "job_name",
     "system_memory_total_mib",
@@ -53,17 +57,10 @@ pub const EXTRA_COLUMNS: [&str; 23] = [
     "system_swap_used_mib",
     "system_memory_unavailable_mib",
     "system_cgroup_cpu_usage",
-    "process_backend",
-    "process_cpu_secs_total",
-    "process_cpu_source",
-    "process_live_processes",
-    "process_processes_spawned",
-    "process_processes_exited",
-    "process_memory_rss_mib",
-    "process_memory_source",
-    "process_root_alive",
-    "process_rchar_bytes",
-    "process_wchar_bytes",
+];
+
+/// The tracker's own columns, last.
+pub const TRACKER_COLUMNS: [&str; 4] = [
     "tracker_cpu_secs",
     "tracker_rss_mib",
     "tracker_lost_events",
@@ -72,7 +69,14 @@ pub const EXTRA_COLUMNS: [&str; 23] = [
 
 pub fn header() -> String {
     let mut h = PYTHON_COLUMNS.join(",");
-    for c in SIBLING_COLUMNS.iter().chain(&EXTRA_COLUMNS) {
+    let tree = fields::csv_columns("process", TREE_FIELDS);
+    let ours = SIBLING_COLUMNS
+        .iter()
+        .chain(&EXTRA_COLUMNS)
+        .copied()
+        .chain(tree.iter().map(String::as_str))
+        .chain(TRACKER_COLUMNS);
+    for c in ours {
         h.push(',');
         h.push_str(c);
     }
@@ -116,14 +120,24 @@ fn text(s: &str) -> String {
     }
 }
 
+/// One field of the tree as a cell.
+fn cell(f: &TreeField<ProcessSample>, p: &ProcessSample) -> String {
+    match (f.get)(p) {
+        Cell::Null => String::new(),
+        Cell::Num(v) => num(v, f.decimals()),
+        Cell::Int(i) => i.to_string(),
+        Cell::Text(t) => text(t),
+        Cell::Flag(b) => b.to_string(),
+    }
+}
+
 /// Bytes in the interval summed over the entries that have them; empty when none has.
 fn interval_bytes(v: impl Iterator<Item = Option<u64>>) -> String {
     sum_present(v).map(|s| s.to_string()).unwrap_or_default()
 }
 
 pub fn row(s: &Sample) -> String {
-    let mut cells: Vec<String> =
-        Vec::with_capacity(PYTHON_COLUMNS.len() + SIBLING_COLUMNS.len() + EXTRA_COLUMNS.len());
+    let mut cells: Vec<String> = Vec::with_capacity(64);
     let m = &s.memory;
     cells.push(num(s.timestamp_secs, 6));
     cells.push(opt_int(s.cpu.process_count));
@@ -189,21 +203,10 @@ pub fn row(s: &Sample) -> String {
     cells.push(opt_num(m.swap_used_mib, 4));
     cells.push(opt_num(m.unavailable_mib, 4));
     cells.push(opt_num(s.cpu.cgroup_utilization_pct, 4));
+    let tree = fields::csv_fields(TREE_FIELDS);
     match &s.process {
-        Some(p) => {
-            cells.push(p.backend.to_string());
-            cells.push(num(p.cpu_secs_total, 6));
-            cells.push(p.cpu_source.to_string());
-            cells.push(p.live_processes.to_string());
-            cells.push(p.processes_spawned.to_string());
-            cells.push(p.processes_exited.to_string());
-            cells.push(num(p.memory_rss_mib, 4));
-            cells.push(p.memory_source.to_string());
-            cells.push(p.root_alive.to_string());
-            cells.push(p.rchar_bytes.to_string());
-            cells.push(p.wchar_bytes.to_string());
-        }
-        None => cells.extend(std::iter::repeat_n(String::new(), 11)),
+        Some(p) => cells.extend(tree.iter().map(|f| cell(f, p))),
+        None => cells.extend(std::iter::repeat_n(String::new(), tree.len())),
     }
     cells.push(num(s.tracker.cpu_secs, 6));
     cells.push(num(s.tracker.rss_mib, 4));
@@ -248,7 +251,11 @@ mod tests {
         let cells = row(&s).split(',').count();
         assert_eq!(
             cells,
-            PYTHON_COLUMNS.len() + SIBLING_COLUMNS.len() + EXTRA_COLUMNS.len()
+            PYTHON_COLUMNS.len()
+                + SIBLING_COLUMNS.len()
+                + EXTRA_COLUMNS.len()
+                + fields::csv_columns("process", TREE_FIELDS).len()
+                + TRACKER_COLUMNS.len()
         );
         assert_eq!(header().split(',').nth(32), Some("system_steal_time"));
         assert_eq!(header().split(',').count(), cells);

@@ -5,6 +5,7 @@
 pub mod csv;
 pub mod degraded;
 pub mod event;
+pub mod fields;
 pub mod host;
 pub mod meta;
 pub mod node;

@@ -8,9 +8,12 @@ use std::collections::HashMap;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::sample::{
-    CpuSample, DiskSample, GpuSample, MemorySample, MemorySource, MountSample, NetworkSample,
-    ProcessSample, Sample, TrackerSample,
+use super::{
+    fields::Cell,
+    sample::{
+        CpuSample, DiskSample, GpuSample, MemorySample, MemorySource, MountSample, NetworkSample,
+        ProcessSample, Sample, TrackerSample, TREE_FIELDS,
+    },
 };
 
 /// What one JSON line is.
@@ -53,7 +56,7 @@ struct JSample {
     network: Vec<JBytes>,
     disk: Vec<JDisk>,
     gpu: Vec<JGpu>,
-    process: Option<JProcess>,
+    process: Option<serde_json::Map<String, Value>>,
     tracker: JTracker,
 }
 
@@ -103,41 +106,11 @@ struct JGpu {
 
 #[derive(Deserialize, Default)]
 #[serde(default)]
-struct JProcess {
-    backend: Option<String>,
-    utime_secs: f64,
-    stime_secs: f64,
-    memory_mib: Option<f64>,
-    memory_source: Option<String>,
-    memory_peak_mib: Option<f64>,
-    memory_rss_mib: f64,
-    memory_pss_mib: Option<f64>,
-    max_process_rss_mib: f64,
-    read_bytes: u64,
-    write_bytes: u64,
-    live_processes: u64,
-    untracked_tasks: u64,
-    gpu_usage: Option<f64>,
-    gpu_vram_mib: Option<f64>,
-    gpu_utilized: Option<u64>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(default)]
 struct JTracker {
     cpu_secs: f64,
     rss_mib: f64,
     lost_events: u64,
     degraded: Option<Value>,
-}
-
-/// The backends the tracker names (the model keeps them as static text).
-fn backend_name(b: &str) -> &'static str {
-    match b {
-        "ebpf" => "ebpf",
-        "procfs" => "procfs",
-        _ => "",
-    }
 }
 
 /// `tracker.degraded` as short texts, whatever its items are (text, or objects
@@ -174,7 +147,7 @@ pub fn json_line(line: &str) -> Result<JsonLine, String> {
     };
     if m.contains_key("timestamp_secs") && m.contains_key("cpu") {
         let j: JSample = serde_json::from_value(v).map_err(|e| format!("not a sample ({e})"))?;
-        let s = sample_of(j);
+        let s = sample_of(j)?;
         if let JsonLine::Sample(s, _) = &s {
             if let Some(why) = beyond_any_machine(s) {
                 return Err(why);
@@ -270,11 +243,42 @@ pub fn beyond_any_machine(s: &Sample) -> Option<String> {
     })
 }
 
-fn sample_of(j: JSample) -> JsonLine {
+/// The tree's object of a recorded sample: every field the registry knows, read by
+/// its own type; keys it does not know (other versions') are left alone.
+fn process_of_json(m: &serde_json::Map<String, Value>) -> Result<ProcessSample, String> {
+    let mut p = ProcessSample::default();
+    for f in TREE_FIELDS {
+        let Some(v) = m.get(f.name) else { continue };
+        let c =
+            Cell::of_json(v).ok_or_else(|| format!("process.{}: {v} is not a value", f.name))?;
+        f.read(&mut p, c, &format!("process.{}", f.name))?;
+    }
+    // Files of versions before `memory_source`: PSS with --pss, else RSS.
+    if !m.contains_key("memory_mib") {
+        p.memory_mib = p.memory_pss_mib.unwrap_or(p.memory_rss_mib);
+    }
+    if !m.contains_key("memory_source") {
+        p.memory_source = if p.memory_pss_mib.is_some() {
+            MemorySource::Pss
+        } else {
+            MemorySource::Rss
+        }
+        .as_str();
+    }
+    Ok(p)
+}
+
+fn sample_of(j: JSample) -> Result<JsonLine, String> {
     let extra = Extra {
-        backend: j.process.as_ref().and_then(|p| p.backend.clone()),
+        backend: j
+            .process
+            .as_ref()
+            .and_then(|p| p.get("backend"))
+            .and_then(Value::as_str)
+            .map(str::to_string),
         degraded: degraded(j.tracker.degraded),
     };
+    let process = j.process.as_ref().map(process_of_json).transpose()?;
     let s = Sample {
         timestamp_secs: j.timestamp_secs.unwrap_or(f64::NAN),
         interval_secs: j.interval_secs,
@@ -326,38 +330,7 @@ fn sample_of(j: JSample) -> JsonLine {
                 ..Default::default()
             })
             .collect(),
-        process: j.process.map(|p| ProcessSample {
-            backend: backend_name(p.backend.as_deref().unwrap_or("")),
-            utime_secs: p.utime_secs,
-            stime_secs: p.stime_secs,
-            // Files of versions before `memory_source`: PSS with --pss, else RSS.
-            memory_mib: p
-                .memory_mib
-                .or(p.memory_pss_mib)
-                .unwrap_or(p.memory_rss_mib),
-            memory_source: p
-                .memory_source
-                .as_deref()
-                .and_then(MemorySource::named)
-                .unwrap_or(if p.memory_pss_mib.is_some() {
-                    MemorySource::Pss
-                } else {
-                    MemorySource::Rss
-                })
-                .as_str(),
-            memory_peak_mib: p.memory_peak_mib,
-            memory_rss_mib: p.memory_rss_mib,
-            memory_pss_mib: p.memory_pss_mib,
-            max_process_rss_mib: p.max_process_rss_mib,
-            read_bytes: p.read_bytes,
-            write_bytes: p.write_bytes,
-            live_processes: p.live_processes,
-            untracked_tasks: p.untracked_tasks,
-            gpu_usage: p.gpu_usage,
-            gpu_vram_mib: p.gpu_vram_mib,
-            gpu_utilized: p.gpu_utilized,
-            ..Default::default()
-        }),
+        process,
         tracker: TrackerSample {
             cpu_secs: j.tracker.cpu_secs,
             rss_mib: j.tracker.rss_mib,
@@ -366,7 +339,7 @@ fn sample_of(j: JSample) -> JsonLine {
         },
         ..Default::default()
     };
-    JsonLine::Sample(Box::new(s), extra)
+    Ok(JsonLine::Sample(Box::new(s), extra))
 }
 
 /// Splits one CSV record (RFC 4180 quoting, no line breaks inside a field).
@@ -462,34 +435,31 @@ fn disk_of(r: &Row) -> Result<DiskSample, String> {
     })
 }
 
-/// The tracked tree's part of a row.
-fn process_of(r: &Row, backend: Option<&str>) -> Result<ProcessSample, String> {
-    let (num, bytes) = (|n| r.num(n), |n| r.bytes(n));
-    Ok(ProcessSample {
-        backend: backend_name(backend.unwrap_or("")),
-        utime_secs: num("process_utime")?.unwrap_or(0.0),
-        stime_secs: num("process_stime")?.unwrap_or(0.0),
-        memory_mib: num("process_memory_mib")?.unwrap_or(0.0),
-        // Files without the column: what it was before, PSS with --pss or RSS,
-        // taken as RSS.
-        memory_source: r
-            .get("process_memory_source")
-            .and_then(MemorySource::named)
-            .unwrap_or(MemorySource::Rss)
-            .as_str(),
-        memory_rss_mib: num("process_memory_rss_mib")?
-            .or(num("process_memory_mib")?)
-            .unwrap_or(0.0),
-        read_bytes: bytes("process_disk_read_bytes")?.unwrap_or(0),
-        write_bytes: bytes("process_disk_write_bytes")?.unwrap_or(0),
-        live_processes: bytes("process_live_processes")?
-            .or(bytes("process_children")?.map(|c| c + 1))
-            .unwrap_or(0),
-        gpu_usage: num("process_gpu_usage")?,
-        gpu_vram_mib: num("process_gpu_vram_mib")?,
-        gpu_utilized: bytes("process_gpu_utilized")?,
-        ..Default::default()
-    })
+/// The tracked tree's part of a row: every field the registry gives a column of
+/// ours or of the Python package's, read by its own type.
+fn process_of(r: &Row) -> Result<ProcessSample, String> {
+    let mut p = ProcessSample::default();
+    for f in TREE_FIELDS {
+        let ours = f.csv.map(|_| format!("process_{}", f.name));
+        let Some(col) = ours.as_deref().or(f.python_csv) else {
+            continue;
+        };
+        if let Some(c) = r.get(col) {
+            f.read(&mut p, Cell::of_csv(c), col)?;
+        }
+    }
+    // Files without the column: what it was before, PSS with --pss or RSS, taken as
+    // RSS.
+    if r.get("process_memory_source").is_none() {
+        p.memory_source = MemorySource::Rss.as_str();
+    }
+    if r.get("process_memory_rss_mib").is_none() {
+        p.memory_rss_mib = p.memory_mib;
+    }
+    if r.get("process_live_processes").is_none() {
+        p.live_processes = r.bytes("process_children")?.map_or(0, |c| c + 1);
+    }
+    Ok(p)
 }
 
 /// Reads CSV rows by their header's names, so that the Python package's 32
@@ -570,6 +540,7 @@ impl CsvRows {
             cpu: CpuSample {
                 utilization_pct: num("system_cpu_usage")?,
                 process_cores_used: num("process_cpu_usage")?,
+                process_child_count: bytes("process_children")?,
                 ..Default::default()
             },
             memory: MemorySample {
@@ -592,9 +563,7 @@ impl CsvRows {
                     ..Default::default()
                 }],
             },
-            process: tree
-                .then(|| process_of(&r, backend.as_deref()))
-                .transpose()?,
+            process: tree.then(|| process_of(&r)).transpose()?,
             tracker: TrackerSample {
                 cpu_secs: num("tracker_cpu_secs")?.unwrap_or(0.0),
                 rss_mib: num("tracker_rss_mib")?.unwrap_or(0.0),
@@ -707,5 +676,77 @@ mod tests {
         assert!(json_line("[1]").is_err());
         assert!(json_line(r#"{"timestamp_secs":"x","cpu":{}}"#).is_err());
         assert!(json_line("{\"timestamp_secs\": 1,").is_err());
+    }
+
+    /// A tree as the writers write it, every field set apart from its default.
+    fn a_tree() -> ProcessSample {
+        ProcessSample {
+            pid: 4242,
+            backend: "procfs",
+            utime_secs: 1.234567,
+            stime_secs: 0.5,
+            cpu_secs_total: 12.25,
+            cpu_source: "cgroup",
+            processes_spawned: 3,
+            processes_exited: 2,
+            live_processes: 5,
+            live_threads: 9,
+            memory_mib: 300.5,
+            memory_source: "pss",
+            memory_peak_mib: Some(310.25),
+            memory_rss_mib: 400.75,
+            memory_pss_mib: Some(300.5),
+            max_process_rss_mib: 120.0,
+            read_bytes: 4096,
+            write_bytes: 8192,
+            rchar_bytes: 10,
+            wchar_bytes: 11,
+            root_alive: true,
+            untracked_tasks: 1,
+            gpu_usage: Some(0.5),
+            gpu_vram_mib: Some(64.0),
+            gpu_utilized: Some(1),
+        }
+    }
+
+    /// The tree's object of a JSON line reads back into the same object, byte for
+    /// byte: the writer (serde) and the reader (the registry) agree on every field.
+    #[test]
+    fn a_json_tree_reads_back_byte_for_byte() {
+        let tree = serde_json::to_string(&a_tree()).unwrap();
+        let line = format!(
+            r#"{{"timestamp_secs":1,"interval_secs":1,"cpu":{{}},"process":{tree},"tracker":{{}}}}"#
+        );
+        let Ok(JsonLine::Sample(s, extra)) = json_line(&line) else {
+            panic!("not a sample")
+        };
+        assert_eq!(serde_json::to_string(&s.process).unwrap(), tree);
+        assert_eq!(extra.backend.as_deref(), Some("procfs"));
+        let wrong = line.replace(r#""live_threads":9"#, r#""live_threads":"nine""#);
+        assert_eq!(
+            json_line(&wrong).err().unwrap(),
+            "process.live_threads: 'nine' is not a number"
+        );
+    }
+
+    /// A CSV row of ours reads back into the tree's columns it has: a row written
+    /// from what was read is the row read.
+    #[test]
+    fn a_csv_tree_reads_back_byte_for_byte() {
+        let s = Sample {
+            timestamp_secs: 100.0,
+            interval_secs: 1.0,
+            cpu: CpuSample {
+                process_cores_used: Some(1.5),
+                process_child_count: Some(4),
+                ..Default::default()
+            },
+            process: Some(a_tree()),
+            ..Default::default()
+        };
+        let row = super::super::csv::row(&s);
+        let mut r = CsvRows::new(&super::super::csv::header()).unwrap();
+        let back = r.row(&row).unwrap();
+        assert_eq!(super::super::csv::row(&back[0].0), row);
     }
 }

@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use super::degraded::Degradation;
+use super::{degraded::Degradation, fields::tree_fields};
 
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Sample {
@@ -237,54 +237,92 @@ pub struct HostInfo {
     pub host_storage_gb: Option<f64>,
 }
 
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct ProcessSample {
-    pub pid: u32,
-    /// `ebpf` or `procfs`.
-    pub backend: &'static str,
-    /// CPU of the whole tree in this interval, split into user and system time.
-    pub utime_secs: f64,
-    pub stime_secs: f64,
-    /// CPU of the whole tree since tracking started (exited members included).
-    pub cpu_secs_total: f64,
-    /// What the CPU figures are: `cgroup` (the scheduler's charge of a cgroup
-    /// holding exactly the tree, which `run` makes for the command where it can),
-    /// else the backend's sums over the members (`ebpf` or `procfs`).
-    pub cpu_source: &'static str,
-    pub processes_spawned: u64,
-    pub processes_exited: u64,
-    pub live_processes: u64,
-    pub live_threads: u64,
-    /// The tree's memory by `memory_source`: what a container limit would need.
-    pub memory_mib: f64,
-    /// `cgroup` (the charge of a cgroup holding exactly the tree), `pss` (Σ PSS of
-    /// the live members) or `rss` (Σ RSS, when PSS cannot be read).
-    pub memory_source: &'static str,
-    /// The cgroup's own peak since the start (`cgroup` source only).
-    pub memory_peak_mib: Option<f64>,
-    /// Σ RSS of the live members: shared pages count once per process.
-    pub memory_rss_mib: f64,
-    /// Σ PSS: read when it is the source, or every sample with `--pss`.
-    pub memory_pss_mib: Option<f64>,
-    /// Largest RSS of any single member so far.
-    pub max_process_rss_mib: f64,
-    /// Storage bytes read/written by the tree in this interval.
-    pub read_bytes: u64,
-    pub write_bytes: u64,
-    /// Bytes the tree passed through read/write-like system calls in this interval,
-    /// page-cache hits and pipes included.
-    pub rchar_bytes: u64,
-    pub wchar_bytes: u64,
-    pub root_alive: bool,
-    /// New tasks the kernel could not record (task map full); 0 when exact.
-    pub untracked_tasks: u64,
-    /// GPUs used by the tree (Σ of its utilisation fraction per GPU); null when no
-    /// GPU collector is active.
-    pub gpu_usage: Option<f64>,
-    /// VRAM held by the tree's live processes, MiB.
-    pub gpu_vram_mib: Option<f64>,
-    /// GPUs on which the tree's utilisation was above zero.
-    pub gpu_utilized: Option<u64>,
+// One definition per field of the tree: its doc comment is its line in
+// docs/schema.md; the registry (fields.rs) gives its CSV column, its Python column
+// and how a recorded file's value is read back.
+tree_fields! {
+    /// root pid
+    pid: u32 { python_csv: Some("process_pid") }
+    /// `ebpf` or `procfs`
+    backend: &'static str { csv: Some(1), py: Some(1), names: &["ebpf", "procfs"] }
+    /// user CPU of the tree in the interval (exact total, split by the kernel's tick ratio)
+    utime_secs: f64 { unit: "s", python_csv: Some("process_utime") }
+    /// system CPU of the tree in the interval
+    stime_secs: f64 { unit: "s", python_csv: Some("process_stime") }
+    /// tree CPU since tracking began, exited members included
+    cpu_secs_total: f64 { unit: "s", csv: Some(2), py: Some(2) }
+    /// `cgroup`: under `run`, the command joined a cgroup made for it before exec (a child
+    /// of the tracker's own: v2 wherever a v2 hierarchy is mounted, `cpu.stat`'s
+    /// `usage_usec`; else v1 `cpuacct.usage`), and the tree's CPU is the scheduler's charge
+    /// of it plus what the command ran before it joined. Otherwise the backend's sums over
+    /// the members, `ebpf` or `procfs`: `--pid`, no rights to make cgroups, or a sample
+    /// where those sums are the larger (a member moved itself to another cgroup and ran
+    /// there); the figure is always the larger of the two, and never goes back. The
+    /// user/system split is the members' tick ratio either way
+    cpu_source: &'static str { csv: Some(3), names: &["cgroup", "ebpf", "procfs"] }
+    /// processes started in the tree in the interval (the root counts when the tracker
+    /// started it)
+    processes_spawned: u64 { unit: "count", csv: Some(5), py: Some(5) }
+    /// processes of the tree whose last thread exited in the interval
+    processes_exited: u64 { unit: "count", csv: Some(6), py: Some(6) }
+    /// live (non-zombie) processes of the tree, root included
+    live_processes: u64 { unit: "count", csv: Some(4), py: Some(3) }
+    /// their threads
+    live_threads: u64 { unit: "count", py: Some(4) }
+    /// the tree's memory now, as a container limit would need it, by `memory_source`:
+    /// shared pages count once. With `cgroup`, the charge of a cgroup made for the command
+    /// (v1 `memory.usage_in_bytes`, v2 `memory.current`: anonymous memory, page cache and
+    /// kernel memory); with `pss`, Σ `memory_pss_mib`; with `rss`, Σ `memory_rss_mib`
+    memory_mib: f64 { unit: "MiB", python_csv: Some("process_memory_mib") }
+    /// `cgroup`: `run` made a cgroup as a child of the one it runs in and the command
+    /// joined it before exec; it holds exactly the tree (checked every sample: each live
+    /// process's memory cgroup as the eBPF probe reads it, else the cgroup's `cgroup.procs`
+    /// against the tree's live processes). `pss`: no such cgroup (`--pid`; no rights, a
+    /// read-only cgroupfs, a full hierarchy, v2 without `memory` in the parent's
+    /// `cgroup.subtree_control`: said once on stderr), or a member left it (from that
+    /// sample on). `rss`: no member's PSS could be read (a kernel without `smaps_rollup`,
+    /// members the tracker may not inspect)
+    memory_source: &'static str { csv: Some(8), py: Some(7), names: &["cgroup", "pss", "rss"] }
+    /// the cgroup's own peak since the start (v1 `memory.max_usage_in_bytes`, v2
+    /// `memory.peak`), between samples too; null unless `memory_source` is `cgroup`
+    memory_peak_mib: Option<f64> { unit: "MiB", py: Some(8) }
+    /// sum of the live members' RSS (`/proc/PID/stat`): a page shared by N members counts N
+    /// times
+    memory_rss_mib: f64 { unit: "MiB", csv: Some(7), py: Some(9) }
+    /// sum of the live members' PSS (`smaps_rollup`: a page shared by N processes counts
+    /// 1/N in each; a member whose file cannot be read is left out); read when it is the
+    /// source, and every sample with `--pss`
+    memory_pss_mib: Option<f64> { unit: "MiB", py: Some(10) }
+    /// largest RSS of any single member so far (`signal->maxrss` at exit for exited ones)
+    max_process_rss_mib: f64 { unit: "MiB", py: Some(11) }
+    /// storage bytes read by the tree in the interval: each thread's own `read_bytes`
+    /// (eBPF: `/proc/PID/task/TID/io` while live, `task->ioac` once it is dead and off the
+    /// CPU; never a parent's count of reaped children, so nested shells count once)
+    read_bytes: u64 { unit: "bytes", python_csv: Some("process_disk_read_bytes") }
+    /// storage bytes written by the tree in the interval; 0 for writes that stay in a tmpfs
+    write_bytes: u64 { unit: "bytes", python_csv: Some("process_disk_write_bytes") }
+    /// bytes the tree read through read-like system calls in the interval (`rchar`:
+    /// page-cache hits, pipes and sockets included)
+    rchar_bytes: u64 { unit: "bytes", csv: Some(10), py: Some(13) }
+    /// bytes the tree wrote through write-like system calls in the interval (`wchar`)
+    wchar_bytes: u64 { unit: "bytes", csv: Some(11), py: Some(14) }
+    /// whether the root process is still running
+    root_alive: bool { csv: Some(9), py: Some(12) }
+    /// tasks the kernel map had no room for (0 means exact; raise `--max-tasks`)
+    untracked_tasks: u64 { unit: "count", py: Some(15) }
+    /// Σ over GPUs of the tree's utilisation fraction (0–1 per GPU); null without a GPU.
+    /// NVIDIA: per live tree process the latest SM utilisation sample NVML took since the
+    /// previous reading (`nvmlDeviceGetProcessUtilization`), summed per GPU (at most 1); no
+    /// sample in that window counts 0, so nothing is reported beyond what NVML measured.
+    /// AMD: Δ of the `drm-engine-gfx` + `drm-engine-compute` ns of the tree's DRM clients
+    /// (fdinfo) ÷ elapsed ns (a client's first sighting is a baseline)
+    gpu_usage: Option<f64> { unit: "GPUs", python_csv: Some("process_gpu_usage") }
+    /// GPU memory of the tree's live processes: NVML running compute + graphics processes
+    /// (a process in both lists counts once); AMD `drm-memory-vram` of its DRM clients,
+    /// each client once
+    gpu_vram_mib: Option<f64> { unit: "MiB", python_csv: Some("process_gpu_vram_mib") }
+    /// GPUs on which the tree's utilisation (above) is > 0
+    gpu_utilized: Option<u64> { unit: "count", python_csv: Some("process_gpu_utilized") }
 }
 
 /// Where the tree's memory figure comes from, best first.
@@ -342,7 +380,10 @@ mod tests {
     use serde_json::Value;
 
     use super::*;
-    use crate::model::{BpfProgram, RunStats, StreamReport, Summary, TopCommand};
+    use crate::model::{
+        fields::{check_block, check_file, csv_schema_rows, python_module, schema_rows, Cell},
+        BpfProgram, RunStats, StreamReport, Summary, TopCommand,
+    };
 
     /// Dotted paths of every field of a JSON value (array items as `name[]`).
     fn paths(prefix: &str, v: &Value, out: &mut BTreeSet<String>) {
@@ -472,6 +513,92 @@ mod tests {
             got,
             documented("Run summary"),
             "docs/schema.md (Run summary) and summary.rs disagree"
+        );
+    }
+
+    #[test]
+    fn schema_rows_are_the_registrys() {
+        check_block(
+            "docs/schema.md",
+            "## Sample",
+            |l| l.starts_with("| `process."),
+            false,
+            &schema_rows("process", TREE_FIELDS),
+        );
+        check_block(
+            "docs/schema.md",
+            "## CSV",
+            |l| l.starts_with("| `process_"),
+            true,
+            &csv_schema_rows("process", TREE_FIELDS),
+        );
+    }
+
+    #[test]
+    fn python_columns_match_the_registry() {
+        check_file(
+            "python/src/resource_tracker_ebpf/_fields.py",
+            &python_module(TREE_FIELDS),
+        );
+    }
+
+    #[test]
+    fn places_are_one_each() {
+        for (what, places) in [
+            (
+                "csv",
+                TREE_FIELDS.iter().filter_map(|f| f.csv).collect::<Vec<_>>(),
+            ),
+            ("py", TREE_FIELDS.iter().filter_map(|f| f.py).collect()),
+        ] {
+            let mut sorted = places.clone();
+            sorted.sort_unstable();
+            let want: Vec<u8> = (1..=places.len() as u8).collect();
+            assert_eq!(sorted, want, "{what} places are 1..=n, each once");
+        }
+        for f in TREE_FIELDS {
+            assert!(!f.doc.trim().is_empty(), "{} has no doc", f.name);
+            assert_eq!(
+                (f.ty)().starts_with("string"),
+                !f.names.is_empty(),
+                "{}",
+                f.name
+            );
+        }
+    }
+
+    #[test]
+    fn every_field_reads_back_what_it_wrote() {
+        let p = ProcessSample {
+            pid: 7,
+            backend: "procfs",
+            utime_secs: 1.25,
+            cpu_source: "cgroup",
+            processes_spawned: 3,
+            memory_source: "pss",
+            memory_peak_mib: Some(2.5),
+            root_alive: true,
+            gpu_utilized: Some(1),
+            ..Default::default()
+        };
+        let mut q = ProcessSample::default();
+        for f in TREE_FIELDS {
+            f.read(&mut q, (f.get)(&p), f.name).expect("reads back");
+        }
+        assert_eq!(
+            serde_json::to_string(&q).unwrap(),
+            serde_json::to_string(&p).unwrap()
+        );
+        let mut r = ProcessSample::default();
+        let bad = TREE_FIELDS.iter().find(|f| f.name == "backend").unwrap();
+        assert_eq!(
+            bad.read(&mut r, Cell::Text("bpf"), "process.backend"),
+            Err("process.backend: 'bpf' is not one of ebpf, procfs".into())
+        );
+        let n = TREE_FIELDS.iter().find(|f| f.name == "read_bytes").unwrap();
+        assert_eq!(
+            n.read(&mut r, Cell::Text("x"), "process_disk_read_bytes"),
+            Err("process_disk_read_bytes: 'x' is not a number".into())
         );
     }
 }
