@@ -220,6 +220,9 @@ mod tests {
     fn query_in_keepers_units() {
         let rec = Recommendation {
             cpu: 2,
+            cpu_slowdown: 1.0,
+            predicted_duration_secs: 1.0,
+            cpu_within_5pct: 2,
             memory_mib: 3072,
             gpu: 1,
             vram_mib: 512,

@@ -3,6 +3,8 @@
 //! allocation check (without its memory unit slip, which divides MiB by 1024 once
 //! more and so recommends 128 MiB for any real job).
 
+use std::collections::BTreeMap;
+
 use serde::Serialize;
 
 use super::sample::{MemorySource, NetworkSample, Sample};
@@ -56,6 +58,68 @@ fn round_even(x: f64) -> f64 {
     }
 }
 
+/// The tree's use of CPU over time: seconds spent at each level of cores used
+/// (per sample interval, to the hundredth of a core), which is what a prediction
+/// under fewer CPUs needs, in memory bounded by the levels seen rather than by the
+/// run's length.
+#[derive(Clone, Debug, Default)]
+struct CpuProfile {
+    secs_at: BTreeMap<u32, f64>,
+}
+
+impl CpuProfile {
+    fn add(&mut self, secs: f64, cores: Option<f64>) {
+        let Some(c) = cores.filter(|c| c.is_finite() && *c >= 0.0) else {
+            return;
+        };
+        if secs.is_finite() && secs > 0.0 {
+            // Past any machine (recorded files are outside data) stays at the ceiling.
+            let level = (c * 100.0).round().min(f64::from(u32::MAX)) as u32;
+            *self.secs_at.entry(level).or_default() += secs;
+        }
+    }
+
+    fn merge(&mut self, other: &CpuProfile) {
+        for (level, secs) in &other.secs_at {
+            *self.secs_at.entry(*level).or_default() += secs;
+        }
+    }
+
+    /// The run's time under `cpus` CPUs ÷ its measured time: each interval's work
+    /// (cores × seconds) done at no more than `cpus` cores, the rest of its time as
+    /// it was. 1.0 when nothing was recorded.
+    fn slowdown(&self, cpus: f64) -> f64 {
+        let (mut was, mut would) = (0.0, 0.0);
+        for (&level, &secs) in &self.secs_at {
+            let cores = f64::from(level) / 100.0;
+            was += secs;
+            would += secs * (cores / cpus).max(1.0);
+        }
+        if was > 0.0 {
+            would / was
+        } else {
+            1.0
+        }
+    }
+
+    /// The most cores the tree used in any interval, rounded up to whole CPUs.
+    fn peak_cpus(&self) -> u64 {
+        self.secs_at
+            .keys()
+            .next_back()
+            .map_or(1, |&l| (u64::from(l)).div_ceil(100).max(1))
+    }
+
+    /// The fewest whole CPUs that keep the predicted slowdown within `within`
+    /// (1.05: 5 %), never more than the peak.
+    fn cpus_within(&self, within: f64) -> u64 {
+        let peak = self.peak_cpus();
+        (1..peak)
+            .find(|&n| self.slowdown(n as f64) <= within)
+            .unwrap_or(peak)
+    }
+}
+
 /// Accumulated over a run's samples.
 #[derive(Clone, Debug, Default)]
 pub struct UsageAccum {
@@ -63,6 +127,7 @@ pub struct UsageAccum {
     last_ts: f64,
     first_interval: f64,
     cpu: Column,
+    cpu_profile: CpuProfile,
     memory: Column,
     /// The cgroup's own peak, when it is the source: between samples too.
     memory_peak: f64,
@@ -123,6 +188,10 @@ impl UsageAccum {
             last_ts: first.last_ts,
             first_interval: first.first_interval,
             cpu: col(|r| &r.cpu),
+            cpu_profile: runs.iter().fold(CpuProfile::default(), |mut p, r| {
+                p.merge(&r.cpu_profile);
+                p
+            }),
             memory: col(|r| &r.memory),
             memory_peak: runs.iter().map(|r| r.memory_peak).fold(0.0, f64::max),
             memory_source: first.memory_source,
@@ -169,6 +238,8 @@ impl UsageAccum {
         }
         self.last_ts = s.timestamp_secs;
         self.cpu.add(s.cpu.process_cores_used);
+        self.cpu_profile
+            .add(s.interval_secs, s.cpu.process_cores_used);
         self.memory.add(Some(p.memory_mib));
         if let Some(peak) = p.memory_peak_mib {
             self.memory_peak = self.memory_peak.max(peak);
@@ -265,10 +336,15 @@ impl UsageAccum {
                 s > p * pct || s > p + abs
             }
         });
-        let cpu = round_even(self.cpu.mean()).max(1.0) as u64;
+        // The seed's rule, never above the most the tree used at once.
+        let cpu = (round_even(self.cpu.mean()).max(1.0) as u64).min(self.cpu_profile.peak_cpus());
         let memory_mib = round_memory(self.memory_max() * 1.2);
+        let slowdown = self.cpu_profile.slowdown(cpu as f64);
         Some(Recommendation {
             cpu,
+            cpu_slowdown: round2(slowdown),
+            predicted_duration_secs: round2(self.duration_secs() * slowdown),
+            cpu_within_5pct: self.cpu_profile.cpus_within(1.05),
             memory_mib,
             gpu,
             vram_mib: vram,
@@ -322,8 +398,15 @@ pub struct RunStatsOut {
 /// The resources the run needs.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Recommendation {
-    /// max(1, round(mean cores)).
+    /// max(1, round(mean cores)), at most the peak's whole CPUs.
     pub cpu: u64,
+    /// The run's predicted time under `cpu` CPUs ÷ its measured time (1.0: no
+    /// slower), from the sample intervals' cores.
+    pub cpu_slowdown: f64,
+    /// The run's measured duration × `cpu_slowdown`, s.
+    pub predicted_duration_secs: f64,
+    /// The fewest CPUs that keep the predicted slowdown within 5 %.
+    pub cpu_within_5pct: u64,
     /// The tree's peak memory × 1.2, rounded up by `round_memory`.
     pub memory_mib: u64,
     /// max(1, round(peak GPUs)) when the tree used a GPU, else 0.
@@ -443,6 +526,48 @@ mod tests {
         let mut u = UsageAccum::default();
         u.add(&sample(1.0, 0.5, 100.0, 1.5, 0));
         assert_eq!(u.recommendation().unwrap().allocation, "shared");
+    }
+
+    /// Two cores for 1 s, then one for 2 s (mean 1.33 → 1 CPU): the first second's
+    /// work takes two at one CPU, so 4 s for 3 s measured, 1.33×; 2 CPUs run it as
+    /// measured.
+    #[test]
+    fn cpu_advice_states_its_slowdown() {
+        let mut u = UsageAccum::default();
+        for (i, c) in [2.0, 1.0, 1.0].into_iter().enumerate() {
+            u.add(&sample(100.0 + i as f64, c, 100.0, c, 0));
+        }
+        let r = u.recommendation().unwrap();
+        assert_eq!(r.cpu, 1);
+        assert_eq!(r.cpu_slowdown, 1.33);
+        assert_eq!(r.predicted_duration_secs, 4.0);
+        assert_eq!(r.cpu_within_5pct, 2);
+        // A flat job: no slowdown, and the advice is its level.
+        let mut u = UsageAccum::default();
+        for i in 0..5 {
+            u.add(&sample(100.0 + i as f64, 3.0, 100.0, 3.0, 0));
+        }
+        let r = u.recommendation().unwrap();
+        assert_eq!((r.cpu, r.cpu_slowdown, r.cpu_within_5pct), (3, 1.0, 3));
+        // A short burst: 4 cores for 1 s of 40 at 1 core. The mean (1.075) says 1
+        // CPU at 1.075× (1.07 as Python rounds the binary value); 2 CPUs keep it
+        // within 5 % (1.025×), fewer than the peak's 4.
+        let mut u = UsageAccum::default();
+        for i in 0..40 {
+            let c = if i == 0 { 4.0 } else { 1.0 };
+            u.add(&sample(100.0 + i as f64, c, 100.0, c, 0));
+        }
+        let r = u.recommendation().unwrap();
+        assert_eq!((r.cpu, r.cpu_slowdown, r.cpu_within_5pct), (1, 1.07, 2));
+        // Runs combine their time at each level: 1 s at two cores and 3 s at one
+        // (means 1 and 1.33: 1 CPU), so (2 + 3) ÷ 4 at one CPU.
+        let (mut a, mut b) = (UsageAccum::default(), UsageAccum::default());
+        a.add(&sample(1.0, 1.0, 100.0, 1.0, 0));
+        for (i, c) in [2.0, 1.0, 1.0].into_iter().enumerate() {
+            b.add(&sample(1.0 + i as f64, c, 100.0, c, 0));
+        }
+        let r = UsageAccum::combine(&[&a, &b]).recommendation().unwrap();
+        assert_eq!((r.cpu, r.cpu_slowdown), (1, 1.25));
     }
 
     #[test]

@@ -128,6 +128,12 @@ fn human(sum: &Summary) -> String {
             r.allocation,
             r.metaflow
         ));
+        if r.cpu_slowdown > 1.0 {
+            s.push_str(&format!(
+                "resource-tracker: at {} CPU the run is predicted to take {:.2}× its measured time ({:.1} s); {} CPU keep it within 5 %\n",
+                r.cpu, r.cpu_slowdown, r.predicted_duration_secs, r.cpu_within_5pct
+            ));
+        }
     }
     if !sum.top_commands.is_empty() {
         let tops: Vec<String> = sum
