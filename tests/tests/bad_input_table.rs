@@ -149,6 +149,40 @@ fn cases() -> Vec<Case> {
             ));
         }
     }
+    // Limits (a bound past the host's own size names the host, so it is checked in
+    // tests/tests/limits.rs rather than in this machine-independent table).
+    for bad in ["0", "-1", "abc", "nan", "inf", "0.001", "1s"] {
+        v.push(run_flag("--cpus", bad, &["--cpus"]));
+        v.push(env("TRACKER_CPUS", bad, 2, &["TRACKER_CPUS"]));
+    }
+    for bad in ["0", "3", "2M", "1K", "5X", "abc", "-5M", "1e400", "G"] {
+        v.push(run_flag("--memory", bad, &["--memory"]));
+        v.push(env("TRACKER_MEMORY", bad, 2, &["TRACKER_MEMORY"]));
+    }
+    for body in [
+        "[tracker]\ncpus = 0\n",
+        "[tracker]\ncpus = -2.5\n",
+        "[tracker]\nmemory = 2\n",
+        "[tracker]\nmemory = \"5X\"\n",
+        "[tracker]\nmemory = true\n",
+    ] {
+        let key = if body.contains("cpus") {
+            "cpus"
+        } else {
+            "memory"
+        };
+        v.push(config(body, &[key]));
+    }
+    v.push(flag(
+        &["--pid", "1", "--cpus", "1"],
+        2,
+        &["--cpus", "run -- CMD"],
+    ));
+    v.push(flag(
+        &["--pid", "1", "--memory", "64M"],
+        2,
+        &["--memory", "run -- CMD"],
+    ));
     for bad in ["0", "-1", "abc", "1.5", "99999999999", "4294967296", ""] {
         v.push(flag(&["--pid", bad], 2, &["--pid"]));
     }

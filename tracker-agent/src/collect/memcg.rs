@@ -73,6 +73,9 @@ pub struct Left {
 pub enum Controller {
     Memory,
     Cpu,
+    /// v1's `cpu` controller, for a CPU quota where no v2 cgroup of the command
+    /// takes one (limits.rs).
+    Quota,
 }
 
 impl Controller {
@@ -81,6 +84,7 @@ impl Controller {
         match self {
             Controller::Memory => "memory",
             Controller::Cpu => "cpuacct",
+            Controller::Quota => "cpu",
         }
     }
 }
@@ -230,6 +234,8 @@ impl TreeCgroup {
         let found = match controller {
             Controller::Memory => v1().or_else(v2),
             Controller::Cpu => v2().or_else(v1),
+            // A process is in one v2 cgroup: a v2 quota goes in that one.
+            Controller::Quota => v1(),
         };
         let Some((parent, parent_rel, v2)) = found else {
             return Err(Unavailable(format!(
@@ -290,6 +296,7 @@ impl TreeCgroup {
             // No peak for CPU: the usage only grows.
             (Controller::Cpu, true) => ("cpu.stat", ""),
             (Controller::Cpu, false) => ("cpuacct.usage", ""),
+            (Controller::Quota, _) => ("cpu.stat", ""),
         };
         let mut cg = TreeCgroup {
             controller,
@@ -339,7 +346,7 @@ impl TreeCgroup {
                     .ok()?;
                 usage_usec_ns(&self.buf)
             }
-            (Controller::Memory, false) => None,
+            (Controller::Memory, false) | (Controller::Quota, _) => None,
         }
     }
 

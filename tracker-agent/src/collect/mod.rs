@@ -9,6 +9,7 @@ pub mod cpu;
 pub mod disk;
 pub mod gpu;
 pub mod host;
+pub mod limits;
 pub mod memcg;
 pub mod memory;
 pub mod mountinfo;

@@ -487,6 +487,7 @@ mod tests {
             detail: "d".into(),
         });
         sum.streaming = Some(StreamReport::default());
+        sum.limits = Some(crate::model::summary::LimitsReport::default());
         let mut u = crate::model::stats::UsageAccum::default();
         u.add(&Sample {
             process: Some(ProcessSample {

@@ -137,6 +137,23 @@ pub struct Summary {
     pub recommendation: Option<Recommendation>,
     /// The cheapest fitting server (`--recommend-server`); null unless asked.
     pub recommended_server: Option<ServerAdvice>,
+    /// The limits the command ran under (`run --cpus/--memory`) and what they did;
+    /// null without them.
+    pub limits: Option<LimitsReport>,
+}
+
+/// The limits a command ran under and what they did: the memory cgroup's own
+/// count of OOM kills, the time the CPU quota held the tree back.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct LimitsReport {
+    pub cpus: Option<f64>,
+    pub memory_mib: Option<f64>,
+    /// Processes the kernel killed for the memory limit; null without one.
+    pub oom_kills: Option<u64>,
+    /// Periods in which the quota stopped the tree, and for how long in all;
+    /// null without a CPU limit.
+    pub throttled_periods: Option<u64>,
+    pub throttled_secs: Option<f64>,
 }
 
 /// How streaming went; in the summary as `streaming`.
@@ -245,6 +262,7 @@ impl Summary {
             stats: stats.usage.stats(),
             recommendation: stats.usage.recommendation(),
             recommended_server: None,
+            limits: None,
         }
     }
 }

@@ -17,6 +17,7 @@ use std::{path::PathBuf, sync::mpsc, time::Instant};
 use crate::{
     collect::{
         gpu::GpuCollector,
+        limits::{self, Limited, Limits},
         memcg::{self, Controller, TreeCgroup, TreeCpu},
         Roots, SystemCollector,
     },
@@ -254,7 +255,8 @@ pub fn run(st: Settings) -> anyhow::Result<i32> {
         engine,
         memcg,
         cpucg,
-    } = match begin(start, engine, run_as.as_ref())? {
+        limited,
+    } = match begin(start, engine, run_as.as_ref(), st.limits)? {
         Ok(b) => b,
         Err(code) => return Ok(code),
     };
@@ -288,6 +290,7 @@ pub fn run(st: Settings) -> anyhow::Result<i32> {
     let mut summary = end_summary(
         &st,
         ended,
+        limited,
         started,
         (backend, backend_reason),
         host_info,
@@ -421,11 +424,15 @@ fn open_sinks(
 fn end_summary(
     st: &Settings,
     mut ended: track::Ended,
+    limited: Option<Limited>,
     started: Instant,
     (backend, backend_reason): (Option<crate::model::reading::Backend>, Option<String>),
     host_info: crate::model::HostInfo,
     discovery: Option<std::thread::JoinHandle<Discovered>>,
 ) -> crate::model::Summary {
+    // What the limits did, read before their cgroups go.
+    let limits = limited.as_ref().map(Limited::outcome);
+    drop(limited);
     if let Some(mut cg) = ended.memcg.take() {
         cg.remove();
     }
@@ -446,6 +453,7 @@ fn end_summary(
         engine: ended.engine.as_ref(),
     };
     let mut summary = end::summary(&ended.sampler.stats, outcome, context);
+    summary.limits = limits;
     if let Some(url) = &st.keeper {
         summary.recommended_server = report::advise(url, &summary);
     }
@@ -536,6 +544,7 @@ struct Begun {
     engine: Option<Engine>,
     memcg: Option<TreeCgroup>,
     cpucg: Option<TreeCpu>,
+    limited: Option<Limited>,
 }
 
 /// Starts the command or attaches to the tree. `Ok(Err(code))`: the command could
@@ -544,11 +553,19 @@ fn begin(
     start: Start,
     engine: Option<Engine>,
     run_as: Option<&crate::sudo::RunAs>,
+    limits: Limits,
 ) -> anyhow::Result<Result<Begun, i32>> {
-    let (root, command_root, engine, memcg, cpucg) = match start {
-        Start::Host => (None, None, None, None, None),
-        Start::Command(path, argv) => match launch_command(&path, &argv, run_as, engine)? {
-            Ok(l) => (Some(l.pid), Some(l.pid), Some(l.engine), l.memcg, l.cpucg),
+    let (root, command_root, engine, memcg, cpucg, limited) = match start {
+        Start::Host => (None, None, None, None, None, None),
+        Start::Command(path, argv) => match launch_command(&path, &argv, run_as, engine, limits)? {
+            Ok(l) => (
+                Some(l.pid),
+                Some(l.pid),
+                Some(l.engine),
+                l.memcg,
+                l.cpucg,
+                l.limited,
+            ),
             Err(code) => return Ok(Err(code)),
         },
         Start::Attach(pid) => {
@@ -559,7 +576,7 @@ fn begin(
                 }
                 _ => Engine::Procfs(Box::new(ProcfsEngine::new(pid, None))),
             };
-            (Some(pid), None, Some(e), None, None)
+            (Some(pid), None, Some(e), None, None, None)
         }
     };
     Ok(Ok(Begun {
@@ -568,6 +585,7 @@ fn begin(
         engine,
         memcg,
         cpucg,
+        limited,
     }))
 }
 
@@ -615,17 +633,9 @@ fn load_engine(
 /// A cgroup for exactly the command's tree, joined by the paused command before it
 /// execs. None where none can be made (no rights, a read-only cgroupfs, a full
 /// hierarchy, no memory controller delegated): said once, and memory is Σ PSS.
-fn tree_cgroup(pid: u32) -> Option<TreeCgroup> {
+fn tree_cgroup(pid: u32) -> Result<TreeCgroup, memcg::Unavailable> {
     // A cgroup the command cannot join is removed at once (dropped).
-    match TreeCgroup::make(&Roots::default()).and_then(|cg| cg.place(pid).map(|()| cg)) {
-        Ok(cg) => Some(cg),
-        Err(e) => {
-            say(format_args!(
-                "no cgroup for the command's memory ({e}); memory is the tree's Σ PSS (memory_source pss)"
-            ));
-            None
-        }
-    }
+    TreeCgroup::make(&Roots::default()).and_then(|cg| cg.place(pid).map(|()| cg))
 }
 
 /// The command's CPU from a cgroup that holds exactly its tree: the scheduler's
@@ -660,16 +670,22 @@ struct Launched {
     engine: Engine,
     memcg: Option<TreeCgroup>,
     cpucg: Option<TreeCpu>,
+    limited: Option<Limited>,
 }
 
+/// Exit code of a command refused because its limits could not be put in place.
+const LIMITS_REFUSED: i32 = 2;
+
 /// Starts the command paused, registers it with the engine (procfs when `engine`
-/// is None), places it in a cgroup of its own, then lets it run. `Ok(Err(code))`:
-/// it could not start, and the tracker exits with `code` after saying why.
+/// is None), places it in a cgroup of its own with the limits asked for, then lets
+/// it run. `Ok(Err(code))`: it could not start (or not under its limits, which it
+/// never runs without), and the tracker exits with `code` after saying why.
 fn launch_command(
     path: &std::path::Path,
     argv: &[std::ffi::OsString],
     run_as: Option<&crate::sudo::RunAs>,
     engine: Option<Engine>,
+    limits: Limits,
 ) -> anyhow::Result<Result<Launched, i32>> {
     let paused = match launch::spawn_paused(path, argv, run_as) {
         Ok(p) => p,
@@ -691,11 +707,44 @@ fn launch_command(
         }
         _ => Engine::Procfs(Box::new(ProcfsEngine::new(pid, Some(std::process::id())))),
     };
-    let memcg = tree_cgroup(pid);
+    let memcg = match tree_cgroup(pid) {
+        Ok(cg) => Some(cg),
+        Err(e) if limits.memory_bytes.is_some() => {
+            say(format_args!(
+                "the command was not started: --memory needs a cgroup for it, and none can be made ({e})"
+            ));
+            paused.abort();
+            reap();
+            return Ok(Err(LIMITS_REFUSED));
+        }
+        Err(e) => {
+            say(format_args!(
+                "no cgroup for the command's memory ({e}); memory is the tree's Σ PSS (memory_source pss)"
+            ));
+            None
+        }
+    };
     let cpucg = cpu_cgroup(pid, memcg.as_ref());
+    let limited = if limits.any() {
+        let own_cpu = cpucg.as_ref().and_then(|c| c.own.as_ref());
+        match limits::apply(pid, limits, &Roots::default(), memcg.as_ref(), own_cpu) {
+            Ok(l) => Some(l),
+            Err(why) => {
+                say(format_args!(
+                    "the command was not started: it cannot run under its limits: {why}"
+                ));
+                paused.abort();
+                reap();
+                return Ok(Err(LIMITS_REFUSED));
+            }
+        }
+    } else {
+        None
+    };
     if let Err(e) = paused.release() {
         let code = refused(e);
         reap();
+        drop(limited);
         drop(cpucg);
         drop(memcg);
         return Ok(Err(code));
@@ -705,5 +754,6 @@ fn launch_command(
         engine,
         memcg,
         cpucg,
+        limited,
     }))
 }

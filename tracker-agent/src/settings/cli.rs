@@ -120,6 +120,14 @@ pub struct Opts {
     /// TRACKER_TAIL_TIMEOUT, [tracker] tail_timeout_secs.
     #[arg(long, value_name = "SECS", allow_hyphen_values = true)]
     pub tail_timeout: Option<String>,
+    /// Run the command under a CPU quota of N CPUs (fractions allowed), to try a
+    /// recommendation before shipping it; env TRACKER_CPUS, [tracker] cpus.
+    #[arg(long, value_name = "N", allow_hyphen_values = true)]
+    pub cpus: Option<String>,
+    /// Run the command under a memory limit of SIZE (MiB, or with K, M, G, T);
+    /// env TRACKER_MEMORY, [tracker] memory.
+    #[arg(long, value_name = "SIZE", allow_hyphen_values = true)]
+    pub memory: Option<String>,
     /// Output format [default: json].
     #[arg(short = 'f', long, value_parser = ["json", "csv"])]
     pub format: Option<String>,
@@ -217,6 +225,8 @@ mod tests {
             ("pid", "PID"),
             ("interval", "between samples"),
             ("tail_timeout", "rest of its tree"),
+            ("cpus", "CPU quota"),
+            ("memory", "memory limit"),
             ("config", "config"),
             ("format", "format"),
             ("output", "samples to FILE"),

@@ -41,6 +41,11 @@ pub struct TrackerSection {
     pub quiet: Option<bool>,
     pub upload_interval_secs: Option<f64>,
     pub tail_timeout_secs: Option<f64>,
+    /// A CPU limit for the command (`--cpus`).
+    pub cpus: Option<f64>,
+    /// A memory limit for the command (`--memory`): MiB as a number, or a size
+    /// with its unit as text.
+    pub memory: Option<toml::Value>,
     pub discover: Option<bool>,
     pub share_identity: Option<bool>,
     pub renice: Option<i64>,

@@ -13,6 +13,7 @@ pub mod values;
 use std::{ffi::OsString, path::PathBuf, time::Duration};
 
 use crate::{
+    collect::limits::Limits,
     discovery::Endpoints,
     model::JobMeta,
     sink::{
@@ -88,6 +89,8 @@ pub struct Settings {
     /// How long, once the command has exited, the run waits for the rest of its tree
     /// (members still running: a script's background job, a worker finishing).
     pub tail_timeout: Duration,
+    /// The limits the command runs under (`--cpus`, `--memory`); none by default.
+    pub limits: Limits,
 }
 
 /// The tail's default wait: members that finish within it after the command are
@@ -277,6 +280,64 @@ fn tail_of(
     )
 }
 
+/// The limits to run the command under: the flags, the environment, the config
+/// file, else none; each within what the host has.
+fn limits_of(
+    opts: &Opts,
+    get_env: GetEnv,
+    tr: &file::TrackerSection,
+    in_file: &dyn Fn(&str) -> String,
+) -> Result<Limits, String> {
+    let (host_cpus, host_bytes) = values::host_size();
+    let cpus = match (
+        opts.cpus.as_deref(),
+        env_var(get_env, "TRACKER_CPUS")?,
+        tr.cpus,
+    ) {
+        (Some(s), _, _) => Some(values::cpus("--cpus", s, host_cpus)?),
+        (None, Some(s), _) => Some(values::cpus(
+            "environment variable TRACKER_CPUS",
+            &s,
+            host_cpus,
+        )?),
+        (None, None, Some(v)) => Some(values::cpus(
+            &in_file("cpus"),
+            &format!("{v:?}"),
+            host_cpus,
+        )?),
+        (None, None, None) => None,
+    };
+    let memory_bytes = match (
+        opts.memory.as_deref(),
+        env_var(get_env, "TRACKER_MEMORY")?,
+        &tr.memory,
+    ) {
+        (Some(s), _, _) => Some(values::memory("--memory", s, host_bytes)?),
+        (None, Some(s), _) => Some(values::memory(
+            "environment variable TRACKER_MEMORY",
+            &s,
+            host_bytes,
+        )?),
+        (None, None, Some(v)) => {
+            let text = match v {
+                toml::Value::String(t) => t.clone(),
+                toml::Value::Integer(i) => i.to_string(),
+                toml::Value::Float(f) => format!("{f:?}"),
+                other => {
+                    return Err(format!(
+                        "{}: a {} is not a size (MiB, or text such as \"512M\")",
+                        in_file("memory"),
+                        other.type_str()
+                    ))
+                }
+            };
+            Some(values::memory(&in_file("memory"), &text, host_bytes)?)
+        }
+        (None, None, None) => None,
+    };
+    Ok(Limits { cpus, memory_bytes })
+}
+
 /// The tracker's nice value: the flag, the environment, the config file, or none.
 fn renice_of(
     flag: Option<i32>,
@@ -382,8 +443,17 @@ pub fn resolve(cli: Cli, get_env: GetEnv) -> Result<Settings, String> {
             "--events: process events come from the eBPF engine; not with --no-ebpf".into(),
         );
     }
+    let target = target(&opts, cmd, cfg.pid, &cname)?;
+    let limits = limits_of(&opts, get_env, tr, &in_file)?;
+    if limits.any() && !matches!(target, Target::Command(_)) {
+        return Err(
+            "--cpus and --memory limit a command the tracker starts (run -- CMD), not a running tree or the host"
+                .into(),
+        );
+    }
     Ok(Settings {
-        target: target(&opts, cmd, cfg.pid, &cname)?,
+        target,
+        limits,
         interval,
         format,
         output,

@@ -60,6 +60,87 @@ pub fn tail_secs(origin: &str, text: &str) -> Result<f64, String> {
     Ok(v)
 }
 
+/// The host's CPUs online and its memory in bytes, the most a limit may ask.
+pub fn host_size() -> (f64, u64) {
+    // SAFETY: sysconf has no memory preconditions.
+    let (cpus, pages, page) = unsafe {
+        (
+            libc::sysconf(libc::_SC_NPROCESSORS_ONLN),
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    (
+        cpus.max(1) as f64,
+        (pages.max(0) as u64).saturating_mul(page.max(0) as u64),
+    )
+}
+
+/// The smallest CPU quota the kernel takes is 1 ms a period; the period is 100 ms.
+pub const MIN_CPUS: f64 = 0.01;
+
+/// A CPU limit from `origin`: a number of CPUs, fractions allowed, from 0.01 up to
+/// the host's `host_cpus`.
+pub fn cpus(origin: &str, text: &str, host_cpus: f64) -> Result<f64, String> {
+    let v: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("{origin}: '{text}' is not a number of CPUs"))?;
+    if !v.is_finite() || v < MIN_CPUS {
+        return Err(format!(
+            "{origin}: must be at least {MIN_CPUS} CPUs, got '{text}'"
+        ));
+    }
+    if v > host_cpus {
+        return Err(format!(
+            "{origin}: this host has {host_cpus} CPUs, got '{text}'"
+        ));
+    }
+    Ok(v)
+}
+
+/// The smallest memory limit, MiB: below it a process cannot even start.
+pub const MIN_MEMORY_MIB: u64 = 4;
+
+/// A memory limit from `origin`, bytes: MiB as a bare number (as Metaflow's
+/// `@resources(memory=…)`), else with a binary unit: K, M, G, T (also KiB, Ki,
+/// KB …, any case); from 4 MiB up to the host's `host_bytes`.
+pub fn memory(origin: &str, text: &str, host_bytes: u64) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = (&t[..split], t[split..].trim());
+    let v: f64 = num.parse().map_err(|_| {
+        format!("{origin}: '{text}' is not a size (MiB, or a number with K, M, G or T)")
+    })?;
+    let scale: u64 = match unit.to_ascii_lowercase().as_str() {
+        "" | "m" | "mi" | "mb" | "mib" => 1 << 20,
+        "b" => 1,
+        "k" | "ki" | "kb" | "kib" => 1 << 10,
+        "g" | "gi" | "gb" | "gib" => 1 << 30,
+        "t" | "ti" | "tb" | "tib" => 1 << 40,
+        _ => {
+            return Err(format!(
+                "{origin}: unknown unit '{unit}' in '{text}' (K, M, G or T; a bare number is MiB)"
+            ))
+        }
+    };
+    let bytes = v * scale as f64;
+    if !bytes.is_finite() || bytes < (MIN_MEMORY_MIB << 20) as f64 {
+        return Err(format!(
+            "{origin}: must be at least {MIN_MEMORY_MIB} MiB, got '{text}'"
+        ));
+    }
+    if bytes > host_bytes as f64 {
+        return Err(format!(
+            "{origin}: this host has {} MiB of memory, got '{text}'",
+            host_bytes >> 20
+        ));
+    }
+    Ok(bytes as u64)
+}
+
 /// A nice value (-20 to 19) from `origin`.
 pub fn nice(origin: &str, text: &str) -> Result<i32, String> {
     match text.trim().parse::<i32>() {
@@ -330,6 +411,50 @@ mod tests {
     use std::{collections::HashMap, os::unix::ffi::OsStringExt};
 
     use super::*;
+
+    #[test]
+    fn limits_check_their_values() {
+        assert_eq!(cpus("--cpus", "1.5", 2.0), Ok(1.5));
+        assert_eq!(cpus("--cpus", "2", 2.0), Ok(2.0));
+        for (bad, why) in [
+            ("0", "at least 0.01"),
+            ("-1", "at least 0.01"),
+            ("nan", "at least 0.01"),
+            ("inf", "at least 0.01"),
+            ("abc", "not a number of CPUs"),
+            ("3", "this host has 2 CPUs"),
+        ] {
+            let e = cpus("--cpus", bad, 2.0).unwrap_err();
+            assert!(e.starts_with("--cpus: ") && e.contains(why), "{bad}: {e}");
+        }
+        let host = 8u64 << 30;
+        for (good, bytes) in [
+            ("512", 512u64 << 20),
+            ("512M", 512 << 20),
+            ("512Mi", 512 << 20),
+            ("1.5G", 3 << 29),
+            ("1gib", 1 << 30),
+            ("4096K", 4 << 20),
+            ("8G", 8 << 30),
+            ("4194304B", 4 << 20),
+        ] {
+            assert_eq!(memory("--memory", good, host), Ok(bytes), "{good}");
+        }
+        for (bad, why) in [
+            ("3", "at least 4 MiB"),
+            ("0", "at least 4 MiB"),
+            ("1K", "at least 4 MiB"),
+            ("9G", "this host has 8192 MiB"),
+            ("512X", "unknown unit 'X'"),
+            ("", "is not a size"),
+            ("-5M", "is not a size"),
+            ("G", "is not a size"),
+            ("1e400", "unknown unit"),
+        ] {
+            let e = memory("--memory", bad, host).unwrap_err();
+            assert!(e.starts_with("--memory: ") && e.contains(why), "{bad}: {e}");
+        }
+    }
 
     #[test]
     fn seconds_checks() {

@@ -1,0 +1,89 @@
+//! `run --cpus N --memory SIZE`: the command runs under the limits, the kernel's
+//! own counters say what they did, and a command is never run without the limits
+//! it was asked to run under.
+
+use std::process::Command;
+
+use tracker_tests::{truth::f, *};
+
+fn limited(tag: &str, limits: &[&str], cmd: &[&str]) -> (i32, serde_json::Value, String) {
+    let scratch = Scratch::new(tag);
+    let sum = scratch.path("summary.json");
+    let o = run(Command::new(tracker())
+        .args(["run", "-q", "--summary"])
+        .arg(&sum)
+        .args(limits)
+        .arg("--")
+        .args(cmd));
+    let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    (o.status.code().unwrap_or(-1), read_json(&sum), stderr)
+}
+
+/// A root that writes 200 MiB under a 64 MiB limit is killed by the kernel: its
+/// exit code (137) is the command's, and the summary names the kill from the
+/// memory cgroup's own counter.
+#[test]
+fn a_memory_limit_holds_and_names_its_kills() {
+    let (code, s, err) = limited(
+        "oom",
+        &["--memory", "64M"],
+        &["python3", "-c", "x = bytearray(200 << 20); print(len(x))"],
+    );
+    assert_eq!(code, 137, "{err}");
+    assert_eq!(s["exit_code"], 137, "{s}");
+    let l = &s["limits"];
+    assert_eq!(l["memory_mib"], 64.0, "{s}");
+    assert!(l["oom_kills"].as_u64().unwrap_or(0) >= 1, "{s}");
+    assert_eq!(l["cpus"], serde_json::Value::Null);
+    if s["memory_source"] == "cgroup" {
+        assert!(
+            s["peak_memory_mib"].as_f64().unwrap_or(1e9) <= 64.0,
+            "the cgroup's peak stays under its limit: {s}"
+        );
+    }
+}
+
+/// A root that would keep a CPU busy for 0.6 s gets at most half a CPU: no more
+/// CPU than half its wall time (and one period's allowance), and the quota says it
+/// throttled the tree.
+#[test]
+fn a_cpu_quota_holds_and_names_its_throttling() {
+    let w = workload().to_string_lossy().into_owned();
+    let (code, s, err) = limited("quota", &["--cpus", "0.5"], &[&w, "spin", "600000"]);
+    assert_eq!(code, 0, "{err}");
+    let (cpu, wall) = (f(&s, "cpu_total_secs"), f(&s, "wall_secs"));
+    assert!(
+        cpu <= 0.5 * wall + 0.05,
+        "{cpu:.3} s of CPU in {wall:.3} s under half a CPU: {s}"
+    );
+    let l = &s["limits"];
+    assert_eq!(l["cpus"], 0.5, "{s}");
+    assert!(l["throttled_periods"].as_u64().unwrap_or(0) >= 3, "{s}");
+    assert!(l["throttled_secs"].as_f64().unwrap_or(0.0) > 0.1, "{s}");
+    assert_eq!(l["oom_kills"], serde_json::Value::Null);
+}
+
+/// A limit past what the host has is refused before the command starts.
+#[test]
+fn limits_past_the_host_are_refused() {
+    let scratch = Scratch::new("past");
+    let started = scratch.path("started");
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) + 1;
+    for (flag, value) in [
+        ("--cpus", cpus.to_string()),
+        ("--memory", "1048576G".to_string()),
+    ] {
+        let o = run(Command::new(tracker())
+            .args(["run", flag, &value, "--", "touch"])
+            .arg(&started));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{flag} {value}: {err}");
+        assert!(
+            err.contains(flag) && err.contains("this host has"),
+            "{flag} {value}: {err}"
+        );
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(!started.exists(), "{flag} {value}: the command ran");
+    }
+}
