@@ -444,6 +444,72 @@ fn without_rights_memory_is_pss_said_once() {
 /// The cgroup the tracker makes is gone after the run however it ends: normally,
 /// with a daemon that outlives the root (moved back to the cgroup it started in),
 /// and on SIGTERM to the tracker.
+/// The charge's parts, each sample: 96 MiB written to a file (page cache, which a
+/// limit reclaims), then 80 MiB of anonymous memory held. The parts add up to the
+/// charge, the working set leaves the inactive page cache out, and the page cache
+/// the samples saw is what the kernel still charges once the run is over (the
+/// cgroup made for the command gives its pages to its parent, the truth).
+#[test]
+fn the_charges_parts_follow_the_workload() {
+    if !need_root() {
+        return;
+    }
+    let cg = Cgroup::new("parts");
+    let s = Scratch::new("parts");
+    let script = "dd if=/dev/zero of=f bs=1M count=96 status=none && sync && \
+                  python3 -c 'import time; x = bytearray(80 << 20); time.sleep(0.8)'";
+    let o = run(Command::new(workload())
+        .arg("incgroup")
+        .arg(cg.join_arg())
+        .arg("--")
+        .arg(tracker())
+        .args(["run", "-q", "-i", "0.2", "-o"])
+        .arg(s.path("s.jsonl"))
+        .args(["--", "/bin/sh", "-c", script])
+        .current_dir(&s.0));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let samples = read_jsonl(&s.path("s.jsonl"));
+    let mib = |p: &Value, k: &str| p[k].as_f64().unwrap_or_else(|| panic!("{k}: {p}"));
+    let (mut anon_max, mut cache_last) = (0.0f64, 0.0);
+    for smp in &samples {
+        let p = &smp["process"];
+        assert_eq!(p["memory_source"], "cgroup", "{p}");
+        let (all, anon, cache, ws, kernel) = (
+            mib(p, "memory_mib"),
+            mib(p, "memory_anon_mib"),
+            mib(p, "memory_page_cache_mib"),
+            mib(p, "memory_working_set_mib"),
+            mib(p, "memory_kernel_mib"),
+        );
+        assert!((anon + cache + kernel - all).abs() < 0.01, "parts {p}");
+        assert!(ws <= all && ws >= anon, "working set {p}");
+        anon_max = anon_max.max(anon);
+        cache_last = cache;
+    }
+    assert!(
+        anon_max >= 80.0,
+        "80 MiB held: anonymous at most {anon_max} MiB"
+    );
+    assert!(
+        cache_last >= 90.0,
+        "96 MiB written: page cache {cache_last} MiB"
+    );
+    // The truth's page cache now: the file's pages, reparented, and the tracker's
+    // own few (its binary, its outputs).
+    let stat = std::fs::read_to_string(memory_dir(&cg).join("memory.stat")).expect("stat");
+    let key = if v1_memory() { "total_cache" } else { "file" };
+    let truth_cache = stat
+        .lines()
+        .find_map(|l| l.strip_prefix(key)?.trim().parse::<f64>().ok())
+        .expect("page cache")
+        / 1048576.0;
+    assert!(
+        truth_cache >= cache_last - 1.0 && truth_cache <= cache_last + 24.0,
+        "the kernel's page cache {truth_cache:.1} MiB, the last sample's {cache_last:.1} MiB"
+    );
+}
+
 #[test]
 fn no_cgroup_is_left_behind() {
     if !need_root() {

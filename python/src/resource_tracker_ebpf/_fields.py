@@ -18,4 +18,8 @@ PROCESS_EXTRA = [
     "rchar_bytes",
     "wchar_bytes",
     "untracked_tasks",
+    "memory_anon_mib",
+    "memory_page_cache_mib",
+    "memory_working_set_mib",
+    "memory_kernel_mib",
 ]

@@ -30,7 +30,7 @@ use super::{
     cgroup::{find, mounts},
     CachedFile, Roots,
 };
-use crate::model::reading::MemcgReading;
+use crate::model::reading::{MemParts, MemcgReading};
 
 /// statfs magic numbers of the two cgroup file systems.
 const CGROUP_SUPER_MAGIC: i64 = 0x0027_e0eb;
@@ -99,6 +99,8 @@ pub struct TreeCgroup {
     v2: bool,
     usage: CachedFile,
     peak: Option<CachedFile>,
+    /// `memory.stat`, for the charge's parts (memory cgroups only).
+    stat: Option<CachedFile>,
     buf: Vec<u8>,
     removed: bool,
 }
@@ -303,6 +305,8 @@ impl TreeCgroup {
             usage: CachedFile::whole(dir.join(usage)),
             peak: (!peak.is_empty() && dir.join(peak).exists())
                 .then(|| CachedFile::whole(dir.join(peak))),
+            stat: (controller == Controller::Memory)
+                .then(|| CachedFile::whole(dir.join("memory.stat"))),
             rel: format!("{}/{name}", parent_rel.trim_end_matches('/')),
             dir,
             parent,
@@ -364,7 +368,16 @@ impl TreeCgroup {
             f.read(&mut self.buf).ok()?;
             std::str::from_utf8(&self.buf).ok()?.trim().parse().ok()
         });
-        Some(MemcgReading { current, peak })
+        let v2 = self.v2;
+        let parts = self.stat.as_mut().and_then(|f| {
+            f.read(&mut self.buf).ok()?;
+            parts(std::str::from_utf8(&self.buf).ok()?, v2)
+        });
+        Some(MemcgReading {
+            current,
+            peak,
+            parts,
+        })
     }
 
     /// The first of the tree's `live` processes found outside the cgroup (and
@@ -446,6 +459,29 @@ impl TreeCgroup {
     }
 }
 
+/// The charge's parts from `memory.stat`: v2's `anon`, `file`, `inactive_file`;
+/// v1's hierarchical `total_rss`, `total_cache`, `total_inactive_file` (the
+/// cgroup's own and its children's, as its usage counts them). None when a key is
+/// missing.
+fn parts(stat: &str, v2: bool) -> Option<MemParts> {
+    let get = |key: &str| {
+        stat.lines().find_map(|l| {
+            let (k, v) = l.split_once(' ')?;
+            (k == key).then(|| v.trim().parse::<u64>().ok()).flatten()
+        })
+    };
+    let [anon, file, inactive] = if v2 {
+        ["anon", "file", "inactive_file"]
+    } else {
+        ["total_rss", "total_cache", "total_inactive_file"]
+    };
+    Some(MemParts {
+        anon: get(anon)?,
+        file: get(file)?,
+        inactive_file: get(inactive)?,
+    })
+}
+
 /// The command's CPU as a cgroup counts it: its own (a v1 cpuacct or v2 cgroup),
 /// or the memory one where that is v2 (`own` None). The cgroup starts counting at
 /// the join; what the paused command ran between its fork and the join is kept
@@ -473,6 +509,29 @@ impl Drop for TreeCgroup {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_charges_parts() {
+        let v2 = "anon 1048576\nfile 8388608\nkernel 65536\nactive_file 4194304\ninactive_file 4194304\n";
+        assert_eq!(
+            parts(v2, true),
+            Some(MemParts {
+                anon: 1 << 20,
+                file: 8 << 20,
+                inactive_file: 4 << 20
+            })
+        );
+        let v1 = "cache 1\nrss 2\ninactive_file 3\ntotal_cache 10\ntotal_rss 20\ntotal_inactive_file 30\n";
+        assert_eq!(
+            parts(v1, false),
+            Some(MemParts {
+                anon: 20,
+                file: 10,
+                inactive_file: 30
+            })
+        );
+        assert_eq!(parts("anon 1\n", true), None);
+    }
 
     #[test]
     fn own_paths_of_both_versions() {
@@ -517,9 +576,10 @@ mod tests {
         let mut child = std::process::Command::new("sh")
             .args([
                 "-c",
-                "read x; dd if=/dev/zero of=/dev/null bs=32M count=1 status=none; read y",
+                "read x; dd if=/dev/zero of=/dev/null bs=32M count=1 status=none; echo done; read y",
             ])
             .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
             .spawn()
             .expect("sh");
         cg.place(child.id()).expect("placed");
@@ -529,7 +589,14 @@ mod tests {
         use std::io::Write as _;
         let mut stdin = child.stdin.take().expect("stdin");
         stdin.write_all(b"go\n").expect("go");
-        std::thread::sleep(Duration::from_millis(500));
+        // Read once dd is done, however long a busy machine makes that take.
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.take().expect("stdout")),
+            &mut line,
+        )
+        .expect("dd done");
+        assert_eq!(line, "done\n");
         let after = cg.read().expect("reading");
         // dd's 32 MiB buffer, every page written.
         assert!(

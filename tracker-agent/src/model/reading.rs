@@ -141,6 +141,20 @@ pub struct MemcgReading {
     /// Highest charge since the cgroup was made; None where the kernel keeps none
     /// (v2 before 5.19).
     pub peak: Option<u64>,
+    /// The charge's parts (`memory.stat`); None where it cannot be read.
+    pub parts: Option<MemParts>,
+}
+
+/// The parts of a memory cgroup's charge that a limit treats differently, bytes:
+/// anonymous memory stays (without swap); page cache is reclaimed under a limit,
+/// its inactive part first; the rest of the charge is the kernel's own (stacks,
+/// page tables, slab, sockets).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct MemParts {
+    pub anon: u64,
+    /// Page cache, tmpfs and shared memory included.
+    pub file: u64,
+    pub inactive_file: u64,
 }
 
 /// One level of the tracker's own memory cgroup, from its own up: its limit (None:

@@ -678,35 +678,24 @@ mod tests {
         assert!(json_line("{\"timestamp_secs\": 1,").is_err());
     }
 
-    /// A tree as the writers write it, every field set apart from its default.
+    /// A tree with every field of the registry set apart from its default (so a
+    /// new field is covered without a word here).
     fn a_tree() -> ProcessSample {
-        ProcessSample {
-            pid: 4242,
-            backend: "procfs",
-            utime_secs: 1.234567,
-            stime_secs: 0.5,
-            cpu_secs_total: 12.25,
-            cpu_source: "cgroup",
-            processes_spawned: 3,
-            processes_exited: 2,
-            live_processes: 5,
-            live_threads: 9,
-            memory_mib: 300.5,
-            memory_source: "pss",
-            memory_peak_mib: Some(310.25),
-            memory_rss_mib: 400.75,
-            memory_pss_mib: Some(300.5),
-            max_process_rss_mib: 120.0,
-            read_bytes: 4096,
-            write_bytes: 8192,
-            rchar_bytes: 10,
-            wchar_bytes: 11,
-            root_alive: true,
-            untracked_tasks: 1,
-            gpu_usage: Some(0.5),
-            gpu_vram_mib: Some(64.0),
-            gpu_utilized: Some(1),
+        let mut p = ProcessSample::default();
+        for (i, f) in TREE_FIELDS.iter().enumerate() {
+            let ty = (f.ty)();
+            let c = if !f.names.is_empty() {
+                Cell::Text(f.names[i % f.names.len()])
+            } else if ty.starts_with("boolean") {
+                Cell::Flag(true)
+            } else if ty.starts_with("integer") {
+                Cell::Int(i as u64 + 1)
+            } else {
+                Cell::Num(i as f64 + 0.25)
+            };
+            f.read(&mut p, c, f.name).expect("a value of its type");
         }
+        p
     }
 
     /// The tree's object of a JSON line reads back into the same object, byte for
@@ -721,8 +710,9 @@ mod tests {
             panic!("not a sample")
         };
         assert_eq!(serde_json::to_string(&s.process).unwrap(), tree);
-        assert_eq!(extra.backend.as_deref(), Some("procfs"));
-        let wrong = line.replace(r#""live_threads":9"#, r#""live_threads":"nine""#);
+        assert_eq!(extra.backend.as_deref(), Some(a_tree().backend));
+        let threads = format!(r#""live_threads":{}"#, a_tree().live_threads);
+        let wrong = line.replace(&threads, r#""live_threads":"nine""#);
         assert_eq!(
             json_line(&wrong).err().unwrap(),
             "process.live_threads: 'nine' is not a number"

@@ -295,6 +295,21 @@ tree_fields! {
     memory_pss_mib: Option<f64> { unit: "MiB", py: Some(10) }
     /// largest RSS of any single member so far (`signal->maxrss` at exit for exited ones)
     max_process_rss_mib: f64 { unit: "MiB", py: Some(11) }
+    /// anonymous memory of the command's cgroup (v2 `memory.stat` `anon`, v1
+    /// `total_rss`): what a limit cannot take back without swap; null unless
+    /// `memory_source` is `cgroup`
+    memory_anon_mib: Option<f64> { unit: "MiB", csv: Some(12), py: Some(16) }
+    /// page cache charged to the cgroup (v2 `file`, v1 `total_cache`; tmpfs and
+    /// shared memory included): a limit reclaims it rather than fail, so it is
+    /// reported beside what the job needs, not as part of it; null unless `cgroup`
+    memory_page_cache_mib: Option<f64> { unit: "MiB", csv: Some(13), py: Some(17) }
+    /// `memory_mib` but the cgroup's inactive page cache (`inactive_file`): the
+    /// working set, as the kubelet and the Vertical Pod Autoscaler count it; null
+    /// unless `cgroup`
+    memory_working_set_mib: Option<f64> { unit: "MiB", csv: Some(14), py: Some(18) }
+    /// `memory_mib` but anonymous memory and page cache: the kernel's own memory
+    /// for the tree (stacks, page tables, slab, sockets); null unless `cgroup`
+    memory_kernel_mib: Option<f64> { unit: "MiB", py: Some(19) }
     /// storage bytes read by the tree in the interval: each thread's own `read_bytes`
     /// (eBPF: `/proc/PID/task/TID/io` while live, `task->ioac` once it is dead and off the
     /// CPU; never a parent's count of reaped children, so nested shells count once)

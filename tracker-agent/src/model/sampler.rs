@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use super::{
     degraded::Degradations,
-    reading::{Backend, MemcgReading, Reading, TreeTotals},
+    reading::{Backend, MemParts, MemcgReading, Reading, TreeTotals},
     sample::{MemorySource, ProcessSample, Sample, TrackerSample, TreeCompat},
     summary::RunStats,
 };
@@ -114,6 +114,8 @@ impl Sampler {
         let rss_mib = now.rss_bytes as f64 / MIB;
         let pss_mib = now.pss_bytes.map(|b| b as f64 / MIB);
         let (memory_mib, memory_source, memory_peak_mib) = tree_memory(memcg, rss_mib, pss_mib);
+        let parts = memcg.and_then(|m| Some((m.current, m.parts?)));
+        let part = |f: fn(u64, &MemParts) -> u64| parts.map(|(c, p)| f(c, &p) as f64 / MIB);
         let cores = d_cpu as f64 / 1e9 / elapsed;
         let process = self.tree.map(|(root, backend)| ProcessSample {
             pid: root,
@@ -136,6 +138,10 @@ impl Sampler {
             memory_rss_mib: rss_mib,
             memory_pss_mib: pss_mib,
             max_process_rss_mib: now.max_rss_kib as f64 / 1024.0,
+            memory_anon_mib: part(|_, p| p.anon),
+            memory_page_cache_mib: part(|_, p| p.file),
+            memory_working_set_mib: part(|c, p| c.saturating_sub(p.inactive_file)),
+            memory_kernel_mib: part(|c, p| c.saturating_sub(p.anon + p.file)),
             read_bytes: now.read_bytes.saturating_sub(self.prev.read_bytes),
             write_bytes: now.write_bytes.saturating_sub(self.prev.write_bytes),
             rchar_bytes: now.rchar.saturating_sub(self.prev.rchar),
@@ -409,9 +415,25 @@ mod tests {
         r.memcg = Some(MemcgReading {
             current: 310 * MIB,
             peak: Some(320 * MIB),
+            parts: Some(crate::model::reading::MemParts {
+                anon: 200 * MIB,
+                file: 100 * MIB,
+                inactive_file: 60 * MIB,
+            }),
         });
         let p = s.step(r).process.unwrap();
         assert_eq!((p.memory_source, p.memory_mib), ("cgroup", 310.0));
+        // The charge's parts: 200 anonymous, 100 page cache (60 of it inactive),
+        // 10 the kernel's; the working set is 310 − 60.
+        assert_eq!(
+            (
+                p.memory_anon_mib,
+                p.memory_page_cache_mib,
+                p.memory_working_set_mib,
+                p.memory_kernel_mib
+            ),
+            (Some(200.0), Some(100.0), Some(250.0), Some(10.0))
+        );
         assert_eq!(p.memory_peak_mib, Some(320.0));
         assert_eq!(p.memory_rss_mib, 1200.0);
         let sum = summary(&s.stats);
