@@ -14,7 +14,7 @@ use super::{
     end::{self, OnSignal},
     events::EventLog,
     ready::Ready,
-    signals,
+    signals::{self, Reaped},
 };
 use crate::{
     collect::{
@@ -436,23 +436,11 @@ pub fn run(
     rt.block_on(run_loop(t, st, started, sinks))
 }
 
-async fn run_loop(
-    mut t: Tracked,
-    st: &Settings,
-    started: Instant,
-    sinks: &mut Sinks,
-) -> anyhow::Result<Ended> {
-    let (sig_tx, mut sig_rx) = mpsc::unbounded_channel();
-    signals::spawn_signal_thread(sig_tx);
-    let (reap_tx, mut reap_rx) = mpsc::unbounded_channel();
-    if t.command_root.is_some() {
-        signals::spawn_reaper(reap_tx);
-    } else {
-        drop(reap_tx);
-    }
-    let mut ring = ring_of(&mut t.engine);
+/// The loop's state, made from what the session tracks; the loop reads it again
+/// when it starts each sample.
+fn start_loop(t: Tracked, st: &Settings, started: Instant) -> (Loop, Ends) {
     let backend = t.engine.as_ref().map(Engine::backend);
-    let mut lp = Loop {
+    let lp = Loop {
         sampler: Sampler::new(
             t.root.zip(backend),
             st.meta.job_name.clone(),
@@ -476,154 +464,114 @@ async fn run_loop(
         pss: PssSum::default(),
         pss_always: st.engine.pss,
     };
-    // A tree the tracker started begins at zero (its first instructions belong to
-    // the first interval); an attached one at what it had used already.
-    let base = match (&mut lp.engine, t.command_root) {
-        (Some(e), None) => {
-            let events = &mut lp.events;
-            Some(
-                e.read(lp.opts, ring.as_mut().map(|r| r.get_mut()), &mut |ev| {
-                    events.show(ev)
-                })?,
-            )
-        }
-        _ => None,
+    let ends = Ends {
+        root: t.root,
+        command_root: t.command_root,
+        ready: t.ready,
     };
-    let bpf = lp.engine.as_ref().and_then(Engine::bpf_stats);
-    lp.sampler.baseline(base, bpf);
-    if let Some(r) = t.ready.take() {
-        r.signal();
+    (lp, ends)
+}
+
+/// What the loop keeps of `Tracked` beside its state.
+struct Ends {
+    root: Option<u32>,
+    command_root: Option<u32>,
+    ready: Option<Ready>,
+}
+
+/// How the loop stands between events: the command's wait status once it exited,
+/// and how long the tail may still last.
+#[derive(Default)]
+struct Progress {
+    status: Option<i32>,
+    /// Set once the command has exited with members of its tree still running.
+    tail_until: Option<tokio::time::Instant>,
+}
+
+impl Loop {
+    /// A tree the tracker started begins at zero (its first instructions belong to
+    /// the first interval); an attached one at what it had used already.
+    fn baseline(&mut self, attached: bool, ring: Option<&mut Ring>) -> anyhow::Result<()> {
+        let base = match (&mut self.engine, attached) {
+            (Some(e), true) => {
+                let events = &mut self.events;
+                Some(e.read(self.opts, ring, &mut |ev| events.show(ev))?)
+            }
+            _ => None,
+        };
+        let bpf = self.engine.as_ref().and_then(Engine::bpf_stats);
+        self.sampler.baseline(base, bpf);
+        Ok(())
     }
-    let period = Duration::from_secs_f64(st.interval);
-    let mut next = tokio::time::Instant::from_std(started) + period;
-    let ticker = match Ticker::new().and_then(|t| t.arm(next.into_std(), period).map(|()| t)) {
-        Ok(t) => Some(t),
-        Err(e) => {
-            log::debug!("no timerfd ({e}): samples are timed by tokio");
-            None
+
+    /// A child of the tracker was reaped: its figures (procfs), and whether the run
+    /// is over (the command is done and nothing of its tree is left, or it left no
+    /// tail to wait for).
+    fn reaped(&mut self, r: &Reaped, ends: &Ends, st: &Settings, pr: &mut Progress) -> bool {
+        if let Some(Engine::Procfs(p)) = &mut self.engine {
+            p.note_reaped(r.pid, r.user_ns, r.sys_ns, r.maxrss_kib);
         }
-    };
-    // Attached on procfs: the root's exit wakes the tracker (its pidfd), which
-    // reads the zombie's final figures before the root's parent, outside the tree,
-    // reaps it and takes them along (a tree that ends within an interval of its
-    // root counted nothing of its last stretch).
-    let mut root_exit = match (&lp.engine, t.command_root, t.root) {
-        (Some(Engine::Procfs(_)), None, Some(pid)) => pidfd(pid),
-        _ => None,
-    };
-    // The kernel wakes us only when the ring is a quarter full; otherwise it is
-    // drained at each sample. (A 100 ms drain timer cost ~1 ms of CPU a second.)
-    let mut status: Option<i32> = None;
-    // Set once the command has exited with members of its tree still running.
-    let mut tail_until: Option<tokio::time::Instant> = None;
-    // TRACKER_STOP_WITH_PARENT (set by the Python package): an attached or host-only
-    // tracker stops, as on SIGTERM, once the process that started it is gone (a
-    // killed interpreter must not leave a tracker running for ever). Checked at each
-    // sample: one getppid() call.
-    let parent = (t.command_root.is_none() && st.stop_with_parent)
-        // SAFETY: getppid has no preconditions.
-        .then(|| unsafe { libc::getppid() });
-    loop {
-        tokio::select! {
-            _ = tick(&ticker, next) => {
-                // Deadline grid: no drift, and a late wake-up skips missed slots.
-                let now = tokio::time::Instant::now();
-                while next <= now {
-                    next += period;
-                }
-                // SAFETY: getppid has no preconditions.
-                if parent.is_some_and(|p| p != unsafe { libc::getppid() }) {
-                    log::info!("the process that started the tracker is gone: stopping");
-                    break; // the final sample is written below
-                }
-                emit(&mut lp, ring.as_mut().map(|r| r.get_mut()), sinks);
+        if Some(r.pid) == ends.command_root {
+            pr.status = Some(r.status);
+            // The command is done; members it left running still belong to the
+            // run, up to the tail's bound.
+            if st.tail_timeout.is_zero() || !tree_alive(&mut self.engine) {
+                return true;
             }
-            _ = async {
-                match &root_exit {
-                    Some(fd) => fd.readable().await.map(|mut g| g.retain_ready()),
-                    None => std::future::pending().await,
-                }
-            } => {
-                if let Some(Engine::Procfs(p)) = &mut lp.engine {
-                    p.root_exited();
-                }
-                log::debug!("the attached root exited: its zombie's figures read");
-                root_exit = None;
+            pr.tail_until = Some(tokio::time::Instant::now() + st.tail_timeout);
+            false
+        } else {
+            pr.tail_until.is_some() && !tree_alive(&mut self.engine)
+        }
+    }
+
+    /// The attached root exited (procfs): its zombie's figures are read before its
+    /// parent, outside the tree, reaps it.
+    fn root_exited(&mut self) {
+        if let Some(Engine::Procfs(p)) = &mut self.engine {
+            p.root_exited();
+        }
+        log::debug!("the attached root exited: its zombie's figures read");
+    }
+
+    /// Whether the tail is over: its bound passed, or nothing of the tree is left.
+    fn tail_over(&mut self, pr: &Progress) -> bool {
+        pr.tail_until
+            .is_some_and(|u| tokio::time::Instant::now() >= u)
+            || !tree_alive(&mut self.engine)
+    }
+
+    /// The event ring became readable (or waiting on it failed, which ends the
+    /// ring's use for the run: the engine names it).
+    fn ring_ready(
+        &mut self,
+        guard: std::io::Result<tokio::io::unix::AsyncFdReadyMutGuard<'_, Ring>>,
+    ) -> bool {
+        match guard {
+            Ok(mut g) => {
+                self.drain(g.get_inner_mut());
+                g.clear_ready();
+                true
             }
-            Some(r) = reap_rx.recv() => {
-                if let Some(Engine::Procfs(p)) = &mut lp.engine {
-                    p.note_reaped(r.pid, r.user_ns, r.sys_ns, r.maxrss_kib);
+            Err(e) => {
+                let cause = format!("waiting on the event ring failed ({e})");
+                log::warn!("{cause}");
+                if let Some(Engine::Ebpf(en)) = &mut self.engine {
+                    en.ring_lost(&cause);
                 }
-                if Some(r.pid) == t.command_root {
-                    status = Some(r.status);
-                    // The command is done; members it left running still belong to
-                    // the run, up to the tail's bound.
-                    if st.tail_timeout.is_zero() || !tree_alive(&mut lp.engine) {
-                        break;
-                    }
-                    tail_until = Some(tokio::time::Instant::now() + st.tail_timeout);
-                } else if tail_until.is_some() && !tree_alive(&mut lp.engine) {
-                    break;
-                }
-            }
-            // The last member may end without a reap of ours (a member reaps it, or
-            // init): a short poll, only while the tail lasts.
-            _ = async {
-                match tail_until {
-                    Some(_) => tokio::time::sleep(TAIL_POLL).await,
-                    None => std::future::pending().await,
-                }
-            } => {
-                if tail_until.is_some_and(|u| tokio::time::Instant::now() >= u)
-                    || !tree_alive(&mut lp.engine)
-                {
-                    break;
-                }
-            }
-            Some((sig, from_tty)) = sig_rx.recv() => match end::on_signal(t.command_root, from_tty) {
-                // The command is gone: a signal during the tail ends the wait.
-                OnSignal::Forward(_) if status.is_some() => {
-                    log::info!("signal {sig}: not waiting for the rest of the tree");
-                    break;
-                }
-                OnSignal::Forward(root) => end::forward(root, sig),
-                OnSignal::Ignore => {}
-                OnSignal::Stop => {
-                    log::info!("signal {sig}: stopping");
-                    break;
-                }
-            },
-            guard = async {
-                match ring.as_mut() {
-                    Some(r) => r.readable_mut().await,
-                    None => std::future::pending().await,
-                }
-            } => {
-                match guard {
-                    Ok(mut g) => {
-                        lp.drain(g.get_inner_mut());
-                        g.clear_ready();
-                    }
-                    Err(e) => {
-                        let cause = format!("waiting on the event ring failed ({e})");
-                        log::warn!("{cause}");
-                        if let Some(Engine::Ebpf(en)) = &mut lp.engine {
-                            en.ring_lost(&cause);
-                        }
-                        ring = None;
-                    }
-                }
+                false
             }
         }
     }
-    if let Some(e) = &mut lp.engine {
-        e.settle();
-    }
-    // Orphans the tracker reaps (procfs): their exact figures, each as its reap
-    // comes. The reaper thread reaps a zombie as soon as it runs, which on a busy
-    // host may be tens of milliseconds later: the wait lasts while a child of ours
-    // is a zombie (bounded), and otherwise ends after a short quiet gap.
-    if let Some(Engine::Procfs(p)) = &mut lp.engine {
+
+    /// Orphans the tracker reaps (procfs): their exact figures, each as its reap
+    /// comes. The reaper thread reaps a zombie as soon as it runs, which on a busy
+    /// host may be tens of milliseconds later: the wait lasts while a child of ours
+    /// is a zombie (bounded), and otherwise ends after a short quiet gap.
+    async fn last_reaps(&mut self, reap_rx: &mut mpsc::UnboundedReceiver<Reaped>) {
+        let Some(Engine::Procfs(p)) = &mut self.engine else {
+            return;
+        };
         let until = Instant::now() + REAP_WAIT;
         loop {
             match tokio::time::timeout(Duration::from_millis(20), reap_rx.recv()).await {
@@ -635,6 +583,172 @@ async fn run_loop(
             }
         }
     }
+}
+
+/// The sample timer: a timerfd on the deadline grid from `started`, or None, where
+/// tokio's timer stands in.
+fn ticker(next: tokio::time::Instant, period: Duration) -> Option<Ticker> {
+    match Ticker::new().and_then(|t| t.arm(next.into_std(), period).map(|()| t)) {
+        Ok(t) => Some(t),
+        Err(e) => {
+            log::debug!("no timerfd ({e}): samples are timed by tokio");
+            None
+        }
+    }
+}
+
+/// The signals the tracker gets, and with a command of its own, its reaps.
+fn listeners(
+    command: bool,
+) -> (
+    mpsc::UnboundedReceiver<(i32, bool)>,
+    mpsc::UnboundedReceiver<Reaped>,
+) {
+    let (sig_tx, sig_rx) = mpsc::unbounded_channel();
+    signals::spawn_signal_thread(sig_tx);
+    let (reap_tx, reap_rx) = mpsc::unbounded_channel();
+    if command {
+        signals::spawn_reaper(reap_tx);
+    }
+    (sig_rx, reap_rx)
+}
+
+/// Attached on procfs: the root's exit wakes the tracker (its pidfd), which reads
+/// the zombie's final figures before the root's parent, outside the tree, reaps it
+/// and takes them along (a tree that ends within an interval of its root counted
+/// nothing of its last stretch).
+fn root_exit(lp: &Loop, ends: &Ends) -> Option<AsyncFd<OwnedFd>> {
+    match (&lp.engine, ends.command_root, ends.root) {
+        (Some(Engine::Procfs(_)), None, Some(pid)) => pidfd(pid),
+        _ => None,
+    }
+}
+
+/// TRACKER_STOP_WITH_PARENT (set by the Python package): an attached or host-only
+/// tracker stops, as on SIGTERM, once the process that started it is gone (a
+/// killed interpreter must not leave a tracker running for ever). Checked at each
+/// sample: one getppid() call. The parent to watch, if any.
+fn stop_with(ends: &Ends, st: &Settings) -> Option<libc::pid_t> {
+    (ends.command_root.is_none() && st.stop_with_parent)
+        // SAFETY: getppid has no preconditions.
+        .then(|| unsafe { libc::getppid() })
+}
+
+/// Whether the process that started the tracker (`parent`, when it must stop with
+/// it) is gone.
+fn orphaned(parent: Option<libc::pid_t>) -> bool {
+    // SAFETY: getppid has no preconditions.
+    let gone = parent.is_some_and(|p| p != unsafe { libc::getppid() });
+    if gone {
+        log::info!("the process that started the tracker is gone: stopping");
+    }
+    gone
+}
+
+/// What a signal means once the command may have exited: true ends the loop.
+fn signalled(sig: i32, from_tty: bool, command_root: Option<u32>, exited: bool) -> bool {
+    match end::on_signal(command_root, from_tty) {
+        // The command is gone: a signal during the tail ends the wait.
+        OnSignal::Forward(_) if exited => {
+            log::info!("signal {sig}: not waiting for the rest of the tree");
+            true
+        }
+        OnSignal::Forward(root) => {
+            end::forward(root, sig);
+            false
+        }
+        OnSignal::Ignore => false,
+        OnSignal::Stop => {
+            log::info!("signal {sig}: stopping");
+            true
+        }
+    }
+}
+
+async fn run_loop(
+    t: Tracked,
+    st: &Settings,
+    started: Instant,
+    sinks: &mut Sinks,
+) -> anyhow::Result<Ended> {
+    let (mut sig_rx, mut reap_rx) = listeners(t.command_root.is_some());
+    let (mut lp, mut ends) = start_loop(t, st, started);
+    let mut ring = ring_of(&mut lp.engine);
+    lp.baseline(
+        ends.command_root.is_none(),
+        ring.as_mut().map(|r| r.get_mut()),
+    )?;
+    if let Some(r) = ends.ready.take() {
+        r.signal();
+    }
+    let period = Duration::from_secs_f64(st.interval);
+    let mut next = tokio::time::Instant::from_std(started) + period;
+    let ticker = ticker(next, period);
+    let mut root_exit = root_exit(&lp, &ends);
+    // The kernel wakes us only when the ring is a quarter full; otherwise it is
+    // drained at each sample. (A 100 ms drain timer cost ~1 ms of CPU a second.)
+    let mut pr = Progress::default();
+    let parent = stop_with(&ends, st);
+    loop {
+        tokio::select! {
+            _ = tick(&ticker, next) => {
+                // Deadline grid: no drift, and a late wake-up skips missed slots.
+                let now = tokio::time::Instant::now();
+                while next <= now {
+                    next += period;
+                }
+                if orphaned(parent) {
+                    break; // the final sample is written below
+                }
+                emit(&mut lp, ring.as_mut().map(|r| r.get_mut()), sinks);
+            }
+            _ = async {
+                match &root_exit {
+                    Some(fd) => fd.readable().await.map(|mut g| g.retain_ready()),
+                    None => std::future::pending().await,
+                }
+            } => {
+                lp.root_exited();
+                root_exit = None;
+            }
+            Some(r) = reap_rx.recv() => {
+                if lp.reaped(&r, &ends, st, &mut pr) {
+                    break;
+                }
+            }
+            // The last member may end without a reap of ours (a member reaps it, or
+            // init): a short poll, only while the tail lasts.
+            _ = async {
+                match pr.tail_until {
+                    Some(_) => tokio::time::sleep(TAIL_POLL).await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                if lp.tail_over(&pr) {
+                    break;
+                }
+            }
+            Some((sig, from_tty)) = sig_rx.recv() => {
+                if signalled(sig, from_tty, ends.command_root, pr.status.is_some()) {
+                    break;
+                }
+            }
+            guard = async {
+                match ring.as_mut() {
+                    Some(r) => r.readable_mut().await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                if !lp.ring_ready(guard) {
+                    ring = None;
+                }
+            }
+        }
+    }
+    if let Some(e) = &mut lp.engine {
+        e.settle();
+    }
+    lp.last_reaps(&mut reap_rx).await;
     emit(&mut lp, ring.as_mut().map(|r| r.get_mut()), sinks);
     if let Some(e) = &mut lp.engine {
         let events = &mut lp.events;
@@ -643,7 +757,7 @@ async fn run_loop(
     Ok(Ended {
         top: lp.events.finish(),
         sampler: lp.sampler,
-        status,
+        status: pr.status,
         engine: lp.engine,
         memcg: lp.memcg,
         cpucg: lp.cpucg,
