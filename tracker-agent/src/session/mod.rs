@@ -155,52 +155,13 @@ pub fn run(st: Settings) -> anyhow::Result<i32> {
         Ok(s) => s,
         Err(code) => return Ok(code),
     };
-    // SUDO_UID and SUDO_GID are input like any other: a bad one is exit 2.
-    let invoker = match crate::sudo::invoker() {
+    let invoker = match sudo_checked(&st, &start) {
         Ok(i) => i,
-        Err(e) => {
-            say(e);
-            return Ok(2);
-        }
-    };
-    // Under sudo, attaching reads what the kernel shows a process's owner (its
-    // I/O, its memory maps): only a process of the invoking user's own.
-    if let (Some(inv), Start::Attach(pid)) = (&invoker, &start) {
-        // Real, effective, saved and file-system uids: a set-uid program the user
-        // started (passwd, su) is root's to read, not theirs.
-        let uids: Vec<u32> = std::fs::read_to_string(format!("/proc/{pid}/status"))
-            .ok()
-            .and_then(|t| {
-                t.lines().find_map(|l| l.strip_prefix("Uid:")).map(|u| {
-                    u.split_whitespace()
-                        .filter_map(|x| x.parse::<u32>().ok())
-                        .collect()
-                })
-            })
-            .unwrap_or_default();
-        let owner = uids
-            .iter()
-            .copied()
-            .find(|&u| u != inv.uid)
-            .or(uids.first().copied());
-        if uids.len() != 4 || uids.iter().any(|&u| u != inv.uid) {
-            say(format_args!(
-                "--pid {pid}: under sudo only a process of user {} (uid {}) is tracked; this one is {}",
-                crate::warn::escaped(&inv.user),
-                inv.uid,
-                owner.map_or("gone".to_string(), |u| format!("uid {u}'s"))
-            ));
-            return Ok(2);
-        }
-    }
-    // A sudoers rule for this binary grants tracking, not root: the command runs
-    // as root under sudo only where the administrator's own file allows it.
-    if st.as_root && invoker.is_some() {
-        if let Some(why) = as_root_refused() {
+        Err(why) => {
             say(why);
             return Ok(2);
         }
-    }
+    };
     // Under sudo the command and the files the user named are the invoking
     // user's; with --as-root both are root's (opened root-safe, see fsafe).
     let run_as = invoker.filter(|_| !st.as_root);
@@ -210,39 +171,11 @@ pub fn run(st: Settings) -> anyhow::Result<i32> {
 
     signals::block_signals();
     // Before the tracker becomes a subreaper (see Guardian::start).
-    // As the init of a PID namespace the tracker's death kills every process in
-    // it, a guardian too, and orphans would come back to it: none then.
-    let pid_one = std::process::id() == 1;
-    let guardian = st
-        .sentinel
-        .as_ref()
-        .filter(|_| !pid_one)
-        .and_then(|cfg| start_guardian(cfg, run_as.as_ref()));
-    // Discovery runs once, beside the command, and never delays it; the streaming
-    // thread waits for its answer before registering the run.
-    let (found_tx, found_rx) = mpsc::channel::<Discovered>();
-    let discovery = (st.discover || st.sentinel.is_some()).then(|| {
-        discovery::spawn(st.metadata.clone(), st.share_identity, move |f| {
-            let _ = found_tx.send(f.clone());
-        })
-    });
+    let guardian = guardian_for(&st, run_as.as_ref());
+    let (found_rx, discovery) = discover(&st);
+    let (engine, backend_reason, degraded) = engine_for(&st, &start, owner);
 
-    let (engine, backend_reason, degraded) = match &start {
-        Start::Host => (None, None, Degradations::default()),
-        _ => load_engine(&st, owner),
-    };
-    if engine.is_none() && matches!(start, Start::Command(..)) {
-        // Orphans of the tree come back to us, and wait4 gives their exact usage.
-        // SAFETY: prctl with integer arguments.
-        unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
-    }
-
-    // GPUs are probed once (NVML's initialisation is not the command's time); the
-    // host collectors' baseline makes the first sample, one interval on, a rate.
-    let gpus = GpuCollector::new(&Roots::default());
-    let host = SystemCollector::new(Roots::default());
-    let mut host_info = host.host_info();
-    gpus.host_fields(&mut host_info);
+    let (gpus, host, host_info) = host_collectors();
 
     let ebpf = matches!(engine, Some(Engine::Ebpf(_)));
     let stream = (found_rx, guardian);
@@ -298,6 +231,116 @@ pub fn run(st: Settings) -> anyhow::Result<i32> {
     );
     sinks.finish(&mut summary);
     Ok(summary.exit_code.unwrap_or(0))
+}
+
+/// The host's collectors, started before the command: GPUs are probed once
+/// (NVML's initialisation is not the command's time), and the collectors' baseline
+/// makes the first sample, one interval on, a rate. With the host's facts.
+fn host_collectors() -> (GpuCollector, SystemCollector, crate::model::HostInfo) {
+    let gpus = GpuCollector::new(&Roots::default());
+    let host = SystemCollector::new(Roots::default());
+    let mut host_info = host.host_info();
+    gpus.host_fields(&mut host_info);
+    (gpus, host, host_info)
+}
+
+/// Who ran sudo, if anyone, once what they asked for is allowed them; else why not
+/// (exit 2). SUDO_UID and SUDO_GID are input like any other. Under sudo, attaching
+/// reads what the kernel shows a process's owner: only a process of the invoking
+/// user's own. A sudoers rule for this binary grants tracking, not root: the
+/// command runs as root under sudo only where the administrator's own file allows
+/// it.
+fn sudo_checked(st: &Settings, start: &Start) -> Result<Option<crate::sudo::RunAs>, String> {
+    let invoker = crate::sudo::invoker()?;
+    if let (Some(inv), Start::Attach(pid)) = (&invoker, start) {
+        if let Some(why) = not_the_invokers(inv, *pid) {
+            return Err(why);
+        }
+    }
+    if st.as_root && invoker.is_some() {
+        if let Some(why) = as_root_refused() {
+            return Err(why);
+        }
+    }
+    Ok(invoker)
+}
+
+/// Why a process the invoking user does not own is not attached to under sudo
+/// (attaching reads what the kernel shows a process's owner: its I/O, its memory
+/// maps); None when it is theirs. Real, effective, saved and file-system uids all
+/// count: a set-uid program the user started (passwd, su) is root's to read.
+fn not_the_invokers(inv: &crate::sudo::RunAs, pid: u32) -> Option<String> {
+    let uids: Vec<u32> = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|t| {
+            t.lines().find_map(|l| l.strip_prefix("Uid:")).map(|u| {
+                u.split_whitespace()
+                    .filter_map(|x| x.parse::<u32>().ok())
+                    .collect()
+            })
+        })
+        .unwrap_or_default();
+    if uids.len() == 4 && uids.iter().all(|&u| u == inv.uid) {
+        return None;
+    }
+    let owner = uids
+        .iter()
+        .copied()
+        .find(|&u| u != inv.uid)
+        .or(uids.first().copied());
+    Some(format!(
+        "--pid {pid}: under sudo only a process of user {} (uid {}) is tracked; this one is {}",
+        crate::warn::escaped(&inv.user),
+        inv.uid,
+        owner.map_or("gone".to_string(), |u| format!("uid {u}'s"))
+    ))
+}
+
+/// The Sentinel stream's guardian, where there is a stream. As the init of a PID
+/// namespace the tracker's death kills every process in it, a guardian too, and
+/// orphans would come back to it: none then.
+fn guardian_for(st: &Settings, run_as: Option<&crate::sudo::RunAs>) -> Option<Guardian> {
+    let pid_one = std::process::id() == 1;
+    st.sentinel
+        .as_ref()
+        .filter(|_| !pid_one)
+        .and_then(|cfg| start_guardian(cfg, run_as))
+}
+
+/// Discovery runs once, beside the command, and never delays it; the streaming
+/// thread waits for its answer (the receiver) before registering the run.
+fn discover(
+    st: &Settings,
+) -> (
+    mpsc::Receiver<Discovered>,
+    Option<std::thread::JoinHandle<Discovered>>,
+) {
+    let (found_tx, found_rx) = mpsc::channel::<Discovered>();
+    let discovery = (st.discover || st.sentinel.is_some()).then(|| {
+        discovery::spawn(st.metadata.clone(), st.share_identity, move |f| {
+            let _ = found_tx.send(f.clone());
+        })
+    });
+    (found_rx, discovery)
+}
+
+/// The engine for `start` (none for the host alone), why it is not eBPF, and what
+/// that costs. Without eBPF a command's orphans come back to the tracker, whose
+/// wait4 gives their exact usage: it becomes their subreaper.
+fn engine_for(
+    st: &Settings,
+    start: &Start,
+    owner: Option<&crate::fsafe::Owner>,
+) -> (Option<Engine>, Option<String>, Degradations) {
+    let (engine, reason, degraded) = match start {
+        Start::Host => (None, None, Degradations::default()),
+        _ => load_engine(st, owner),
+    };
+    if engine.is_none() && matches!(start, Start::Command(..)) {
+        // SAFETY: prctl with integer arguments.
+        unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+    }
+    (engine, reason, degraded)
 }
 
 /// Why `--as-root` is refused under sudo, if it is: unless the administrator's
