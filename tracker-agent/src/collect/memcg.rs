@@ -165,6 +165,30 @@ fn sweep_stale(parent: &Path) {
     }
 }
 
+/// Makes `resource-tracker-PID` (this tracker's pid, then `-1` … `-15`) in
+/// `parent`: its path and name. mkdir is exclusive: a cgroup of that name (another
+/// tracker's, or one left by a tracker that was killed) is never taken over.
+fn make_dir(parent: &Path) -> Result<(PathBuf, String), Unavailable> {
+    let me = std::process::id();
+    for n in 0..16 {
+        let name = if n == 0 {
+            format!("resource-tracker-{me}")
+        } else {
+            format!("resource-tracker-{me}-{n}")
+        };
+        let dir = parent.join(&name);
+        match std::fs::DirBuilder::new().mode(0o755).create(&dir) {
+            Ok(()) => return Ok((dir, name)),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(io_reason("cannot make a cgroup in", parent, &e)),
+        }
+    }
+    Err(Unavailable(format!(
+        "cgroups named resource-tracker-{me}* exist already in {}",
+        parent.display()
+    )))
+}
+
 /// Writes `pid` into `dir`'s cgroup.procs: the kernel moves that process.
 fn write_procs(dir: &Path, pid: u32) -> io::Result<()> {
     use std::io::Write as _;
@@ -266,32 +290,7 @@ impl TreeCgroup {
             Err(e) => return Err(io_reason("cannot open", &parent, &e)),
         }
         sweep_stale(&parent);
-        let me = std::process::id();
-        let mut made = None;
-        for n in 0..16 {
-            let name = if n == 0 {
-                format!("resource-tracker-{me}")
-            } else {
-                format!("resource-tracker-{me}-{n}")
-            };
-            let dir = parent.join(&name);
-            // mkdir is exclusive: a cgroup of that name (another tracker's, or one
-            // left by a tracker that was killed) is never taken over.
-            match std::fs::DirBuilder::new().mode(0o755).create(&dir) {
-                Ok(()) => {
-                    made = Some((dir, name));
-                    break;
-                }
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
-                Err(e) => return Err(io_reason("cannot make a cgroup in", &parent, &e)),
-            }
-        }
-        let Some((dir, name)) = made else {
-            return Err(Unavailable(format!(
-                "cgroups named resource-tracker-{me}* exist already in {}",
-                parent.display()
-            )));
-        };
+        let (dir, name) = make_dir(&parent)?;
         let (usage, peak) = match (controller, v2) {
             (Controller::Memory, true) => ("memory.current", "memory.peak"),
             (Controller::Memory, false) => ("memory.usage_in_bytes", "memory.max_usage_in_bytes"),

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use super::{
     degraded::Degradations,
-    reading::{Backend, MemParts, MemcgReading, Reading, TreeTotals},
+    reading::{Backend, MemParts, MemcgReading, OwnCost, Reading, TreeTotals},
     sample::{MemorySource, ProcessSample, Sample, TrackerSample, TreeCompat},
     summary::RunStats,
 };
@@ -84,6 +84,40 @@ impl Sampler {
     }
 
     /// The sample of the interval that ends with `r`.
+    /// The tracker's own part of the interval that ends with `now`: its CPU, the
+    /// BPF programs' run time, events lost, and what is no longer exact.
+    fn tracker_sample(
+        &mut self,
+        now: &TreeTotals,
+        own: &OwnCost,
+        bpf: Option<(u64, u64)>,
+    ) -> TrackerSample {
+        let d_self = (own.cpu_secs - self.prev_self_cpu).max(0.0);
+        self.prev_self_cpu = own.cpu_secs;
+        let (bpf_time, bpf_count) = match (bpf, self.prev_bpf) {
+            (Some((c, t)), Some((pc, pt))) => (
+                Some(t.saturating_sub(pt) as f64 / 1e9),
+                Some(c.saturating_sub(pc)),
+            ),
+            _ => (None, None),
+        };
+        TrackerSample {
+            cpu_secs: d_self,
+            rss_mib: own.rss_mib,
+            bpf_run_time_secs: bpf_time,
+            bpf_run_count: bpf_count,
+            lost_events: now.lost_events.saturating_sub(self.prev.lost_events),
+            lost_events_total: now.lost_events,
+            degraded: if now.degraded.is_empty() {
+                self.degraded.list().to_vec()
+            } else {
+                let mut d = self.degraded.clone();
+                d.merge(&now.degraded);
+                d.into_vec()
+            },
+        }
+    }
+
     pub fn step(&mut self, r: Reading) -> Sample {
         let Reading {
             tree: now,
@@ -100,17 +134,8 @@ impl Sampler {
         self.cum_user_ns += d_user;
         self.cum_sys_ns += d_sys;
 
-        let self_cpu = own.cpu_secs;
-        let d_self = (self_cpu - self.prev_self_cpu).max(0.0);
-        self.prev_self_cpu = self_cpu;
-        let (bpf_time, bpf_count) = match (bpf, self.prev_bpf) {
-            (Some((c, t)), Some((pc, pt))) => (
-                Some(t.saturating_sub(pt) as f64 / 1e9),
-                Some(c.saturating_sub(pc)),
-            ),
-            _ => (None, None),
-        };
-        let lost = now.lost_events.saturating_sub(self.prev.lost_events);
+        let tracker = self.tracker_sample(&now, &own, bpf);
+        let d_self = tracker.cpu_secs;
         let rss_mib = now.rss_bytes as f64 / MIB;
         let pss_mib = now.pss_bytes.map(|b| b as f64 / MIB);
         let (memory_mib, memory_source, memory_peak_mib) = tree_memory(memcg, rss_mib, pss_mib);
@@ -152,21 +177,6 @@ impl Sampler {
             gpu_vram_mib: host.process_gpu.map(|g| g.gpu_vram_mib),
             gpu_utilized: host.process_gpu.map(|g| g.gpu_utilized),
         });
-        let tracker = TrackerSample {
-            cpu_secs: d_self,
-            rss_mib: own.rss_mib,
-            bpf_run_time_secs: bpf_time,
-            bpf_run_count: bpf_count,
-            lost_events: lost,
-            lost_events_total: now.lost_events,
-            degraded: if now.degraded.is_empty() {
-                self.degraded.list().to_vec()
-            } else {
-                let mut d = self.degraded.clone();
-                d.merge(&now.degraded);
-                d.into_vec()
-            },
-        };
         let children = now.live_procs.saturating_sub(u64::from(now.root_alive));
         let mut cpu = host.cpu;
         if let Some(p) = &process {

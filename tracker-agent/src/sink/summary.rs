@@ -136,29 +136,7 @@ fn human(sum: &Summary) -> String {
         }
     }
     if let Some(l) = &sum.limits {
-        let mut asked = Vec::new();
-        if let Some(c) = l.cpus {
-            asked.push(format!("--cpus {c}"));
-        }
-        if let Some(m) = l.memory_mib {
-            asked.push(format!("--memory {m} MiB"));
-        }
-        let mut did = Vec::new();
-        if let Some(k) = l.oom_kills {
-            did.push(format!("{k} OOM kills"));
-        }
-        if let (Some(secs), Some(n)) = (l.throttled_secs, l.throttled_periods) {
-            did.push(format!("throttled {secs:.2} s in {n} periods"));
-        }
-        s.push_str(&format!(
-            "resource-tracker: limits {}: {}\n",
-            asked.join(" "),
-            if did.is_empty() {
-                "what they did could not be read".to_string()
-            } else {
-                did.join(", ")
-            }
-        ));
+        s.push_str(&limits_line(l));
     }
     if !sum.top_commands.is_empty() {
         let tops: Vec<String> = sum
@@ -172,6 +150,33 @@ fn human(sum: &Summary) -> String {
         ));
     }
     s
+}
+
+/// The line that says which limits the command ran under and what they did.
+fn limits_line(l: &crate::model::summary::LimitsReport) -> String {
+    let mut asked = Vec::new();
+    if let Some(c) = l.cpus {
+        asked.push(format!("--cpus {c}"));
+    }
+    if let Some(m) = l.memory_mib {
+        asked.push(format!("--memory {m} MiB"));
+    }
+    let mut did = Vec::new();
+    if let Some(k) = l.oom_kills {
+        did.push(format!("{k} OOM kills"));
+    }
+    if let (Some(secs), Some(n)) = (l.throttled_secs, l.throttled_periods) {
+        did.push(format!("throttled {secs:.2} s in {n} periods"));
+    }
+    format!(
+        "resource-tracker: limits {}: {}\n",
+        asked.join(" "),
+        if did.is_empty() {
+            "what they did could not be read".to_string()
+        } else {
+            did.join(", ")
+        }
+    )
 }
 
 fn human_bytes(b: u64) -> String {
