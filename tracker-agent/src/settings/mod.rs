@@ -280,6 +280,56 @@ fn tail_of(
     )
 }
 
+const EVENTS_NEED_EBPF: &str =
+    "--events: process events come from the eBPF engine; not with --no-ebpf";
+
+/// Streaming, when a token is set: its upload interval from the environment, the
+/// config file, else a minute.
+fn streaming_of(
+    get_env: GetEnv,
+    file: Option<f64>,
+    in_file: &dyn Fn(&str) -> String,
+) -> Result<Option<sentinel::Config>, String> {
+    let upload_interval = match (env_seconds(get_env, "TRACKER_UPLOAD_INTERVAL", 1.0)?, file) {
+        (Some(v), _) => v,
+        (None, Some(v)) => seconds(&in_file("upload_interval_secs"), &v.to_string(), 1.0)?,
+        (None, None) => 60.0,
+    };
+    sentinel_settings(get_env, upload_interval)
+}
+
+/// The config file, if one is read, its path, and its name as messages show it.
+fn config_of(opts: &Opts) -> Result<(file::FileConfig, Option<PathBuf>, String), String> {
+    let (cfg, config_file) = match file::load(opts.config.as_deref())? {
+        Some((c, p)) => (c, Some(p)),
+        None => (file::FileConfig::default(), None),
+    };
+    let cname = config_file
+        .as_ref()
+        .map(|p| crate::warn::escaped(&p.display().to_string()))
+        .unwrap_or_default();
+    Ok((cfg, config_file, cname))
+}
+
+/// The job's metadata: the flags (and `--tag`s) over the config file's `[job]`.
+fn meta_of(opts: &Opts, cfg: &file::FileConfig, cname: &str) -> Result<JobMeta, String> {
+    cfg.job
+        .check()
+        .map_err(|(field, why)| format!("config file {cname}: [job] {field}: {why}"))?;
+    let mut flags = opts.meta.clone();
+    for t in &opts.tag {
+        let (k, v) = values::parse_tag(t)?;
+        flags.tags.insert(k, v);
+    }
+    Ok(flags.over(cfg.job.clone()))
+}
+
+/// An on/off setting: the flag turns it on, else the environment, else the
+/// config file, else off.
+fn switch(flag: bool, get_env: GetEnv, var: &str, file: Option<bool>) -> Result<bool, String> {
+    Ok(flag || env_bool(get_env, var)?.or(file).unwrap_or(false))
+}
+
 /// The limits to run the command under: the flags, the environment, the config
 /// file, else none; each within what the host has.
 fn limits_of(
@@ -364,27 +414,10 @@ pub fn resolve(cli: Cli, get_env: GetEnv) -> Result<Settings, String> {
         }
         None => (cli.opts, cli.cmd),
     };
-    let file = file::load(opts.config.as_deref())?;
-    let (cfg, config_file) = match file {
-        Some((c, p)) => (c, Some(p)),
-        None => (file::FileConfig::default(), None),
-    };
-    let cname = config_file
-        .as_ref()
-        .map(|p| crate::warn::escaped(&p.display().to_string()))
-        .unwrap_or_default();
+    let (cfg, config_file, cname) = config_of(&opts)?;
     let tr = &cfg.tracker;
     let in_file = |key: &str| format!("config file {cname}: [tracker] {key}");
-
-    cfg.job
-        .check()
-        .map_err(|(field, why)| format!("config file {cname}: [job] {field}: {why}"))?;
-    let mut flags = opts.meta.clone();
-    for t in &opts.tag {
-        let (k, v) = values::parse_tag(t)?;
-        flags.tags.insert(k, v);
-    }
-    let meta = flags.over(cfg.job.clone());
+    let meta = meta_of(&opts, &cfg, &cname)?;
 
     let interval = match (&opts.interval, tr.interval_secs) {
         (Some(s), _) => seconds("--interval", s, 0.1)?,
@@ -392,30 +425,20 @@ pub fn resolve(cli: Cli, get_env: GetEnv) -> Result<Settings, String> {
         (None, None) => 1.0,
     };
     let format = format_of(opts.format.as_deref(), tr.format.as_deref(), &in_file)?;
-    let upload_interval = match (
-        env_seconds(get_env, "TRACKER_UPLOAD_INTERVAL", 1.0)?,
-        tr.upload_interval_secs,
-    ) {
-        (Some(v), _) => v,
-        (None, Some(v)) => seconds(&in_file("upload_interval_secs"), &v.to_string(), 1.0)?,
-        (None, None) => 60.0,
-    };
     let tail = tail_of(
         opts.tail_timeout.as_deref(),
         get_env,
         tr.tail_timeout_secs,
         &in_file,
     )?;
-    let discover = opts.discover
-        || env_bool(get_env, "TRACKER_DISCOVER")?
-            .or(tr.discover)
-            .unwrap_or(false);
-    let share_identity = opts.share_identity
-        || env_bool(get_env, "TRACKER_SHARE_IDENTITY")?
-            .or(tr.share_identity)
-            .unwrap_or(false);
-    let sentinel = sentinel_settings(get_env, upload_interval)?;
-    let metadata = values::endpoints(get_env)?;
+    let discover = switch(opts.discover, get_env, "TRACKER_DISCOVER", tr.discover)?;
+    let share_identity = switch(
+        opts.share_identity,
+        get_env,
+        "TRACKER_SHARE_IDENTITY",
+        tr.share_identity,
+    )?;
+    let sentinel = streaming_of(get_env, tr.upload_interval_secs, &in_file)?;
     let output = opts.output.clone().or(tr.output.clone());
     let renice = renice_of(opts.renice, get_env, tr.renice, &in_file)?;
     let aggregate_cpu_steal = match opts.aggregate_cpu_steal {
@@ -431,17 +454,17 @@ pub fn resolve(cli: Cli, get_env: GetEnv) -> Result<Settings, String> {
         ("--report", opts.report.as_deref()),
         ("the config file", config_file.as_deref()),
     ])?;
-    let recommend_server = opts.recommend_server
-        || env_bool(get_env, "TRACKER_RECOMMEND_SERVER")?
-            .or(tr.recommend_server)
-            .unwrap_or(false);
+    let recommend_server = switch(
+        opts.recommend_server,
+        get_env,
+        "TRACKER_RECOMMEND_SERVER",
+        tr.recommend_server,
+    )?;
     let keeper = recommend_server
         .then(|| report::keeper_url(get_env))
         .transpose()?;
     if opts.events.is_some() && opts.no_ebpf {
-        return Err(
-            "--events: process events come from the eBPF engine; not with --no-ebpf".into(),
-        );
+        return Err(EVENTS_NEED_EBPF.into());
     }
     let target = target(&opts, cmd, cfg.pid, &cname)?;
     let limits = limits_of(&opts, get_env, tr, &in_file)?;
@@ -457,10 +480,7 @@ pub fn resolve(cli: Cli, get_env: GetEnv) -> Result<Settings, String> {
         interval,
         format,
         output,
-        quiet: opts.quiet
-            || env_bool(get_env, "TRACKER_QUIET")?
-                .or(tr.quiet)
-                .unwrap_or(false),
+        quiet: switch(opts.quiet, get_env, "TRACKER_QUIET", tr.quiet)?,
         summary: opts.summary.clone(),
         events: opts.events.clone(),
         meta,
@@ -475,7 +495,7 @@ pub fn resolve(cli: Cli, get_env: GetEnv) -> Result<Settings, String> {
         discover,
         share_identity,
         sentinel,
-        metadata,
+        metadata: values::endpoints(get_env)?,
         config_file,
         renice,
         aggregate_cpu_steal,
