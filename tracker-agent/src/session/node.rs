@@ -47,40 +47,11 @@ pub fn run(st: NodeSettings) -> anyhow::Result<i32> {
         ));
         return Ok(2);
     };
-    let out = match &st.output {
-        Some(p) => Some(JsonLines::unbuffered(
-            sink::create(p, "output", st.owner.as_ref())?,
-            format!("the output file {}", p.display()),
-            "node.jsonl",
-            None,
-        )),
-        None => None,
-    };
+    let out = output_of(&st)?;
     let mut life = load_life(&st, &h);
     let names = Arc::new(Mutex::new(Names::default()));
     let ask = Arc::new(tokio::sync::Notify::new());
-    // The endpoint and the kubelet requests run on a runtime of their own, on their
-    // own thread: the loop blocks its thread while it reads, and a scrape or a
-    // health probe never waits for a scan.
-    let bg = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("starting the endpoint's runtime")?;
-    let mut list: Vec<Box<dyn Sink<NodeScan, ()>>> = Vec::new();
-    list.extend(out.map(|o| Box::new(o) as Box<dyn Sink<NodeScan, ()>>));
-    if let Some(addr) = st.listen {
-        // Healthy while the loop has read the cgroups within three intervals (+5 s).
-        let stale = Duration::from_secs_f64(3.0 * st.interval + 5.0);
-        list.push(Box::new(Endpoint::start(&bg, addr, stale)?));
-    }
-    let mut sinks = Sinks::new(list);
-    if let Some(cfg) = st.kubelet.clone() {
-        ask_kubelet(&bg, cfg, &names, &ask);
-    }
-    std::thread::Builder::new()
-        .name("endpoint".into())
-        .spawn(move || bg.block_on(std::future::pending::<()>()))
-        .context("starting the endpoint's thread")?;
+    let mut sinks = background(&st, out, &names, &ask)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -133,21 +104,7 @@ pub fn run(st: NodeSettings) -> anyhow::Result<i32> {
             }
             let now = crate::model::reading::unix_now();
             let samples = model.step(&read, Instant::now(), now, st.output.is_some());
-            let snapshot = NodeSnapshot {
-                containers: read,
-                agent_cpu_secs: selfcost::cpu_secs(),
-                agent_rss_bytes: (selfcost::rss_mib() * 1048576.0) as u64,
-                ebpf: life.is_some(),
-                lost_events: life.as_ref().map_or(0, |l| l.lost()),
-                skipped_runs: life.as_ref().map(|l| l.skipped()).unwrap_or_default(),
-                freed_unread: life.as_ref().map_or(0, |l| l.freed_unread()),
-                bpf_run_secs: life
-                    .as_ref()
-                    .and_then(|l| l.run_time())
-                    .map(|d| d.as_secs_f64()),
-                scans: scanner.scans,
-                vanished: scanner.vanished,
-            };
+            let snapshot = snapshot_of(read, life.as_ref(), &scanner);
             sinks.write(&NodeScan {
                 samples,
                 snapshot: Arc::new(snapshot),
@@ -163,6 +120,67 @@ pub fn run(st: NodeSettings) -> anyhow::Result<i32> {
         sinks.finish(&mut ());
         anyhow::Ok(0)
     })
+}
+
+/// The scans' sinks (the output, the endpoint) and the kubelet's questions. The
+/// endpoint and the kubelet requests run on a runtime of their own, on their own
+/// thread: the loop blocks its thread while it reads, and a scrape or a health
+/// probe never waits for a scan.
+fn background(
+    st: &NodeSettings,
+    out: Option<JsonLines>,
+    names: &Arc<Mutex<Names>>,
+    ask: &Arc<tokio::sync::Notify>,
+) -> anyhow::Result<Sinks<NodeScan, ()>> {
+    let bg = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the endpoint's runtime")?;
+    let mut list: Vec<Box<dyn Sink<NodeScan, ()>>> = Vec::new();
+    list.extend(out.map(|o| Box::new(o) as Box<dyn Sink<NodeScan, ()>>));
+    if let Some(addr) = st.listen {
+        // Healthy while the loop has read the cgroups within three intervals (+5 s).
+        let stale = Duration::from_secs_f64(3.0 * st.interval + 5.0);
+        list.push(Box::new(Endpoint::start(&bg, addr, stale)?));
+    }
+    if let Some(cfg) = st.kubelet.clone() {
+        ask_kubelet(&bg, cfg, names, ask);
+    }
+    std::thread::Builder::new()
+        .name("endpoint".into())
+        .spawn(move || bg.block_on(std::future::pending::<()>()))
+        .context("starting the endpoint's thread")?;
+    Ok(Sinks::new(list))
+}
+
+/// The node's JSON lines, where `--output` names a file.
+fn output_of(st: &NodeSettings) -> anyhow::Result<Option<JsonLines>> {
+    Ok(match &st.output {
+        Some(p) => Some(JsonLines::unbuffered(
+            sink::create(p, "output", st.owner.as_ref())?,
+            format!("the output file {}", p.display()),
+            "node.jsonl",
+            None,
+        )),
+        None => None,
+    })
+}
+
+/// What the endpoint exports after a scan: the containers read, and the agent's
+/// own state and cost.
+fn snapshot_of(read: Vec<Current>, life: Option<&NodeLife>, scanner: &Scanner) -> NodeSnapshot {
+    NodeSnapshot {
+        containers: read,
+        agent_cpu_secs: selfcost::cpu_secs(),
+        agent_rss_bytes: (selfcost::rss_mib() * 1048576.0) as u64,
+        ebpf: life.is_some(),
+        lost_events: life.map_or(0, |l| l.lost()),
+        skipped_runs: life.map(|l| l.skipped()).unwrap_or_default(),
+        freed_unread: life.map_or(0, |l| l.freed_unread()),
+        bpf_run_secs: life.and_then(|l| l.run_time()).map(|d| d.as_secs_f64()),
+        scans: scanner.scans,
+        vanished: scanner.vanished,
+    }
 }
 
 /// The process life cycle per container, from BPF; without it the cgroup figures
