@@ -27,6 +27,39 @@ pub struct NodeSettings {
     pub owner: Option<crate::fsafe::Owner>,
 }
 
+/// The kubelet's URL: `--kubelet-url`, else the node's (HOST_IP, port 10250), else
+/// none. The service account token goes with every request: never in clear but to
+/// a loopback address.
+fn kubelet_url(o: &NodeOpts, get_env: GetEnv) -> Result<Option<String>, String> {
+    Ok(match (&o.kubelet_url, env_var(get_env, "HOST_IP")?) {
+        (Some(u), _) => {
+            let url = super::values::base_url(u)
+                .map_err(|why| format!("--kubelet-url: '{}' {why}", u.escape_debug()))?;
+            // The service account token goes with every request.
+            let host = reqwest::Url::parse(&url)
+                .ok()
+                .and_then(|p| p.host_str().map(str::to_string));
+            let loopback = matches!(host.as_deref(), Some("127.0.0.1" | "localhost" | "[::1]"));
+            if url.starts_with("http://") && !loopback {
+                return Err(format!(
+                    "--kubelet-url: '{url}' would send the token in clear; use https:// (http:// only to a loopback address)"
+                ));
+            }
+            Some(url)
+        }
+        (None, Some(ip)) if !ip.trim().is_empty() => {
+            let ip = ip.trim();
+            let host = if ip.contains(':') {
+                format!("[{ip}]")
+            } else {
+                ip.to_string()
+            };
+            Some(format!("https://{host}:10250"))
+        }
+        _ => None,
+    })
+}
+
 pub fn resolve(o: NodeOpts, get_env: GetEnv) -> Result<NodeSettings, String> {
     let listen = match &o.listen {
         Some(a) => Some(a.trim().parse::<SocketAddr>().map_err(|_| {
@@ -65,33 +98,7 @@ pub fn resolve(o: NodeOpts, get_env: GetEnv) -> Result<NodeSettings, String> {
             ));
         }
     }
-    let url = match (&o.kubelet_url, env_var(get_env, "HOST_IP")?) {
-        (Some(u), _) => {
-            let url = super::values::base_url(u)
-                .map_err(|why| format!("--kubelet-url: '{}' {why}", u.escape_debug()))?;
-            // The service account token goes with every request.
-            let host = reqwest::Url::parse(&url)
-                .ok()
-                .and_then(|p| p.host_str().map(str::to_string));
-            let loopback = matches!(host.as_deref(), Some("127.0.0.1" | "localhost" | "[::1]"));
-            if url.starts_with("http://") && !loopback {
-                return Err(format!(
-                    "--kubelet-url: '{url}' would send the token in clear; use https:// (http:// only to a loopback address)"
-                ));
-            }
-            Some(url)
-        }
-        (None, Some(ip)) if !ip.trim().is_empty() => {
-            let ip = ip.trim();
-            let host = if ip.contains(':') {
-                format!("[{ip}]")
-            } else {
-                ip.to_string()
-            };
-            Some(format!("https://{host}:10250"))
-        }
-        _ => None,
-    };
+    let url = kubelet_url(&o, get_env)?;
     let present = |name: &str| {
         let p = PathBuf::from(SA_DIR).join(name);
         p.is_file().then_some(p)
