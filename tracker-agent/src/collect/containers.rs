@@ -581,6 +581,18 @@ fn value(text: &str, key: &str) -> Option<u64> {
     })
 }
 
+/// Bytes read and written, from an I/O file's lines.
+fn io_bytes(c: &mut CgroupCounters, t: &str) {
+    c.read_bytes = Some(io_sum(t, "rbytes", "Read"));
+    c.write_bytes = Some(io_sum(t, "wbytes", "Write"));
+}
+
+/// Read and write operations, from an I/O file's lines.
+fn io_ops(c: &mut CgroupCounters, t: &str) {
+    c.reads = Some(io_sum(t, "rios", "Read"));
+    c.writes = Some(io_sum(t, "wios", "Write"));
+}
+
 /// Σ of `KEY=N` (v2 `io.stat`) or `MAJ:MIN Key N` (v1 blkio) entries.
 fn io_sum(text: &str, v2_key: &str, v1_key: &str) -> u64 {
     let mut sum = 0u64;
@@ -694,6 +706,60 @@ impl Reader {
         out
     }
 
+    /// The container's bytes of I/O into `c`, and the file that keeps its
+    /// operations where that is another (v1), read only on a full read. v1: BFQ's
+    /// recursive counters where that scheduler runs; else the throttling layer's,
+    /// which the kernel fills only for devices that have a throttle rule
+    /// (docs/node.md). v2 keeps bytes and operations in one file.
+    fn io_bytes(
+        &mut self,
+        h: &Hierarchies,
+        rel: &str,
+        c: &mut CgroupCounters,
+    ) -> Option<&'static str> {
+        if h.blkio.is_some() {
+            let b = h.blkio.as_ref();
+            return Some(
+                match self.text(b, rel, "blkio.bfq.io_service_bytes_recursive") {
+                    Some(t) => {
+                        io_bytes(c, t);
+                        "blkio.bfq.io_serviced_recursive"
+                    }
+                    None => {
+                        if let Some(t) = self.text(b, rel, "blkio.throttle.io_service_bytes") {
+                            io_bytes(c, t);
+                        }
+                        "blkio.throttle.io_serviced"
+                    }
+                },
+            );
+        }
+        if let Some(t) = self.text(h.v2.as_ref(), rel, "io.stat") {
+            io_bytes(c, t);
+            io_ops(c, t);
+        }
+        None
+    }
+
+    /// v1's user and system CPU (`cpuacct.stat`, in ticks) and its CFS throttling
+    /// (`cpu.stat` of the `cpu` hierarchy) into `c`.
+    fn v1_cpu(&mut self, h: &Hierarchies, rel: &str, c: &mut CgroupCounters) {
+        let tck = crate::sys::clk_tck().max(1);
+        if let Some(t) = self.text(h.cpuacct.as_ref(), rel, "cpuacct.stat") {
+            let ns = |ticks: u64| {
+                (u128::from(ticks) * 1_000_000_000 / u128::from(tck)).min(u128::from(u64::MAX))
+                    as u64
+            };
+            c.cpu_user_ns = value(t, "user").map(ns);
+            c.cpu_system_ns = value(t, "system").map(ns);
+        }
+        if let Some(t) = self.text(h.cpu.as_ref(), rel, "cpu.stat") {
+            c.cfs_periods = value(t, "nr_periods");
+            c.cfs_throttled_periods = value(t, "nr_throttled");
+            c.cfs_throttled_ns = value(t, "throttled_time");
+        }
+    }
+
     fn counters(&mut self, h: &Hierarchies, rel: &str) -> Option<CgroupCounters> {
         let mut c = CgroupCounters::default();
         // First what moves whenever anything of the container moves: its CPU (a
@@ -731,38 +797,7 @@ impl Reader {
             ),
         };
         c.memory_bytes = self.number(mem, rel, usage);
-        // v1: BFQ's recursive counters where that scheduler runs; else the
-        // throttling layer's, which the kernel fills only for devices that have a
-        // throttle rule (docs/node.md). v2 keeps bytes and operations in one file.
-        let bytes = |c: &mut CgroupCounters, t: &str| {
-            c.read_bytes = Some(io_sum(t, "rbytes", "Read"));
-            c.write_bytes = Some(io_sum(t, "wbytes", "Write"));
-        };
-        let ops = |c: &mut CgroupCounters, t: &str| {
-            c.reads = Some(io_sum(t, "rios", "Read"));
-            c.writes = Some(io_sum(t, "wios", "Write"));
-        };
-        let mut ops_file = None;
-        if h.blkio.is_some() {
-            let b = h.blkio.as_ref();
-            ops_file = Some(
-                match self.text(b, rel, "blkio.bfq.io_service_bytes_recursive") {
-                    Some(t) => {
-                        bytes(&mut c, t);
-                        "blkio.bfq.io_serviced_recursive"
-                    }
-                    None => {
-                        if let Some(t) = self.text(b, rel, "blkio.throttle.io_service_bytes") {
-                            bytes(&mut c, t);
-                        }
-                        "blkio.throttle.io_serviced"
-                    }
-                },
-            );
-        } else if let Some(t) = self.text(h.v2.as_ref(), rel, "io.stat") {
-            bytes(&mut c, t);
-            ops(&mut c, t);
-        }
+        let ops_file = self.io_bytes(h, rel, &mut c);
         // Where none of them moved since the last read, nothing else did: the
         // other files (5 or 6 of 9 on v1, 4 of 7 on v2) are read at every
         // FULL_READS-th read only, which bounds what this misses (inactive pages
@@ -776,20 +811,7 @@ impl Reader {
             }
         }
         if h.cpuacct.is_some() {
-            let tck = crate::sys::clk_tck().max(1);
-            if let Some(t) = self.text(h.cpuacct.as_ref(), rel, "cpuacct.stat") {
-                let ns = |ticks: u64| {
-                    (u128::from(ticks) * 1_000_000_000 / u128::from(tck)).min(u128::from(u64::MAX))
-                        as u64
-                };
-                c.cpu_user_ns = value(t, "user").map(ns);
-                c.cpu_system_ns = value(t, "system").map(ns);
-            }
-            if let Some(t) = self.text(h.cpu.as_ref(), rel, "cpu.stat") {
-                c.cfs_periods = value(t, "nr_periods");
-                c.cfs_throttled_periods = value(t, "nr_throttled");
-                c.cfs_throttled_ns = value(t, "throttled_time");
-            }
+            self.v1_cpu(h, rel, &mut c);
         }
         c.memory_peak_bytes = self.number(mem, rel, peak);
         let inactive = self
@@ -809,7 +831,7 @@ impl Reader {
             c.oom_kills = value(t, "oom_kill");
         }
         if let Some(t) = ops_file.and_then(|f| self.text(h.blkio.as_ref(), rel, f)) {
-            ops(&mut c, t);
+            io_ops(&mut c, t);
         }
         let pids = h.pids.as_ref().or(h.v2.as_ref());
         c.tasks = self.number(pids, rel, "pids.current");
