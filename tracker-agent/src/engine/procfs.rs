@@ -500,9 +500,10 @@ impl ProcfsEngine {
         }
     }
 
-    pub fn read(&mut self) -> anyhow::Result<TreeTotals> {
-        let (all, set) = self.find_tree();
-
+    /// Members that vanished since the last poll: each counted once, with its
+    /// exact figures where the tracker reaped it, else its last sighting, unless
+    /// a member's account (its reaper's cutime and I/O) holds it already.
+    fn retire_gone(&mut self, all: &HashMap<u32, procread::Stat>, set: &HashSet<u32>) {
         // Members that vanished since the last poll.
         let gone: Vec<(u32, Member)> = self
             .members
@@ -532,13 +533,18 @@ impl ProcfsEngine {
                 // last sighting stands in until they come.
                 self.keep(&m);
                 self.awaiting.insert(pid, m);
-            } else if self.in_a_members_account(&m, &set, &gone_map, &gone_reaped) {
+            } else if self.in_a_members_account(&m, set, &gone_map, &gone_reaped) {
                 // Its figures are in its reaper's cutime/cstime and I/O, which count.
             } else {
                 self.keep(&m);
             }
         }
+    }
 
+    pub fn read(&mut self) -> anyhow::Result<TreeTotals> {
+        let (all, set) = self.find_tree();
+
+        self.retire_gone(&all, &set);
         self.live.clear();
         let mut t = TreeTotals {
             cpu_ns: self.kept_cpu,
