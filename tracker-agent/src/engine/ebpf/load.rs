@@ -3,11 +3,11 @@
 use std::{fmt, path::Path, time::Instant};
 
 use aya::{
-    maps::{HashMap, PerCpuArray, RingBuf},
+    maps::{HashMap, MapData, PerCpuArray, RingBuf},
     programs::RawTracePoint,
     Ebpf, EbpfLoader,
 };
-use tracker_common::Figures;
+use tracker_common::{Figures, TaskInfo, TreeStats};
 
 use super::{offsets_cache, EbpfEngine, Ledger, PROBE};
 use crate::engine::{btf::Btf, procread};
@@ -474,22 +474,7 @@ impl EbpfEngine {
         btf_reader: Option<&crate::fsafe::Owner>,
     ) -> Result<Self, EbpfUnavailable> {
         let t0 = Instant::now();
-        has_cap_bpf().map_err(EbpfUnavailable::NoPrivilege)?;
-        // The maps and the load's own buffers: 8.3 MiB of kernel memory charged
-        // to the cgroup with the default sizes (memory.kmem.max_usage_in_bytes),
-        // killed at 9 MiB, ran at 10; 14 MiB leaves a margin, plus the ring.
-        let need = (14 << 20) + u64::from(ring_bytes);
-        if let Some((dir, free)) = room.filter(|(_, free)| *free < need) {
-            return Err(EbpfUnavailable::NoMemory(format!(
-                "the tracker's memory cgroup {} leaves {:.1} MiB, less than the {} MiB the BPF programs' maps need",
-                crate::warn::escaped(&dir),
-                free as f64 / 1048576.0,
-                need >> 20
-            )));
-        }
-        if !in_host_pid_ns() {
-            return Err(EbpfUnavailable::PidNamespace);
-        }
+        can_load(ring_bytes, room)?;
         let (offsets, mut degraded, t_read) = kernel_offsets(t0, btf_reader)?;
         let t_parsed = t0.elapsed();
         log::debug!("kernel offsets: {offsets:?}");
@@ -523,16 +508,7 @@ impl EbpfEngine {
             t_loaded - t_maps,
             t0.elapsed() - t_loaded
         );
-        let take = |bpf: &mut Ebpf, name: &str| {
-            bpf.take_map(name)
-                .ok_or_else(|| EbpfUnavailable::Load(format!("map {name} missing from object")))
-        };
-        let tasks = HashMap::try_from(take(&mut bpf, "TASKS")?)
-            .map_err(|e| EbpfUnavailable::Load(format!("TASKS: {e}")))?;
-        let stats = PerCpuArray::try_from(take(&mut bpf, "TREE_STATS")?)
-            .map_err(|e| EbpfUnavailable::Load(format!("TREE_STATS: {e}")))?;
-        let ring = RingBuf::try_from(take(&mut bpf, "EVENTS")?)
-            .map_err(|e| EbpfUnavailable::Load(format!("EVENTS: {e}")))?;
+        let (tasks, stats, ring) = run_maps(&mut bpf)?;
         let stats_fd = bpf_stats.then(enable_stats).flatten();
         let stats_enabled = stats_fd.is_some()
             || std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled")
@@ -579,6 +555,53 @@ impl EbpfEngine {
             load_ms: t0.elapsed().as_secs_f64() * 1e3,
         })
     }
+}
+
+/// Why the programs cannot be loaded here, before anything is: no privilege, a
+/// memory cgroup too tight for the maps, or a PID namespace of the tracker's own.
+fn can_load(ring_bytes: u32, room: Option<(String, u64)>) -> Result<(), EbpfUnavailable> {
+    has_cap_bpf().map_err(EbpfUnavailable::NoPrivilege)?;
+    // The maps and the load's own buffers: 8.3 MiB of kernel memory charged to the
+    // cgroup with the default sizes (memory.kmem.max_usage_in_bytes), killed at
+    // 9 MiB, ran at 10; 14 MiB leaves a margin, plus the ring.
+    let need = (14 << 20) + u64::from(ring_bytes);
+    if let Some((dir, free)) = room.filter(|(_, free)| *free < need) {
+        return Err(EbpfUnavailable::NoMemory(format!(
+            "the tracker's memory cgroup {} leaves {:.1} MiB, less than the {} MiB the BPF programs' maps need",
+            crate::warn::escaped(&dir),
+            free as f64 / 1048576.0,
+            need >> 20
+        )));
+    }
+    if !in_host_pid_ns() {
+        return Err(EbpfUnavailable::PidNamespace);
+    }
+    Ok(())
+}
+
+/// The maps a run reads: the task map, the tree's per-CPU totals and the event ring.
+#[allow(clippy::type_complexity)]
+fn run_maps(
+    bpf: &mut Ebpf,
+) -> Result<
+    (
+        HashMap<MapData, u32, TaskInfo>,
+        PerCpuArray<MapData, TreeStats>,
+        RingBuf<MapData>,
+    ),
+    EbpfUnavailable,
+> {
+    let mut take = |name: &str| {
+        bpf.take_map(name)
+            .ok_or_else(|| EbpfUnavailable::Load(format!("map {name} missing from object")))
+    };
+    let tasks = HashMap::try_from(take("TASKS")?)
+        .map_err(|e| EbpfUnavailable::Load(format!("TASKS: {e}")))?;
+    let stats = PerCpuArray::try_from(take("TREE_STATS")?)
+        .map_err(|e| EbpfUnavailable::Load(format!("TREE_STATS: {e}")))?;
+    let ring = RingBuf::try_from(take("EVENTS")?)
+        .map_err(|e| EbpfUnavailable::Load(format!("EVENTS: {e}")))?;
+    Ok((tasks, stats, ring))
 }
 
 /// The error with its causes, as a privilege problem when the kernel said EPERM
