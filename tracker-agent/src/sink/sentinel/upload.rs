@@ -351,6 +351,81 @@ impl Uploader {
         Some(c)
     }
 
+    /// Puts one batch; where S3 gave no answer, asks whether it landed all the same
+    /// (it may have: those rows must then go nowhere else), and remembers a batch
+    /// that may have landed.
+    async fn put_checked(
+        &mut self,
+        client: &aws_sdk_s3::Client,
+        bucket: &str,
+        key: &str,
+        gz: Vec<u8>,
+        seq: u32,
+        uri: &str,
+    ) -> Result<(), s3::PutError> {
+        let len = gz.len();
+        match s3::put(client, bucket, key, gz).await {
+            Err(s3::PutError::NoAnswer(m)) => match s3::landed(client, bucket, key, len).await {
+                Ok(true) => {
+                    log::debug!("Sentinel: {uri}: {m}; it was stored all the same");
+                    self.maybe_landed = None;
+                    Ok(())
+                }
+                Ok(false) => {
+                    self.maybe_landed = Some((seq, key.to_string(), len));
+                    Err(s3::PutError::Other(m))
+                }
+                Err(h) => {
+                    self.maybe_landed = Some((seq, key.to_string(), len));
+                    Err(s3::PutError::Other(format!(
+                        "{m}; and asking whether it was stored: {h}"
+                    )))
+                }
+            },
+            other => other,
+        }
+    }
+
+    /// Refreshes the upload credentials where they are due (or a 403 asked for it,
+    /// no sooner than the doubling gap allows). False where the run's streaming
+    /// failed for it (a forced refresh that did not work).
+    async fn refresh_if_due(&mut self) -> bool {
+        let due = self.creds().is_some_and(|c| {
+            c.expires_at
+                .duration_since(SystemTime::now())
+                .map_or(true, |left| left <= REFRESH_BEFORE)
+        });
+        // A 403 that refreshing did not cure is refreshed again only after a
+        // gap that doubles, up to MAX_FORCED_GAP.
+        let forced_ok = self
+            .forced_at
+            .is_none_or(|t| t.elapsed() >= self.forced_gap);
+        if due || (self.force_refresh && forced_ok) {
+            if self.force_refresh {
+                self.forced_at = Some(tokio::time::Instant::now());
+                self.forced_gap = (self.forced_gap * 2)
+                    .max(Duration::from_secs(2))
+                    .min(MAX_FORCED_GAP);
+            }
+            if let Err(e) = self.refresh().await {
+                if self.force_refresh {
+                    self.fail("refreshing the upload credentials", &e.to_string());
+                    return false;
+                }
+                // Still valid for a while: keep the old ones and try again later.
+                let why = self.api.redact(&e.to_string());
+                if self.refresh_warned.as_deref() != Some(why.as_str()) {
+                    log::warn!("Sentinel: refreshing the upload credentials failed: {why}; keeping the current ones");
+                } else {
+                    log::debug!("Sentinel: refreshing the upload credentials failed again: {why}");
+                }
+                self.report.last_error = Some(format!("refresh: {why}"));
+                self.refresh_warned = Some(why);
+            }
+        }
+        true
+    }
+
     /// Registers if needed, then uploads sealed batches oldest first until none is
     /// left or one fails (then a retry is scheduled).
     async fn work(&mut self) {
@@ -370,40 +445,8 @@ impl Uploader {
                     return;
                 }
             };
-            let due = self.creds().is_some_and(|c| {
-                c.expires_at
-                    .duration_since(SystemTime::now())
-                    .map_or(true, |left| left <= REFRESH_BEFORE)
-            });
-            // A 403 that refreshing did not cure is refreshed again only after a
-            // gap that doubles, up to MAX_FORCED_GAP.
-            let forced_ok = self
-                .forced_at
-                .is_none_or(|t| t.elapsed() >= self.forced_gap);
-            if due || (self.force_refresh && forced_ok) {
-                if self.force_refresh {
-                    self.forced_at = Some(tokio::time::Instant::now());
-                    self.forced_gap = (self.forced_gap * 2)
-                        .max(Duration::from_secs(2))
-                        .min(MAX_FORCED_GAP);
-                }
-                if let Err(e) = self.refresh().await {
-                    if self.force_refresh {
-                        self.fail("refreshing the upload credentials", &e.to_string());
-                        return;
-                    }
-                    // Still valid for a while: keep the old ones and try again later.
-                    let why = self.api.redact(&e.to_string());
-                    if self.refresh_warned.as_deref() != Some(why.as_str()) {
-                        log::warn!("Sentinel: refreshing the upload credentials failed: {why}; keeping the current ones");
-                    } else {
-                        log::debug!(
-                            "Sentinel: refreshing the upload credentials failed again: {why}"
-                        );
-                    }
-                    self.report.last_error = Some(format!("refresh: {why}"));
-                    self.refresh_warned = Some(why);
-                }
+            if !self.refresh_if_due().await {
+                return;
             }
             let (seq, rows, gz) = batch;
             let Some(reg) = &self.reg else { return };
@@ -421,31 +464,9 @@ impl Uploader {
             {
                 j.record('T', &format!("{seq} {}", last.index));
             }
-            let len = gz.len();
-            let put = match s3::put(&client, &bucket, &key, gz).await {
-                // No answer: S3 may hold it all the same, and these rows must then
-                // not go anywhere else (inline, another key).
-                Err(s3::PutError::NoAnswer(m)) => {
-                    match s3::landed(&client, &bucket, &key, len).await {
-                        Ok(true) => {
-                            log::debug!("Sentinel: {uri}: {m}; it was stored all the same");
-                            self.maybe_landed = None;
-                            Ok(())
-                        }
-                        Ok(false) => {
-                            self.maybe_landed = Some((seq, key.clone(), len));
-                            Err(s3::PutError::Other(m))
-                        }
-                        Err(h) => {
-                            self.maybe_landed = Some((seq, key.clone(), len));
-                            Err(s3::PutError::Other(format!(
-                                "{m}; and asking whether it was stored: {h}"
-                            )))
-                        }
-                    }
-                }
-                other => other,
-            };
+            let put = self
+                .put_checked(&client, &bucket, &key, gz, seq, &uri)
+                .await;
             match put {
                 Ok(()) => {
                     self.maybe_landed = None;
@@ -582,9 +603,11 @@ impl Uploader {
             }
         }
         let inline = inline_csv.is_some();
-        let inline_rows = inline_csv
-            .as_ref()
-            .map_or(0, |c| c.lines().count().saturating_sub(1));
+        let inline_rows = Some(
+            inline_csv
+                .as_ref()
+                .map_or(0, |c| c.lines().count().saturating_sub(1)),
+        );
         let body = if let Some(csv) = inline_csv {
             json!({"exit_code": exit_code, "run_status": status, "data_source": "inline",
                    "data_csv": csv, "finished_at": iso_now()})
@@ -592,18 +615,31 @@ impl Uploader {
             json!({"exit_code": exit_code, "run_status": status, "data_source": "s3",
                    "data_uris": self.uploaded, "finished_at": iso_now()})
         };
+        self.send_finish(&run_id, &body, inline_rows.filter(|_| inline), deadline)
+            .await;
+    }
+
+    /// Tells the API the run is over (`body`), retrying what may be retried within
+    /// the `deadline`. `inline`: the rows sent in the body, where they were.
+    async fn send_finish(
+        &mut self,
+        run_id: &str,
+        body: &serde_json::Value,
+        inline: Option<usize>,
+        deadline: tokio::time::Instant,
+    ) {
         let mut backoff = Duration::from_secs(1);
         loop {
-            match self.api.finish(&run_id, &body).await {
+            match self.api.finish(run_id, body).await {
                 Ok(stats) => {
                     log::info!("Sentinel: run {run_id} finished: {stats}");
                     if let Some(j) = &self.journal {
                         j.record('F', "");
                     }
                     self.report.finished = true;
-                    self.report.data_source = Some(if inline { "inline" } else { "s3" });
-                    if inline {
-                        self.report.rows_uploaded += inline_rows as u64;
+                    self.report.data_source = Some(if inline.is_some() { "inline" } else { "s3" });
+                    if let Some(rows) = inline {
+                        self.report.rows_uploaded += rows as u64;
                         if !self.report.partial {
                             // Kept copies of rows now on the server would count twice.
                             self.q.discard_all();
@@ -623,7 +659,7 @@ impl Uploader {
                     let e = self.api.redact(&e.to_string());
                     log::warn!("Sentinel: finishing run {run_id} failed: {e}");
                     self.report.last_error = Some(format!("finish: {e}"));
-                    if inline && !self.report.partial {
+                    if inline.is_some() && !self.report.partial {
                         self.keep();
                     }
                     return;
