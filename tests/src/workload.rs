@@ -543,43 +543,47 @@ fn shared(mib: usize, n: u64, ms: u64, how: &str) {
             }
             std::hint::black_box(&v);
         }
-        "exec" => {
-            // A memfd without CLOEXEC: the exec'd children inherit it.
-            let name = CString::new("rt-shared").unwrap_or_default();
-            // SAFETY: a valid name; flags 0.
-            let fd = unsafe { libc::memfd_create(name.as_ptr(), 0) };
-            if fd < 0 {
-                die(&format!(
-                    "memfd_create: {}",
-                    std::io::Error::last_os_error()
-                ));
-            }
-            let page = vec![1u8; 1 << 20];
-            for _ in 0..mib {
-                // SAFETY: writing our buffer to our descriptor.
-                let w = unsafe { libc::write(fd, page.as_ptr().cast(), page.len()) };
-                if w != page.len() as isize {
-                    die("writing the memfd");
-                }
-            }
-            let exe = self_exe();
-            let argv = [
-                exe,
-                CString::new("mapread").unwrap_or_default(),
-                CString::new(fd.to_string()).unwrap_or_default(),
-                CString::new(mib.to_string()).unwrap_or_default(),
-                CString::new(ms.to_string()).unwrap_or_default(),
-            ];
-            for _ in 0..n {
-                if fork() == 0 {
-                    exec(&argv);
-                }
-            }
-            while wait_one().is_some() {}
-        }
+        "exec" => shared_exec(mib, n, ms),
         _ => die("shared: fork, thread, exec or cow"),
     }
     report(format!("\"mode\":\"shared\",\"processes_forked\":{n}"));
+}
+
+/// `shared … exec`: `mib` MiB in a memfd that `n` exec'd children inherit and map
+/// (`mapread`), held `ms` milliseconds.
+fn shared_exec(mib: usize, n: u64, ms: u64) {
+    // A memfd without CLOEXEC: the exec'd children inherit it.
+    let name = CString::new("rt-shared").unwrap_or_default();
+    // SAFETY: a valid name; flags 0.
+    let fd = unsafe { libc::memfd_create(name.as_ptr(), 0) };
+    if fd < 0 {
+        die(&format!(
+            "memfd_create: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    let page = vec![1u8; 1 << 20];
+    for _ in 0..mib {
+        // SAFETY: writing our buffer to our descriptor.
+        let w = unsafe { libc::write(fd, page.as_ptr().cast(), page.len()) };
+        if w != page.len() as isize {
+            die("writing the memfd");
+        }
+    }
+    let exe = self_exe();
+    let argv = [
+        exe,
+        CString::new("mapread").unwrap_or_default(),
+        CString::new(fd.to_string()).unwrap_or_default(),
+        CString::new(mib.to_string()).unwrap_or_default(),
+        CString::new(ms.to_string()).unwrap_or_default(),
+    ];
+    for _ in 0..n {
+        if fork() == 0 {
+            exec(&argv);
+        }
+    }
+    while wait_one().is_some() {}
 }
 
 fn mapread(fd: i32, mib: usize, ms: u64) {

@@ -758,22 +758,7 @@ fn procfs_unprivileged() -> Cell {
     let base = PathBuf::from(format!("{root}/rt-unpriv-{}", std::process::id()));
     let inner = base.join("w");
     let s = Scratch::new("unpriv");
-    let made = (|| -> std::io::Result<()> {
-        std::fs::create_dir_all(&inner)?;
-        // The user may move processes in (the cgroup.procs files) but not make
-        // cgroups: `base` stays root's, so the tracker cannot make one for the
-        // command and its CPU is the procfs backend's own sums.
-        for p in [
-            &s.0,
-            &base.join("cgroup.procs"),
-            &inner,
-            &inner.join("cgroup.procs"),
-        ] {
-            std::os::unix::fs::chown(p, Some(NOBODY), Some(NOBODY))?;
-        }
-        Ok(())
-    })();
-    if let Err(e) = made {
+    if let Err(e) = delegate(&base, &inner, &s, NOBODY) {
         return bad(check, format!("cannot delegate {}: {e}", base.display()));
     }
     // The user must reach the binaries: a checkout may sit under a directory only
@@ -850,6 +835,23 @@ fn procfs_unprivileged() -> Cell {
     } else {
         bad(check, format!("{}; {figs}; {}", o.status, err.trim()))
     }
+}
+
+/// `base` and its child `inner` made, with their `cgroup.procs` and the scratch
+/// directory given to `uid`: the user may move processes in but not make cgroups
+/// (`base` stays root's), so the tracker cannot make one for the command and its
+/// CPU is the procfs backend's own sums.
+fn delegate(base: &Path, inner: &Path, s: &Scratch, uid: u32) -> std::io::Result<()> {
+    std::fs::create_dir_all(inner)?;
+    for p in [
+        &s.0,
+        &base.join("cgroup.procs"),
+        &inner.to_path_buf(),
+        &inner.join("cgroup.procs"),
+    ] {
+        std::os::unix::fs::chown(p, Some(uid), Some(uid))?;
+    }
+    Ok(())
 }
 
 /// Copies of the tracker and the workload in `bins` (made here).
