@@ -109,41 +109,62 @@ fn main() {
     }
 }
 
+/// `cargo xtask test`: the README's test command. Formatting, clippy, the build,
+/// the whole suite, then the kernel matrix.
+fn test() -> anyhow::Result<()> {
+    setup()?;
+    sh(cargo().args(["fmt", "--all", "--check"]))?;
+    // The eBPF crate builds only for the BPF target (through tracker-agent's build.rs).
+    sh(cargo().args([
+        "clippy",
+        "--workspace",
+        "--exclude",
+        "tracker-ebpf",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
+    // The end-to-end tests run the binaries of the same profile.
+    sh(cargo().args(["build", "--workspace", "--exclude", "tracker-ebpf"]))?;
+    // Built once here for every Python test (tests/tests/python_package.rs).
+    build_wheel()?;
+    let tests = sh(cargo().args([
+        "test",
+        "--workspace",
+        "--exclude",
+        "tracker-ebpf",
+        "--",
+        "--test-threads=1",
+    ]));
+    // The kernel matrix (docs/kernels.md) after the suite, whatever its
+    // outcome: both results are wanted from one CI run.
+    let matrix = kernels::run(&[], false);
+    tests.and(matrix)
+}
+
+/// `cargo xtask install [--prefix DIR] [--binary FILE]`.
+fn install(args: &[String]) -> anyhow::Result<()> {
+    let prefix = flag_value(&args, "--prefix")?.unwrap_or_else(|| "/usr/local".into());
+    // `--binary` installs a given build (the install test's); otherwise the
+    // release build `cargo xtask run` uses.
+    let bin = match flag_value(&args, "--binary")? {
+        Some(b) => PathBuf::from(b),
+        None => {
+            setup()?;
+            build_release()?.join("resource-tracker")
+        }
+    };
+    let dest = dist::install(&bin, Path::new(&prefix))?;
+    eprintln!("xtask: installed {}", dest.display());
+    Ok(())
+}
+
 fn run() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
         Some("setup") => setup(),
-        Some("test") => {
-            setup()?;
-            sh(cargo().args(["fmt", "--all", "--check"]))?;
-            // The eBPF crate builds only for the BPF target (through tracker-agent's build.rs).
-            sh(cargo().args([
-                "clippy",
-                "--workspace",
-                "--exclude",
-                "tracker-ebpf",
-                "--all-targets",
-                "--",
-                "-D",
-                "warnings",
-            ]))?;
-            // The end-to-end tests run the binaries of the same profile.
-            sh(cargo().args(["build", "--workspace", "--exclude", "tracker-ebpf"]))?;
-            // Built once here for every Python test (tests/tests/python_package.rs).
-            build_wheel()?;
-            let tests = sh(cargo().args([
-                "test",
-                "--workspace",
-                "--exclude",
-                "tracker-ebpf",
-                "--",
-                "--test-threads=1",
-            ]));
-            // The kernel matrix (docs/kernels.md) after the suite, whatever its
-            // outcome: both results are wanted from one CI run.
-            let matrix = kernels::run(&[], false);
-            tests.and(matrix)
-        }
+        Some("test") => test(),
         Some("wheel") if args.iter().any(|a| a == "--release") => {
             sh(Command::new("bash")
                 .arg(root().join("scripts/setup.sh"))
@@ -171,21 +192,7 @@ fn run() -> anyhow::Result<()> {
             setup()?;
             old_glibc::run()
         }
-        Some("install") => {
-            let prefix = flag_value(&args, "--prefix")?.unwrap_or_else(|| "/usr/local".into());
-            // `--binary` installs a given build (the install test's); otherwise the
-            // release build `cargo xtask run` uses.
-            let bin = match flag_value(&args, "--binary")? {
-                Some(b) => PathBuf::from(b),
-                None => {
-                    setup()?;
-                    build_release()?.join("resource-tracker")
-                }
-            };
-            let dest = dist::install(&bin, Path::new(&prefix))?;
-            eprintln!("xtask: installed {}", dest.display());
-            Ok(())
-        }
+        Some("install") => install(&args),
         Some("run") => {
             setup()?;
             let dir = build_release()?;
