@@ -577,39 +577,8 @@ pub fn measure(
     all
 }
 
-/// docs/kernels.md from the outcomes of the whole matrix.
-pub fn render(outcomes: &[Outcome], wall_secs: f64) -> String {
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        "# Kernels\n\n\
-         Written by `cargo xtask kernels` (xtask/src/kernels.rs); do not edit by hand.\n\n\
-         Each kernel is Debian's `linux-image-cloud-amd64` of its suite, booted under\n\
-         `qemu-system-x86_64 -accel tcg` (2 vCPUs, 512 MiB) with an initramfs holding busybox,\n\
-         the release tracker, the workload generator and `kernel-checks`\n\
-         (tests/src/bin/kernel_checks.rs). The guest's /init mounts cgroup v2 and an ext4\n\
-         ram disk (brd); every shape runs in a child cgroup that holds exactly the workload,\n\
-         and the tracker's figures are compared with that cgroup's `cpu.stat` and `io.stat`.\n\
-         The tracker runs in a cgroup that may have no children, so it cannot make one for\n\
-         the command: the CPU checked is the backend's own sums (`cpu_source` ebpf or\n\
-         procfs), what that kernel's programs or /proc give, not a cgroup's charge.\n\
-         Bounds are the host's: CPU within 0.5 %, bytes within 1 %, counts exact; the procfs\n\
-         fallback within the host's procfs bound (+2 % + 20 ms, −10 %). The truth is the\n\
-         cgroup's plus the root's CPU before it joined, known to within the join's own\n\
-         (`cgroup lo–hi`; a guest starved by its host can charge that one write tens of\n\
-         ms), and an error is to the window's nearer end. Programs are seen\n\
-         loaded and attached by listing the kernel's BPF programs and links (bpf(2)\n\
-         `BPF_PROG_GET_NEXT_ID`, `BPF_LINK_GET_NEXT_ID`), not by the tracker's word. The\n\
-         `again_*` rows are the second copies of the life-cycle programs (docs/engine.md):\n\
-         `ok` is loaded and attached from 6.19 on, and not loaded before. Where the kernel\n\
-         skipped every copy of a program for one event, a shape's `missed_runs` figures\n\
-         give the runs skipped per copy and what was found again (members whose fork was\n\
-         skipped, process ends and execs whose program was skipped): the counts stay exact\n\
-         through them (docs/engine.md, \"A member whose event no copy saw\"). The node\n\
-         agent keeps one copy: `node container processes` holds a 300-process fork\n\
-         swarm's counts for its container exact, or short by no more than the runs the\n\
-         kernel says it skipped of that program (`resource_tracker_skipped_runs_total`).\n"
-    );
+/// The matrix: a row per check, a column per kernel line, and the kernels' names.
+fn matrix(s: &mut String, outcomes: &[Outcome]) {
     let _ = writeln!(s, "## Matrix\n");
     let mut head = "| check |".to_string();
     let mut rule = "|---|".to_string();
@@ -651,6 +620,42 @@ pub fn render(outcomes: &[Outcome], wall_secs: f64) -> String {
         );
     }
     let _ = writeln!(s, "{row}");
+}
+
+/// docs/kernels.md from the outcomes of the whole matrix.
+pub fn render(outcomes: &[Outcome], wall_secs: f64) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "# Kernels\n\n\
+         Written by `cargo xtask kernels` (xtask/src/kernels.rs); do not edit by hand.\n\n\
+         Each kernel is Debian's `linux-image-cloud-amd64` of its suite, booted under\n\
+         `qemu-system-x86_64 -accel tcg` (2 vCPUs, 512 MiB) with an initramfs holding busybox,\n\
+         the release tracker, the workload generator and `kernel-checks`\n\
+         (tests/src/bin/kernel_checks.rs). The guest's /init mounts cgroup v2 and an ext4\n\
+         ram disk (brd); every shape runs in a child cgroup that holds exactly the workload,\n\
+         and the tracker's figures are compared with that cgroup's `cpu.stat` and `io.stat`.\n\
+         The tracker runs in a cgroup that may have no children, so it cannot make one for\n\
+         the command: the CPU checked is the backend's own sums (`cpu_source` ebpf or\n\
+         procfs), what that kernel's programs or /proc give, not a cgroup's charge.\n\
+         Bounds are the host's: CPU within 0.5 %, bytes within 1 %, counts exact; the procfs\n\
+         fallback within the host's procfs bound (+2 % + 20 ms, −10 %). The truth is the\n\
+         cgroup's plus the root's CPU before it joined, known to within the join's own\n\
+         (`cgroup lo–hi`; a guest starved by its host can charge that one write tens of\n\
+         ms), and an error is to the window's nearer end. Programs are seen\n\
+         loaded and attached by listing the kernel's BPF programs and links (bpf(2)\n\
+         `BPF_PROG_GET_NEXT_ID`, `BPF_LINK_GET_NEXT_ID`), not by the tracker's word. The\n\
+         `again_*` rows are the second copies of the life-cycle programs (docs/engine.md):\n\
+         `ok` is loaded and attached from 6.19 on, and not loaded before. Where the kernel\n\
+         skipped every copy of a program for one event, a shape's `missed_runs` figures\n\
+         give the runs skipped per copy and what was found again (members whose fork was\n\
+         skipped, process ends and execs whose program was skipped): the counts stay exact\n\
+         through them (docs/engine.md, \"A member whose event no copy saw\"). The node\n\
+         agent keeps one copy: `node container processes` holds a 300-process fork\n\
+         swarm's counts for its container exact, or short by no more than the runs the\n\
+         kernel says it skipped of that program (`resource_tracker_skipped_runs_total`).\n"
+    );
+    matrix(&mut s, outcomes);
     for o in outcomes {
         let from = match LINES.iter().find(|l| l.0 == o.line) {
             Some((_, suite, who)) => format!(
