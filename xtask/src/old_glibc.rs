@@ -98,6 +98,36 @@ fn checked(what: &str, o: Output) -> anyhow::Result<String> {
     Ok(out)
 }
 
+/// A binary built against this machine's glibc is what the wheel would carry
+/// without zig: on the old root the dynamic loader refuses it, naming the missing
+/// version.
+fn host_build_refused(rootfs: &Path) -> anyhow::Result<()> {
+    let host_build = ["release", "debug"]
+        .iter()
+        .map(|p| root().join("target").join(p).join("resource-tracker"))
+        .find(|p| p.exists())
+        .context(
+            "no host build of resource-tracker in target/release or target/debug (cargo build)",
+        )?;
+    std::fs::copy(&host_build, rootfs.join("tmp/host-build"))?;
+    let o = chroot(rootfs, None, &["/tmp/host-build", "--version"])?;
+    let err = String::from_utf8_lossy(&o.stderr);
+    if o.status.success() || !err.contains("GLIBC_") {
+        bail!(
+            "{} on {SUITE}: expected the loader's GLIBC refusal, got {}: {err}",
+            host_build.display(),
+            o.status
+        );
+    }
+    eprintln!(
+        "xtask: {SUITE}, {}: {} ({})",
+        host_build.display(),
+        err.lines().next().unwrap_or_default(),
+        o.status
+    );
+    Ok(())
+}
+
 pub fn run() -> anyhow::Result<()> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
@@ -171,32 +201,7 @@ pub fn run() -> anyhow::Result<()> {
     )?;
     eprintln!("xtask: {SUITE}, root: {as_root}");
 
-    // A binary built against this machine's glibc is what the wheel would carry
-    // without zig: on the old root the dynamic loader refuses it, naming the
-    // missing version.
-    let host_build = ["release", "debug"]
-        .iter()
-        .map(|p| root().join("target").join(p).join("resource-tracker"))
-        .find(|p| p.exists())
-        .context(
-            "no host build of resource-tracker in target/release or target/debug (cargo build)",
-        )?;
-    std::fs::copy(&host_build, rootfs.join("tmp/host-build"))?;
-    let o = chroot(&rootfs, None, &["/tmp/host-build", "--version"])?;
-    let err = String::from_utf8_lossy(&o.stderr);
-    if o.status.success() || !err.contains("GLIBC_") {
-        bail!(
-            "{} on {SUITE}: expected the loader's GLIBC refusal, got {}: {err}",
-            host_build.display(),
-            o.status
-        );
-    }
-    eprintln!(
-        "xtask: {SUITE}, {}: {} ({})",
-        host_build.display(),
-        err.lines().next().unwrap_or_default(),
-        o.status
-    );
+    host_build_refused(&rootfs)?;
     drop(mounts);
     eprintln!(
         "xtask: old-glibc passed in {:.0} s",
