@@ -176,6 +176,50 @@ fn num(v: &Value, k: &str) -> f64 {
     v[k].as_f64().unwrap_or(f64::NAN)
 }
 
+/// The guest's swarm and orphan runs against their cgroups' CPU and their shapes'
+/// counts: what failed.
+fn judged(guest: &[&str]) -> anyhow::Result<Vec<String>> {
+    let mut failures = Vec::new();
+    for (name, check) in [("swarm", 0), ("orphan", 1)] {
+        let line = guest
+            .iter()
+            .find(|l| l.starts_with(&format!("{name} rc=")))
+            .with_context(|| format!("no {name} line"))?;
+        if !line.starts_with(&format!("{name} rc=0 ")) {
+            failures.push(format!("{name}: {line}"));
+            continue;
+        }
+        let (cgroup_cpu, s) = summary_of(line)?;
+        let cpu = num(&s, "cpu_total_secs");
+        let spawned = num(&s, "processes_spawned");
+        eprintln!(
+            "xtask: arm64 {name}: backend {}, processes_spawned {spawned}, still_running {}, wall {:.2} s, CPU {cpu:.3} s, cgroup CPU {cgroup_cpu:.3} s, degraded {}",
+            s["backend"], s["still_running"], num(&s, "wall_secs"), s["degraded"]
+        );
+        if s["backend"] != "ebpf" {
+            failures.push(format!("{name}: backend {}", s["backend"]));
+        }
+        // The tree's CPU against the kernel's own count for its cgroup: the job's
+        // first instructions ran before it moved itself in.
+        if (cpu - cgroup_cpu).abs() > (0.1 * cgroup_cpu).max(0.05) {
+            failures.push(format!(
+                "{name}: CPU {cpu:.3} s, its cgroup {cgroup_cpu:.3} s"
+            ));
+        }
+        let ok = match check {
+            // sh and its 100 children.
+            0 => spawned == 101.0,
+            // sh, the subshell, and one or two of its commands (ash may exec the last
+            // one in place of a fork); the orphan's second must be waited for.
+            _ => (3.0..=4.0).contains(&spawned) && num(&s, "wall_secs") >= 1.0,
+        };
+        if !ok {
+            failures.push(format!("{name}: out of bounds: {s}"));
+        }
+    }
+    Ok(failures)
+}
+
 pub fn run() -> anyhow::Result<()> {
     let t0 = Instant::now();
     let bin = dist::dist_dir().join("resource-tracker-aarch64");
@@ -232,44 +276,7 @@ pub fn run() -> anyhow::Result<()> {
             tail.into_iter().rev().collect::<Vec<_>>().join("\n")
         );
     }
-    let mut failures = Vec::new();
-    for (name, check) in [("swarm", 0), ("orphan", 1)] {
-        let line = guest
-            .iter()
-            .find(|l| l.starts_with(&format!("{name} rc=")))
-            .with_context(|| format!("no {name} line"))?;
-        if !line.starts_with(&format!("{name} rc=0 ")) {
-            failures.push(format!("{name}: {line}"));
-            continue;
-        }
-        let (cgroup_cpu, s) = summary_of(line)?;
-        let cpu = num(&s, "cpu_total_secs");
-        let spawned = num(&s, "processes_spawned");
-        eprintln!(
-            "xtask: arm64 {name}: backend {}, processes_spawned {spawned}, still_running {}, wall {:.2} s, CPU {cpu:.3} s, cgroup CPU {cgroup_cpu:.3} s, degraded {}",
-            s["backend"], s["still_running"], num(&s, "wall_secs"), s["degraded"]
-        );
-        if s["backend"] != "ebpf" {
-            failures.push(format!("{name}: backend {}", s["backend"]));
-        }
-        // The tree's CPU against the kernel's own count for its cgroup: the job's
-        // first instructions ran before it moved itself in.
-        if (cpu - cgroup_cpu).abs() > (0.1 * cgroup_cpu).max(0.05) {
-            failures.push(format!(
-                "{name}: CPU {cpu:.3} s, its cgroup {cgroup_cpu:.3} s"
-            ));
-        }
-        let ok = match check {
-            // sh and its 100 children.
-            0 => spawned == 101.0,
-            // sh, the subshell, and one or two of its commands (ash may exec the last
-            // one in place of a fork); the orphan's second must be waited for.
-            _ => (3.0..=4.0).contains(&spawned) && num(&s, "wall_secs") >= 1.0,
-        };
-        if !ok {
-            failures.push(format!("{name}: out of bounds: {s}"));
-        }
-    }
+    let failures = judged(&guest)?;
     if !failures.is_empty() {
         bail!("arm64 guest:\n{}", failures.join("\n"));
     }
