@@ -179,9 +179,91 @@ pub fn documented(doc: &str) -> Imports {
     out
 }
 
+/// The most lines a function outside the tests may have.
+pub const MAX_FN_LINES: usize = 100;
+
+/// Functions of `text` (a file's code outside its test module) longer than
+/// `MAX_FN_LINES`, with their first line (1-based) and length. A function runs from
+/// its `fn` line to the `}` at its own indentation.
+pub fn long_fns(text: &str) -> Vec<(String, usize, usize)> {
+    let code = code(text);
+    let lines: Vec<&str> = code.lines().collect();
+    let mut out = Vec::new();
+    for (i, l) in lines.iter().enumerate() {
+        let t = l.trim_start();
+        let indent = l.len() - t.len();
+        let mut rest = t;
+        for q in [
+            "pub(crate) ",
+            "pub(super) ",
+            "pub ",
+            "const ",
+            "async ",
+            "unsafe ",
+        ] {
+            rest = rest.strip_prefix(q).unwrap_or(rest);
+        }
+        let Some(sig) = rest.strip_prefix("fn ") else {
+            continue;
+        };
+        let name: String = sig
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        // The body opens where the signature ends; a declaration has none.
+        let Some(open) = (i..lines.len()).find(|&j| {
+            let e = lines[j].trim_end();
+            e.ends_with('{') || e.ends_with(';')
+        }) else {
+            continue;
+        };
+        if lines[open].trim_end().ends_with(';') {
+            continue;
+        }
+        let close = format!("{}}}", " ".repeat(indent));
+        if let Some(end) = (open + 1..lines.len()).find(|&j| lines[j].trim_end() == close) {
+            let n = end - i + 1;
+            if n > MAX_FN_LINES {
+                out.push((name, i + 1, n));
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// No function of the agent, xtask or the tests' library and binaries is
+    /// longer than `MAX_FN_LINES` (test modules aside): a long one is split where
+    /// its steps are, each named.
+    #[test]
+    fn no_function_is_longer_than_a_hundred_lines() {
+        let root = crate::root();
+        let mut long = Vec::new();
+        for dir in ["tracker-agent/src", "xtask/src", "tests/src"] {
+            for f in rs_files(&root.join(dir)).unwrap() {
+                let text = std::fs::read_to_string(&f).unwrap();
+                for (name, line, n) in long_fns(&text) {
+                    long.push(format!("{}:{line} {name}: {n} lines", f.display()));
+                }
+            }
+        }
+        assert!(
+            long.is_empty(),
+            "functions over {MAX_FN_LINES} lines:\n{}",
+            long.join("\n")
+        );
+        let sample = format!(
+            "fn short() {{\n}}\n\npub async fn long(\n    a: u32,\n) -> u32 {{\n{}    a\n}}\n",
+            "    let _ = 1;\n".repeat(MAX_FN_LINES)
+        );
+        assert_eq!(
+            long_fns(&sample),
+            [("long".to_string(), 4, MAX_FN_LINES + 5)]
+        );
+    }
 
     #[test]
     fn the_agents_imports_point_one_way_as_docs_layout_says() {

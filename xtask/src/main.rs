@@ -145,10 +145,10 @@ fn test() -> anyhow::Result<()> {
 
 /// `cargo xtask install [--prefix DIR] [--binary FILE]`.
 fn install(args: &[String]) -> anyhow::Result<()> {
-    let prefix = flag_value(&args, "--prefix")?.unwrap_or_else(|| "/usr/local".into());
+    let prefix = flag_value(args, "--prefix")?.unwrap_or_else(|| "/usr/local".into());
     // `--binary` installs a given build (the install test's); otherwise the
     // release build `cargo xtask run` uses.
-    let bin = match flag_value(&args, "--binary")? {
+    let bin = match flag_value(args, "--binary")? {
         Some(b) => PathBuf::from(b),
         None => {
             setup()?;

@@ -692,6 +692,49 @@ fn route(method: &str, path: &str) -> (Route, bool) {
     }
 }
 
+/// What the mock records of one API request: its connection and place in it, the
+/// request as it came, the fault it got, when it arrived.
+fn api_record(
+    kind: &str,
+    (conn, seq): (u64, u64),
+    h: &Head,
+    body: &[u8],
+    action: &str,
+    arrived: f64,
+) -> Map<String, Value> {
+    let mut rec = Map::new();
+    rec.insert("kind".into(), json!(kind));
+    rec.insert("conn".into(), json!(conn));
+    rec.insert("seq".into(), json!(seq));
+    rec.insert("method".into(), json!(h.method));
+    rec.insert("path".into(), json!(h.target));
+    rec.insert("headers".into(), headers_json(h));
+    let parsed: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+    rec.insert("body".into(), parsed);
+    if !body.is_empty() && serde_json::from_slice::<Value>(body).is_err() {
+        rec.insert(
+            "body_text".into(),
+            json!(String::from_utf8_lossy(&body[..body.len().min(4096)])),
+        );
+    }
+    rec.insert("raw_len".into(), json!(body.len()));
+    rec.insert("action".into(), json!(action));
+    rec.insert("t".into(), json!(arrived));
+    rec
+}
+
+/// The reply of an injected fault: `NNN` or `NNN:DETAIL`.
+fn injected(st: &str) -> Reply {
+    let (code, detail) = st.split_once(':').unwrap_or((st, ""));
+    let code: u16 = code.parse().unwrap_or(500);
+    let detail = if detail.is_empty() {
+        format!("injected fault: {} {}", code, http::reason(code))
+    } else {
+        detail.to_string()
+    };
+    Reply::detail(code, &detail)
+}
+
 fn handle_api_conn(mock: Arc<Mock>, s: TcpStream) {
     let conn = mock
         .conns
@@ -729,24 +772,7 @@ fn handle_api_conn(mock: Arc<Mock>, s: TcpStream) {
         } else {
             mock.take_fault(kind)
         };
-        let mut rec = Map::new();
-        rec.insert("kind".into(), json!(kind));
-        rec.insert("conn".into(), json!(conn));
-        rec.insert("seq".into(), json!(seq));
-        rec.insert("method".into(), json!(method));
-        rec.insert("path".into(), json!(path));
-        rec.insert("headers".into(), headers_json(&h));
-        let parsed: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-        rec.insert("body".into(), parsed);
-        if !body.is_empty() && serde_json::from_slice::<Value>(&body).is_err() {
-            rec.insert(
-                "body_text".into(),
-                json!(String::from_utf8_lossy(&body[..body.len().min(4096)])),
-            );
-        }
-        rec.insert("raw_len".into(), json!(body.len()));
-        rec.insert("action".into(), json!(action));
-        rec.insert("t".into(), json!(arrived));
+        let mut rec = api_record(kind, (conn, seq), &h, &body, &action, arrived);
 
         if let Some(ms) = action.strip_prefix("sleep:") {
             std::thread::sleep(Duration::from_millis(ms.parse().unwrap_or(0)));
@@ -758,15 +784,7 @@ fn handle_api_conn(mock: Arc<Mock>, s: TcpStream) {
             return;
         }
         let reply = if let Some(st) = action.strip_prefix("status:") {
-            // status:NNN or status:NNN:DETAIL.
-            let (code, detail) = st.split_once(':').unwrap_or((st, ""));
-            let code: u16 = code.parse().unwrap_or(500);
-            let detail = if detail.is_empty() {
-                format!("injected fault: {} {}", code, http::reason(code))
-            } else {
-                detail.to_string()
-            };
-            Reply::detail(code, &detail)
+            injected(st)
         } else if kind == "other" {
             if known {
                 Reply::detail(405, "Method Not Allowed")
@@ -804,6 +822,86 @@ fn handle_api_conn(mock: Arc<Mock>, s: TcpStream) {
     c.close();
 }
 
+/// POST /runs: a run registered, with its prefix and credentials.
+fn register_reply(mock: &Mock, h: &Head, body: &[u8], action: &str) -> Reply {
+    let m = match json_object(h, body, true) {
+        Ok(m) => m,
+        Err(r) => return r,
+    };
+    let errs = validate_register(&m);
+    if !errs.is_empty() {
+        return unprocessable(errs);
+    }
+    let creds = match mock.issue() {
+        Ok(c) => c,
+        Err(e) => return Reply::detail(500, &e),
+    };
+    let run_id = {
+        let mut st = mock.state.lock().expect("state");
+        st.next_run += 1;
+        let id = format!("run-{}", st.next_run);
+        st.runs.insert(id.clone(), Run { finished: false });
+        id
+    };
+    let prefix = if action == "bad_prefix" {
+        "https://not-s3/x".to_string()
+    } else {
+        mock.run_prefix(&run_id)
+    };
+    Reply::json(
+        200,
+        json!({"run_id": run_id, "upload_uri_prefix": prefix, "upload_credentials": creds}),
+    )
+}
+
+/// POST /runs/{id}/finish: the run finished once, as the API checks its body.
+fn finish_reply(mock: &Mock, id: &str, h: &Head, body: &[u8]) -> Reply {
+    match mock.state.lock().expect("state").runs.get(id) {
+        None => return Reply::detail(404, "Run not found"),
+        Some(r) if r.finished => return Reply::detail(409, "Run already finished"),
+        Some(_) => {}
+    }
+    let m = match json_object(h, body, true) {
+        Ok(m) => m,
+        Err(r) => return r,
+    };
+    let errs = validate_finish(&m, &mock.run_prefix(id));
+    if !errs.is_empty() {
+        return unprocessable(errs);
+    }
+    {
+        let mut st = mock.state.lock().expect("state");
+        match st.runs.get_mut(id) {
+            Some(r) if !r.finished => r.finished = true,
+            _ => return Reply::detail(409, "Run already finished"),
+        }
+    }
+    let source = m["data_source"].as_str().unwrap_or("");
+    let (samples, objects) = if source == "inline" {
+        let csv = m["data_csv"].as_str().unwrap_or("");
+        (
+            json!(csv.lines().skip(1).filter(|l| !l.trim().is_empty()).count()),
+            json!(0),
+        )
+    } else {
+        (
+            Value::Null,
+            json!(m["data_uris"].as_array().map_or(0, Vec::len)),
+        )
+    };
+    Reply::json(
+        200,
+        json!({
+            "run_id": id,
+            "run_status": m["run_status"],
+            "exit_code": m["exit_code"],
+            "data_source": source,
+            "objects": objects,
+            "samples": samples,
+        }),
+    )
+}
+
 fn api_reply(mock: &Mock, rt: &Route, h: &Head, body: &[u8], action: &str) -> Reply {
     let want = format!("Bearer {}", mock.cfg.token);
     match h.header("authorization") {
@@ -816,36 +914,7 @@ fn api_reply(mock: &Mock, rt: &Route, h: &Head, body: &[u8], action: &str) -> Re
         }
     }
     let mut reply = match rt {
-        Route::Register => {
-            let m = match json_object(h, body, true) {
-                Ok(m) => m,
-                Err(r) => return r,
-            };
-            let errs = validate_register(&m);
-            if !errs.is_empty() {
-                return unprocessable(errs);
-            }
-            let creds = match mock.issue() {
-                Ok(c) => c,
-                Err(e) => return Reply::detail(500, &e),
-            };
-            let run_id = {
-                let mut st = mock.state.lock().expect("state");
-                st.next_run += 1;
-                let id = format!("run-{}", st.next_run);
-                st.runs.insert(id.clone(), Run { finished: false });
-                id
-            };
-            let prefix = if action == "bad_prefix" {
-                "https://not-s3/x".to_string()
-            } else {
-                mock.run_prefix(&run_id)
-            };
-            Reply::json(
-                200,
-                json!({"run_id": run_id, "upload_uri_prefix": prefix, "upload_credentials": creds}),
-            )
-        }
+        Route::Register => register_reply(mock, h, body, action),
         Route::Refresh(id) => {
             match mock.state.lock().expect("state").runs.get(id) {
                 None => return Reply::detail(404, "Run not found"),
@@ -869,52 +938,7 @@ fn api_reply(mock: &Mock, rt: &Route, h: &Head, body: &[u8], action: &str) -> Re
                 Err(e) => Reply::detail(500, &e),
             }
         }
-        Route::Finish(id) => {
-            match mock.state.lock().expect("state").runs.get(id) {
-                None => return Reply::detail(404, "Run not found"),
-                Some(r) if r.finished => return Reply::detail(409, "Run already finished"),
-                Some(_) => {}
-            }
-            let m = match json_object(h, body, true) {
-                Ok(m) => m,
-                Err(r) => return r,
-            };
-            let errs = validate_finish(&m, &mock.run_prefix(id));
-            if !errs.is_empty() {
-                return unprocessable(errs);
-            }
-            {
-                let mut st = mock.state.lock().expect("state");
-                match st.runs.get_mut(id) {
-                    Some(r) if !r.finished => r.finished = true,
-                    _ => return Reply::detail(409, "Run already finished"),
-                }
-            }
-            let source = m["data_source"].as_str().unwrap_or("");
-            let (samples, objects) = if source == "inline" {
-                let csv = m["data_csv"].as_str().unwrap_or("");
-                (
-                    json!(csv.lines().skip(1).filter(|l| !l.trim().is_empty()).count()),
-                    json!(0),
-                )
-            } else {
-                (
-                    Value::Null,
-                    json!(m["data_uris"].as_array().map_or(0, Vec::len)),
-                )
-            };
-            Reply::json(
-                200,
-                json!({
-                    "run_id": id,
-                    "run_status": m["run_status"],
-                    "exit_code": m["exit_code"],
-                    "data_source": source,
-                    "objects": objects,
-                    "samples": samples,
-                }),
-            )
-        }
+        Route::Finish(id) => finish_reply(mock, id, h, body),
         Route::Other => Reply::detail(404, "Not Found"),
     };
     if action == "malformed" {
@@ -957,6 +981,57 @@ fn s3_error(code: u16, code_name: &str) -> Vec<u8> {
     .into_bytes()
 }
 
+/// What the mock records of one S3 request before its answer.
+fn s3_record(kind: &str, (conn, seq): (u64, u64), h: &Head, action: &str) -> Map<String, Value> {
+    let mut rec = Map::new();
+    rec.insert("kind".into(), json!(kind));
+    rec.insert("conn".into(), json!(conn));
+    rec.insert("seq".into(), json!(seq));
+    rec.insert("method".into(), json!(h.method));
+    rec.insert("path".into(), json!(h.target));
+    rec.insert("headers".into(), headers_json(h));
+    rec.insert("body".into(), Value::Null);
+    rec.insert("action".into(), json!(action));
+    rec.insert("t".into(), json!(now()));
+    rec
+}
+
+/// Answers an S3 request with an injected fault (`NNN` or `NNN:S3CODE`) and
+/// records it; true when the connection is to be closed.
+fn s3_fault(
+    mock: &Mock,
+    c: &mut Conn,
+    h: &Head,
+    st: &str,
+    expect: bool,
+    mut rec: Map<String, Value>,
+) -> bool {
+    let (code, code_name) = st.split_once(':').unwrap_or((st, ""));
+    let code: u16 = code.parse().unwrap_or(503);
+    // Without the 100 the client sends no body: answer and close.
+    let mut close = expect || h.closes();
+    if !expect {
+        match c.read_body(h) {
+            Ok((b, _)) => {
+                rec.insert("raw_len".into(), json!(b.len()));
+            }
+            Err(_) => close = true,
+        }
+    }
+    rec.insert("status".into(), json!(code));
+    let body = s3_error(code, code_name);
+    rec.insert("response".into(), json!(String::from_utf8_lossy(&body)));
+    mock.record(rec);
+    let out = response(
+        code,
+        "application/xml",
+        &body,
+        close,
+        &[("x-amz-request-id", "MOCKFAULT")],
+    );
+    c.write(&out).is_err() || close
+}
+
 fn handle_s3_conn(mock: Arc<Mock>, s: TcpStream) {
     let conn = mock
         .conns
@@ -966,8 +1041,7 @@ fn handle_s3_conn(mock: Arc<Mock>, s: TcpStream) {
     let mut c = Conn::new(s);
     while let Ok(Some(h)) = c.read_request() {
         seq += 1;
-        let (method, path) = (h.method.clone(), h.target.clone());
-        let kind = if method == "PUT" {
+        let kind = if h.method == "PUT" {
             "s3_put"
         } else {
             "s3_other"
@@ -978,16 +1052,7 @@ fn handle_s3_conn(mock: Arc<Mock>, s: TcpStream) {
             "ok".to_string()
         };
         let expect = h.has_token("expect", "100-continue");
-        let mut rec = Map::new();
-        rec.insert("kind".into(), json!(kind));
-        rec.insert("conn".into(), json!(conn));
-        rec.insert("seq".into(), json!(seq));
-        rec.insert("method".into(), json!(method));
-        rec.insert("path".into(), json!(path));
-        rec.insert("headers".into(), headers_json(&h));
-        rec.insert("body".into(), Value::Null);
-        rec.insert("action".into(), json!(action));
-        rec.insert("t".into(), json!(now()));
+        let mut rec = s3_record(kind, (conn, seq), &h, &action);
 
         if let Some(ms) = action.strip_prefix("sleep:") {
             std::thread::sleep(Duration::from_millis(ms.parse().unwrap_or(0)));
@@ -1004,31 +1069,7 @@ fn handle_s3_conn(mock: Arc<Mock>, s: TcpStream) {
             return;
         }
         if let Some(st) = action.strip_prefix("status:") {
-            // status:NNN or status:NNN:S3CODE.
-            let (code, code_name) = st.split_once(':').unwrap_or((st, ""));
-            let code: u16 = code.parse().unwrap_or(503);
-            // Without the 100 the client sends no body: answer and close.
-            let mut close = expect || h.closes();
-            if !expect {
-                match c.read_body(&h) {
-                    Ok((b, _)) => {
-                        rec.insert("raw_len".into(), json!(b.len()));
-                    }
-                    Err(_) => close = true,
-                }
-            }
-            rec.insert("status".into(), json!(code));
-            let body = s3_error(code, code_name);
-            rec.insert("response".into(), json!(String::from_utf8_lossy(&body)));
-            mock.record(rec);
-            let out = response(
-                code,
-                "application/xml",
-                &body,
-                close,
-                &[("x-amz-request-id", "MOCKFAULT")],
-            );
-            if c.write(&out).is_err() || close {
+            if s3_fault(&mock, &mut c, &h, st, expect, rec) {
                 break;
             }
             continue;
