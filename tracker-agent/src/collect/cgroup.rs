@@ -13,7 +13,10 @@ use std::{
     time::Instant,
 };
 
-use super::{mountinfo::MountLine, unescape, CachedFile, Roots};
+use super::{
+    files::{unescape, CachedFile, Roots},
+    mountinfo::MountLine,
+};
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Usage {

@@ -16,7 +16,7 @@ use std::{
 
 use foldhash::{HashMap, HashMapExt as _, HashSet, HashSetExt as _};
 
-use super::Roots;
+use super::files::{pread_all, End, Roots};
 use crate::model::node::{CgroupCounters, Found};
 
 /// Where each controller's hierarchy is mounted.
@@ -656,7 +656,7 @@ impl Reader {
         let k = &mut self.cur;
         match k.files.get(file) {
             Some(Some(f)) => {
-                if super::pread_all(f, &mut self.bytes, super::End::Short).is_ok() {
+                if pread_all(f, &mut self.bytes, End::Short).is_ok() {
                     return std::str::from_utf8(&self.bytes).ok();
                 }
                 // Gone with its cgroup (ENODEV): opened again below, or missing.
@@ -672,7 +672,7 @@ impl Reader {
             k.files.insert(file, None);
             return None;
         };
-        super::pread_all(&f, &mut self.bytes, super::End::Short).ok()?;
+        pread_all(&f, &mut self.bytes, End::Short).ok()?;
         if self.n_kept < self.max_kept {
             k.files.insert(file, Some(f));
             self.n_kept += 1;

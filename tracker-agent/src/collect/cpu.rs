@@ -5,7 +5,7 @@
 //! 2-vCPU machine and 2.2× with 64 cores, and it numbers cores by position, not by
 //! `cpuN`, so an offline core shifts the others (docs/layout.md, "Parsers").
 
-use super::{CachedFile, Roots};
+use super::files::{CachedFile, Roots};
 use crate::{model::sample::CpuSample, sys::clk_tck, warn::warn_once};
 
 /// The eight time columns of a `cpu` line, in clock ticks. Guest time is already

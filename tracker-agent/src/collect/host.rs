@@ -1,6 +1,6 @@
 //! Facts about the host, read once at start.
 
-use super::Roots;
+use super::files::Roots;
 use crate::{
     model::sample::{DiskSample, HostInfo, MemorySample},
     warn::warn_once,

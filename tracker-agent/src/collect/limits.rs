@@ -13,8 +13,8 @@ use std::{
 };
 
 use super::{
+    files::Roots,
     memcg::{Controller, TreeCgroup},
-    Roots,
 };
 use crate::model::summary::LimitsReport;
 

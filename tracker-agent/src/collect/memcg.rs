@@ -28,7 +28,7 @@ use std::{
 
 use super::{
     cgroup::{find, mounts},
-    CachedFile, Roots,
+    files::{CachedFile, Roots},
 };
 use crate::model::reading::{MemParts, MemcgReading};
 

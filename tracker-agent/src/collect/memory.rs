@@ -4,7 +4,7 @@
 //! (3.2–3.5× read and parse; 113 allocations against none), and one missing key
 //! fails its whole parse where only that field should be null (docs/layout.md).
 
-use super::{CachedFile, Roots};
+use super::files::{CachedFile, Roots};
 use crate::{model::sample::MemorySample, warn::warn_once};
 
 /// The /proc/meminfo keys used, in the order of `Values`.

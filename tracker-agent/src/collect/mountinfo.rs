@@ -5,7 +5,7 @@
 //! points left escaped, and one non-UTF-8 path fails the whole table where this
 //! keeps every mount (docs/layout.md, "Parsers").
 
-use super::unescape;
+use super::files::unescape;
 
 /// One mount; what only some readers need stays borrowed from the line.
 pub struct MountLine<'a> {

@@ -12,7 +12,7 @@ use std::{
     time::Instant,
 };
 
-use super::{read_attr, CachedFile, Roots};
+use super::files::{read_attr, CachedFile, Roots};
 use crate::{model::sample::NetworkSample, warn::warn_once};
 
 /// ARPHRD_LOOPBACK in /sys/class/net/IF/type.

@@ -20,7 +20,7 @@ use mounts::{device_of, mount_usage};
 use crate::collect::mountinfo::{parse_line, MountLine};
 use sysfs::{leaf_disk, probe};
 
-use super::{CachedFile, Roots};
+use super::files::{CachedFile, Roots};
 use crate::{model::sample::DiskSample, warn::warn_once};
 
 /// /proc/diskstats counts 512-byte sectors whatever the device's sector size.

@@ -1,8 +1,8 @@
 use std::os::unix::ffi::OsStrExt;
 
 use super::*;
+use crate::collect::files::unescape;
 use crate::collect::testroot::TestRoot;
-use crate::collect::unescape;
 
 const PCI: &str = "devices/pci0000:00/0000:00:02.0/virtio1/block";
 const SATA: &str = "devices/pci0000:00/0000:00:1f.2/ata1/host0/target0:0:0/0:0:0:0/block";

@@ -22,7 +22,7 @@ use std::{
 
 use super::{pct, ProcessGpu};
 use crate::{
-    collect::{read_attr, CachedFile, Roots},
+    collect::files::{read_attr, CachedFile, Roots},
     model::sample::GpuSample,
     warn::warn_once,
 };

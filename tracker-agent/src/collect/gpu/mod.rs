@@ -12,7 +12,7 @@ pub mod nvidia;
 
 use std::collections::{BTreeMap, HashSet};
 
-use super::Roots;
+use super::files::Roots;
 use crate::model::sample::{GpuSample, HostInfo};
 use crate::model::ProcessGpu;
 
