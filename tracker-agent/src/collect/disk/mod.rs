@@ -3,6 +3,7 @@
 //! devices (dm, md) are not listed; their filesystems count on their first leaf
 //! disk, so no device or filesystem is counted twice.
 
+mod device;
 mod mounts;
 mod sysfs;
 
@@ -15,6 +16,7 @@ use std::{
     time::Instant,
 };
 
+use device::{Disk, Mount, SECTOR};
 use mounts::{device_of, mount_usage};
 
 use crate::collect::mountinfo::{parse_line, MountLine};
@@ -22,28 +24,6 @@ use sysfs::{leaf_disk, probe};
 
 use super::files::{CachedFile, Roots};
 use crate::{model::sample::DiskSample, warn::warn_once};
-
-/// /proc/diskstats counts 512-byte sectors whatever the device's sector size.
-const SECTOR: u64 = 512;
-
-/// How deep a dm/md stack is followed (real stacks are 2–3 deep).
-const MAX_STACK: usize = 8;
-
-struct Disk {
-    /// Static facts; counters, rates and mounts are filled per sample.
-    info: DiskSample,
-    /// Bytes read, written in the previous reading.
-    prev: Option<(u64, u64)>,
-    cur: Option<(u64, u64)>,
-}
-
-/// A filesystem kept after de-duplication, with the disk it counts on.
-struct Mount {
-    disk: String,
-    mount_point: String,
-    path: CString,
-    filesystem: String,
-}
 
 pub struct DiskCollector {
     sys: PathBuf,

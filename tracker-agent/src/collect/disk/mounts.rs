@@ -6,7 +6,7 @@ use std::{
     os::unix::{ffi::OsStrExt, fs::FileTypeExt, fs::MetadataExt},
 };
 
-use super::Mount;
+use super::device::Mount;
 use crate::{collect::mountinfo::MountLine, model::sample::MountSample, warn::warn_once};
 
 /// The block device of a mount: its /dev source's device number (btrfs shows an

@@ -3,7 +3,7 @@
 
 use std::{collections::BTreeMap, fs, path::Path};
 
-use super::{Disk, MAX_STACK, SECTOR};
+use super::device::{Disk, MAX_STACK, SECTOR};
 use crate::{collect::files::read_attr, model::sample::DiskSample, warn::warn_once};
 
 /// Facts of a /sys/block entry; None when it is not a disk to list.

@@ -20,7 +20,8 @@ use std::{
     time::Instant,
 };
 
-use super::{pct, ProcessGpu};
+use super::pct::pct;
+use crate::model::ProcessGpu;
 use crate::{
     collect::files::{read_attr, CachedFile, Roots},
     model::sample::GpuSample,

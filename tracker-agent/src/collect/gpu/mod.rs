@@ -9,6 +9,7 @@
 
 pub mod amd;
 pub mod nvidia;
+mod pct;
 
 use std::collections::{BTreeMap, HashSet};
 
@@ -96,9 +97,4 @@ impl GpuCollector {
         h.host_gpu_memory_mib =
             (!totals.is_empty()).then(|| totals.iter().sum::<u64>() as f64 / 1048576.0);
     }
-}
-
-/// `part` of `whole` in percent; None when `whole` is 0.
-fn pct(part: u64, whole: u64) -> Option<f64> {
-    (whole > 0).then(|| part as f64 / whole as f64 * 100.0)
 }

@@ -30,7 +30,8 @@ use nvml_wrapper::{
     Device, Nvml,
 };
 
-use super::{pct, ProcessGpu};
+use super::pct::pct;
+use crate::model::ProcessGpu;
 use crate::{model::sample::GpuSample, warn::warn_once};
 
 const LIB: &CStr = c"libnvidia-ml.so.1";
