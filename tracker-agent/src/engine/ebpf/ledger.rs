@@ -3,7 +3,7 @@
 
 use tracker_common::{Event, Figures, EVENT_FLAG_GROUP_DEAD, EVENT_FLAG_SHARED_TID};
 
-use super::IdMap;
+use super::ids::IdMap;
 
 /// Raises each figure of `f` to at least `floor`'s.
 pub(super) fn at_least(f: &mut Figures, floor: &Figures) {

@@ -7,11 +7,14 @@ use aya::{
     programs::RawTracePoint,
     Ebpf, EbpfLoader,
 };
-use tracker_common::{Figures, TaskInfo, TreeStats};
+use tracker_common::{TaskInfo, TreeStats};
 
-use super::{offsets_cache, EbpfEngine, Ledger, PROBE};
-use crate::engine::{btf::Btf, procread};
+use super::offsets_cache;
+use crate::engine::btf::Btf;
 use crate::model::degraded::{self, Degradations};
+
+/// Run on demand (`BPF_PROG_TEST_RUN`), never attached.
+pub(super) const PROBE: &str = "probe";
 
 pub(super) static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tracker"));
 
@@ -460,101 +463,93 @@ fn pid_max() -> Option<u32> {
         .ok()
 }
 
-impl EbpfEngine {
-    /// Loads and attaches everything. `max_tasks` sizes the task map (`task_map_size`),
-    /// `ring_bytes` the event ring.
-    /// `room`: the tracker's memory cgroup's tightest level and the bytes it
-    /// leaves, where one is limited. `btf_reader`: under sudo, the user whose
-    /// rights read a BTF named by `TRACKER_KERNEL_BTF`.
-    pub fn load(
-        max_tasks: u32,
-        ring_bytes: u32,
-        bpf_stats: bool,
-        room: Option<(String, u64)>,
-        btf_reader: Option<&crate::fsafe::Owner>,
-    ) -> Result<Self, EbpfUnavailable> {
-        let t0 = Instant::now();
-        can_load(ring_bytes, room)?;
-        let (offsets, mut degraded, t_read) = kernel_offsets(t0, btf_reader)?;
-        let t_parsed = t0.elapsed();
-        log::debug!("kernel offsets: {offsets:?}");
-        let rss_in_kernel = offsets.mm_rss_stat != tracker_common::NO_FIELD;
-        let faults_in_kernel = offsets.task_min_flt != tracker_common::NO_FIELD;
-        let max_tasks = task_map_size(max_tasks, pid_max());
-        let mode = engine_mode(second_copies());
-        let mut bpf = loader_without_btf()
-            .btf(None)
-            .override_global("OFFSETS", &offsets, true)
-            .override_global("MODE", &mode, true)
-            .map_max_entries("TASKS", max_tasks)
-            .map_max_entries("EVENTS", ring_bytes)
-            // The object also holds the node agent's maps, which `run` never uses:
-            // at their full size the kernel preallocates them, 28 ms of a 2-vCPU
-            // start (strace -T of BPF_MAP_CREATE, docs/cost.md).
-            .map_max_entries("NODE_COUNTS", 1)
-            .map_max_entries("NODE_COMMANDS", 1)
-            .map_max_entries("NODE_EXITED", 1)
-            .map_max_entries("NODE_OOM", UNUSED_RING)
-            .load(OBJECT)
-            .map_err(|e| classify(String::new(), &e))?;
-        let t_maps = t0.elapsed();
-        let names = verify_programs(&mut bpf, mode.adopt != 0, &mut degraded)?;
-        let t_loaded = t0.elapsed();
-        attach_programs(&mut bpf, &names)?;
-        log::debug!(
-            "eBPF load: BTF read {t_read:?}, parsed {:?}, maps made {:?}, programs verified {:?}, attached {:?}",
-            t_parsed - t_read,
-            t_maps - t_parsed,
-            t_loaded - t_maps,
-            t0.elapsed() - t_loaded
-        );
-        let (tasks, stats, ring) = run_maps(&mut bpf)?;
-        let stats_fd = bpf_stats.then(enable_stats).flatten();
-        let stats_enabled = stats_fd.is_some()
-            || std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled")
-                .is_ok_and(|s| s.trim() == "1");
-        // Reading and parsing the BTF left megabytes of freed heap behind; hand them
-        // back so the agent's RSS reflects what it keeps.
-        // SAFETY: malloc_trim has no preconditions.
-        unsafe { libc::malloc_trim(0) };
-        Ok(EbpfEngine {
-            stats_enabled,
-            degraded,
-            max_tasks,
-            ring_kib: ring_bytes / 1024,
-            bpf,
-            tasks,
-            stats,
-            ring: Some(ring),
-            tree: 1,
-            root: 0,
-            root_spawned: 0,
-            ledger: Ledger::default(),
-            reported: Figures::default(),
-            tck_ns: 1_000_000_000 / crate::sys::clk_tck(),
-            page: crate::sys::page_size(),
-            buf: String::new(),
-            files: procread::FileCache::default(),
-            live_max_rss_kib: 0,
-            memcg_css: 0,
-            preemptible: names.contains(&TRACEPOINTS[0].1),
-            misses_read_ago: 0,
-            roster: Default::default(),
-            ready: Vec::new(),
-            pass: 0,
-            readings: Vec::new(),
-            keys: Vec::new(),
-            procs: Default::default(),
-            lost_seen: 0,
-            live_pids: Default::default(),
-            proc_stats: Default::default(),
-            kernel_sigs: Default::default(),
-            faults_in_kernel,
-            rss_in_kernel,
-            _stats_fd: stats_fd,
-            load_ms: t0.elapsed().as_secs_f64() * 1e3,
-        })
-    }
+/// What the load made: the programs, the run's maps, and what the kernel allowed.
+pub(super) struct Loaded {
+    pub stats_enabled: bool,
+    pub degraded: Degradations,
+    pub max_tasks: u32,
+    pub bpf: Ebpf,
+    pub tasks: HashMap<MapData, u32, TaskInfo>,
+    pub stats: PerCpuArray<MapData, TreeStats>,
+    pub ring: RingBuf<MapData>,
+    /// The life-cycle programs' second copies are attached (6.19+).
+    pub preemptible: bool,
+    pub faults_in_kernel: bool,
+    pub rss_in_kernel: bool,
+    pub stats_fd: Option<std::os::fd::OwnedFd>,
+    pub load_ms: f64,
+}
+
+/// Loads and attaches everything. `max_tasks` sizes the task map (`task_map_size`),
+/// `ring_bytes` the event ring.
+/// `room`: the tracker's memory cgroup's tightest level and the bytes it
+/// leaves, where one is limited. `btf_reader`: under sudo, the user whose
+/// rights read a BTF named by `TRACKER_KERNEL_BTF`.
+pub(super) fn load(
+    max_tasks: u32,
+    ring_bytes: u32,
+    bpf_stats: bool,
+    room: Option<(String, u64)>,
+    btf_reader: Option<&crate::fsafe::Owner>,
+) -> Result<Loaded, EbpfUnavailable> {
+    let t0 = Instant::now();
+    can_load(ring_bytes, room)?;
+    let (offsets, mut degraded, t_read) = kernel_offsets(t0, btf_reader)?;
+    let t_parsed = t0.elapsed();
+    log::debug!("kernel offsets: {offsets:?}");
+    let rss_in_kernel = offsets.mm_rss_stat != tracker_common::NO_FIELD;
+    let faults_in_kernel = offsets.task_min_flt != tracker_common::NO_FIELD;
+    let max_tasks = task_map_size(max_tasks, pid_max());
+    let mode = engine_mode(second_copies());
+    let mut bpf = loader_without_btf()
+        .btf(None)
+        .override_global("OFFSETS", &offsets, true)
+        .override_global("MODE", &mode, true)
+        .map_max_entries("TASKS", max_tasks)
+        .map_max_entries("EVENTS", ring_bytes)
+        // The object also holds the node agent's maps, which `run` never uses:
+        // at their full size the kernel preallocates them, 28 ms of a 2-vCPU
+        // start (strace -T of BPF_MAP_CREATE, docs/cost.md).
+        .map_max_entries("NODE_COUNTS", 1)
+        .map_max_entries("NODE_COMMANDS", 1)
+        .map_max_entries("NODE_EXITED", 1)
+        .map_max_entries("NODE_OOM", UNUSED_RING)
+        .load(OBJECT)
+        .map_err(|e| classify(String::new(), &e))?;
+    let t_maps = t0.elapsed();
+    let names = verify_programs(&mut bpf, mode.adopt != 0, &mut degraded)?;
+    let t_loaded = t0.elapsed();
+    attach_programs(&mut bpf, &names)?;
+    log::debug!(
+        "eBPF load: BTF read {t_read:?}, parsed {:?}, maps made {:?}, programs verified {:?}, attached {:?}",
+        t_parsed - t_read,
+        t_maps - t_parsed,
+        t_loaded - t_maps,
+        t0.elapsed() - t_loaded
+    );
+    let (tasks, stats, ring) = run_maps(&mut bpf)?;
+    let stats_fd = bpf_stats.then(enable_stats).flatten();
+    let stats_enabled = stats_fd.is_some()
+        || std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled")
+            .is_ok_and(|s| s.trim() == "1");
+    // Reading and parsing the BTF left megabytes of freed heap behind; hand them
+    // back so the agent's RSS reflects what it keeps.
+    // SAFETY: malloc_trim has no preconditions.
+    unsafe { libc::malloc_trim(0) };
+    Ok(Loaded {
+        stats_enabled,
+        degraded,
+        max_tasks,
+        bpf,
+        tasks,
+        stats,
+        ring,
+        preemptible: names.contains(&TRACEPOINTS[0].1),
+        faults_in_kernel,
+        rss_in_kernel,
+        stats_fd,
+        load_ms: t0.elapsed().as_secs_f64() * 1e3,
+    })
 }
 
 /// Why the programs cannot be loaded here, before anything is: no privilege, a

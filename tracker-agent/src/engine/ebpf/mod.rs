@@ -16,7 +16,6 @@
 
 use std::{
     collections::{HashMap as StdHashMap, HashSet},
-    hash::{BuildHasherDefault, Hasher},
     os::fd::OwnedFd,
     time::{Duration, Instant},
 };
@@ -33,6 +32,7 @@ use tracker_common::{
     TASK_FLAG_ROOT,
 };
 
+mod ids;
 mod ledger;
 mod load;
 pub(crate) use load::in_host_pid_ns;
@@ -50,34 +50,11 @@ use crate::model::{
     reading::TreeTotals,
     ProcEvent,
 };
+use ids::IdMap;
 use ledger::{at_least, Ledger};
+use load::{EbpfUnavailable, PROBE};
 use records::{decode, proc_event, Record};
 use roster::Roster;
-
-/// Run on demand (`BPF_PROG_TEST_RUN`), never attached.
-const PROBE: &str = "probe";
-
-/// Tids and tgids are small, distinct integers: hashing them as they are is enough
-/// (SipHash showed in the per-sample profile).
-#[derive(Default)]
-pub(super) struct IdHasher(u64);
-
-impl Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        // Spread the low bits a little, so that consecutive pids fill buckets evenly.
-        self.0.wrapping_mul(0x9E37_79B9_7F4A_7C15)
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 << 8) | u64::from(b);
-        }
-    }
-    fn write_u32(&mut self, n: u32) {
-        self.0 = u64::from(n);
-    }
-}
-
-pub(super) type IdMap<V> = StdHashMap<u32, V, BuildHasherDefault<IdHasher>>;
 
 /// The task map's members of one tree.
 #[derive(Debug, Default)]
@@ -198,6 +175,58 @@ pub struct EbpfEngine {
 }
 
 impl EbpfEngine {
+    /// Loads and attaches everything (load.rs). `max_tasks` sizes the task map
+    /// (`task_map_size`), `ring_bytes` the event ring. `room`: the tracker's memory
+    /// cgroup's tightest level and the bytes it leaves, where one is limited.
+    /// `btf_reader`: under sudo, the user whose rights read a BTF named by
+    /// `TRACKER_KERNEL_BTF`.
+    pub fn load(
+        max_tasks: u32,
+        ring_bytes: u32,
+        bpf_stats: bool,
+        room: Option<(String, u64)>,
+        btf_reader: Option<&crate::fsafe::Owner>,
+    ) -> Result<Self, EbpfUnavailable> {
+        let l = load::load(max_tasks, ring_bytes, bpf_stats, room, btf_reader)?;
+        Ok(EbpfEngine {
+            stats_enabled: l.stats_enabled,
+            degraded: l.degraded,
+            max_tasks: l.max_tasks,
+            ring_kib: ring_bytes / 1024,
+            bpf: l.bpf,
+            tasks: l.tasks,
+            stats: l.stats,
+            ring: Some(l.ring),
+            tree: 1,
+            root: 0,
+            root_spawned: 0,
+            ledger: Ledger::default(),
+            reported: Figures::default(),
+            tck_ns: 1_000_000_000 / crate::sys::clk_tck(),
+            page: crate::sys::page_size(),
+            buf: String::new(),
+            files: procread::FileCache::default(),
+            live_max_rss_kib: 0,
+            memcg_css: 0,
+            preemptible: l.preemptible,
+            misses_read_ago: 0,
+            roster: Default::default(),
+            ready: Vec::new(),
+            pass: 0,
+            readings: Vec::new(),
+            keys: Vec::new(),
+            procs: Default::default(),
+            lost_seen: 0,
+            live_pids: Default::default(),
+            proc_stats: Default::default(),
+            kernel_sigs: Default::default(),
+            faults_in_kernel: l.faults_in_kernel,
+            rss_in_kernel: l.rss_in_kernel,
+            _stats_fd: l.stats_fd,
+            load_ms: l.load_ms,
+        })
+    }
+
     /// Registers `pid` as the root of the tree. For a process that is paused before
     /// exec (the `run` case) this is all there is; for a running tree (`--pid`) the
     /// existing descendants and threads are added from /proc.
