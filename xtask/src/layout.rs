@@ -179,6 +179,93 @@ pub fn documented(doc: &str) -> Imports {
     out
 }
 
+/// The names a file in a folder of `src` reaches through its parent's `mod.rs`:
+/// `super::X` where `X` is no sibling module (a file or folder beside it), and
+/// `crate::PATH::X` where `PATH` is its own folder. Files of the crate root and
+/// `mod.rs` files themselves are not children.
+pub fn upward_imports(src: &Path) -> std::io::Result<Vec<String>> {
+    let mut out = Vec::new();
+    for f in rs_files(src)? {
+        let Ok(rel) = f.strip_prefix(src) else {
+            continue;
+        };
+        let Some(dir) = rel.parent().filter(|d| !d.as_os_str().is_empty()) else {
+            continue;
+        };
+        if f.file_name().is_some_and(|n| n == "mod.rs") {
+            continue;
+        }
+        let siblings: BTreeSet<String> = std::fs::read_dir(f.parent().unwrap_or(src))?
+            .flatten()
+            .filter_map(|e| {
+                let n = e.file_name().to_string_lossy().into_owned();
+                let p = e.path();
+                if p.is_dir() {
+                    Some(n)
+                } else {
+                    n.strip_suffix(".rs").map(str::to_string)
+                }
+            })
+            .collect();
+        let own = format!("crate::{}::", dir.to_string_lossy().replace('/', "::"));
+        let text = code(&std::fs::read_to_string(&f)?);
+        for (prefix, is_super) in [("super::", true), (own.as_str(), false)] {
+            let mut rest = text.as_str();
+            while let Some(i) = rest.find(prefix) {
+                // `super::super::` and `crate::a::b::` inside a longer path are
+                // the prefix's own business.
+                let before = &rest[..i];
+                rest = &rest[i + prefix.len()..];
+                if is_super && before.ends_with("::") {
+                    continue;
+                }
+                let list = match rest.strip_prefix('{') {
+                    Some(r) => &r[..r.find("};").unwrap_or(r.len())],
+                    None => rest
+                        .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+                        .next()
+                        .unwrap_or(""),
+                };
+                for h in heads_any(list) {
+                    if h != "self" && h != "super" && !siblings.contains(&h) {
+                        out.push(format!("{}: {prefix}{h}", rel.display()));
+                    }
+                }
+            }
+        }
+    }
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
+
+/// The names a use-tree list starts with, at its top level, of any case.
+fn heads_any(list: &str) -> Vec<String> {
+    let (mut depth, mut cur, mut out) = (0, String::new(), Vec::new());
+    for ch in list.chars() {
+        match ch {
+            '{' => depth += 1,
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                out.push(std::mem::take(&mut cur));
+                continue;
+            }
+            _ => {}
+        }
+        cur.push(ch);
+    }
+    out.push(cur);
+    out.iter()
+        .filter_map(|s| {
+            let s = s.trim();
+            let end = s
+                .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+                .unwrap_or(s.len());
+            (end > 0).then(|| s[..end].to_string())
+        })
+        .collect()
+}
+
 /// The most lines a function outside the tests may have.
 pub const MAX_FN_LINES: usize = 100;
 
@@ -234,6 +321,18 @@ pub fn long_fns(text: &str) -> Vec<(String, usize, usize)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Inside a folder, a file imports its siblings, never what its parent's
+    /// `mod.rs` holds: what children share lives in a leaf file of its own.
+    #[test]
+    fn no_file_imports_its_parent() {
+        let up = upward_imports(&crate::root().join("tracker-agent/src")).unwrap();
+        assert!(
+            up.is_empty(),
+            "imports of a parent's mod.rs:\n{}",
+            up.join("\n")
+        );
+    }
 
     /// No function of the agent, xtask or the tests' library and binaries is
     /// longer than `MAX_FN_LINES` (test modules aside): a long one is split where

@@ -204,7 +204,7 @@ pub fn advise(
     };
     std::thread::scope(|s| {
         s.spawn(|| {
-            super::on_own_runtime(ask(base, rec, cloud, duration_secs))
+            super::runtime::on_own_runtime(ask(base, rec, cloud, duration_secs))
                 .unwrap_or_else(|e| fail(format!("Keeper: no runtime ({e})")))
         })
         .join()

@@ -11,11 +11,13 @@ mod host;
 mod http;
 pub mod keeper;
 pub mod kubelet;
+mod runtime;
 mod vendors;
 
 use std::{path::Path, time::Duration};
 
 pub use crate::model::{CloudInfo, Discovered, Identity};
+use runtime::on_own_runtime;
 
 /// Base URLs of the metadata services, overridable for tests.
 #[derive(Clone, Debug)]
@@ -96,18 +98,6 @@ pub const TIMEOUT: Duration = Duration::from_secs(1);
 /// the result as soon as there is one (the streaming thread waits on it); the
 /// handle gives it to the summary at the end. Identifying fields are read only
 /// when they may be shared.
-/// Runs `f` on a runtime of its own. A name lookup (metadata.google.internal,
-/// Keeper's host) runs on a blocking thread that cannot be cancelled: a slow
-/// resolver is not waited for once `f` has given up.
-fn on_own_runtime<T>(f: impl std::future::Future<Output = T>) -> std::io::Result<T> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    let out = rt.block_on(f);
-    rt.shutdown_background();
-    Ok(out)
-}
-
 pub fn spawn(
     ep: Endpoints,
     identify: bool,

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
-use super::{report::ProcEventIn, TopCommand};
+use super::{report::ProcEventIn, summary::TopCommand};
 
 /// One process-lifecycle record, from the eBPF ring buffer.
 #[derive(Clone, Debug, Serialize)]

@@ -125,7 +125,7 @@ pub struct Current {
     /// Commands of the processes OOM-killed since the previous reading.
     pub oom_victims: Vec<String>,
     /// The container's GPU use (NVIDIA); None without a GPU collector.
-    pub gpu: Option<crate::model::ProcessGpu>,
+    pub gpu: Option<crate::model::reading::ProcessGpu>,
     /// The commands whose ended processes used the most CPU: (command, CPU
     /// seconds, processes), since the agent began (eBPF).
     pub top_commands: Vec<(String, f64, u64)>,

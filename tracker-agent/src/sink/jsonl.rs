@@ -11,7 +11,7 @@ use std::{
 use anyhow::Context as _;
 use serde::Serialize;
 
-use super::Sink;
+use super::base::{fallback_file, Sink};
 use crate::{
     fsafe::Owner,
     model::{node::NodeScan, ProcEvent},
@@ -148,7 +148,7 @@ impl JsonLines {
         if self.kept {
             return None;
         }
-        let (f, p) = super::fallback_file(self.kept_name, self.owner.as_ref()).ok()?;
+        let (f, p) = fallback_file(self.kept_name, self.owner.as_ref()).ok()?;
         let mut w = BufWriter::with_capacity(self.capacity, f);
         w.write_all(&unwritten.unwrap_or_default()).ok()?;
         self.file = Some(w);

@@ -9,7 +9,7 @@ use std::{
 
 use anyhow::Context as _;
 
-use super::{Format, Sink};
+use super::base::{create_or_keep, fallback_file, Format, Sink};
 use crate::{
     fsafe::Owner,
     model::{csv, Sample, Summary},
@@ -49,7 +49,7 @@ impl Lines {
         };
         let target = match path {
             Some(p) => {
-                let (f, kept) = super::create_or_keep(p, "output", name, owner)?;
+                let (f, kept) = create_or_keep(p, "output", name, owner)?;
                 let shown = kept.as_deref().unwrap_or(p).display().to_string();
                 Target::File(BufWriter::new(f), shown)
             }
@@ -57,7 +57,7 @@ impl Lines {
             // Started with `2>&-`: the runtime put /dev/null there. The samples
             // go where a failing sink's go, and that is said where it can be
             // read: the system log now, the summary at the end.
-            None if crate::warn::stderr_was_closed() => match super::fallback_file(name, owner) {
+            None if crate::warn::stderr_was_closed() => match fallback_file(name, owner) {
                 Ok((f, p)) => {
                     crate::warn::to_syslog(&format!(
                         "stderr was closed at start; the samples go to {}",
@@ -131,7 +131,7 @@ impl Sink for Lines {
             Format::Json => "samples.jsonl",
             Format::Csv => "samples.csv",
         };
-        let (f, path) = super::fallback_file(name, self.owner.as_ref()).ok()?;
+        let (f, path) = fallback_file(name, self.owner.as_ref()).ok()?;
         self.target = Target::File(BufWriter::new(f), path.display().to_string());
         self.header_done = false;
         Some(path)

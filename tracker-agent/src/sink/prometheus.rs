@@ -33,7 +33,7 @@ use tokio::{
     sync::Semaphore,
 };
 
-use super::Sink;
+use super::base::Sink;
 use crate::{
     model::node::{Current, NodeScan, NodeSnapshot},
     warn::say,

@@ -9,7 +9,7 @@ use std::{
 
 use anyhow::Context as _;
 
-use super::Sink;
+use super::base::{create_or_keep, fallback_file, Sink};
 use crate::{
     fsafe::Owner,
     model::{Sample, Summary},
@@ -30,7 +30,7 @@ impl SummaryOut {
     ) -> anyhow::Result<SummaryOut> {
         let file = path
             .map(|p| {
-                super::create_or_keep(p, "summary", "summary.json", owner)
+                create_or_keep(p, "summary", "summary.json", owner)
                     .map(|(f, kept)| (f, kept.as_deref().unwrap_or(p).display().to_string()))
             })
             .transpose()?;
@@ -64,7 +64,7 @@ impl Sink for SummaryOut {
 
     fn fall_back(&mut self) -> Option<PathBuf> {
         self.file.as_ref()?;
-        let (f, path) = super::fallback_file("summary.json", self.owner.as_ref()).ok()?;
+        let (f, path) = fallback_file("summary.json", self.owner.as_ref()).ok()?;
         self.file = Some((f, path.display().to_string()));
         Some(path)
     }

@@ -10,7 +10,7 @@ use std::{
 use anyhow::Context as _;
 use serde::Serialize;
 
-use super::Sink;
+use super::base::{fallback_file, Sink};
 use crate::{
     fsafe::{self, Owner},
     model::{
@@ -262,7 +262,7 @@ impl Sink for ReportSink {
 
     fn fall_back(&mut self) -> Option<PathBuf> {
         self.html.as_ref()?;
-        let (f, p) = super::fallback_file("report.html", self.owner.as_ref()).ok()?;
+        let (f, p) = fallback_file("report.html", self.owner.as_ref()).ok()?;
         self.kept = Some((f, p.clone()));
         Some(p)
     }

@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 use aws_sdk_s3::primitives::{DateTime, DateTimeFormat};
 use serde_json::{Map, Value};
 
-use super::Secret;
+use super::config::Secret;
 
 /// Why a call failed; callers branch on it (retry, refresh, give up).
 #[derive(Debug)]

@@ -37,7 +37,10 @@ use std::{
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{journal::Journal, Config, Secret};
+use super::{
+    config::{Config, Secret},
+    journal::Journal,
+};
 
 /// What the tracker writes on the pipe at a clean end.
 const DONE: u8 = b'D';

@@ -14,9 +14,10 @@ use tokio::sync::mpsc;
 
 use super::{
     api::{self, Api, ApiError, Credentials, Registration},
+    config::{registration_body, Config, Msg, RunInfo},
     journal::{Journal, RowAt},
     queue::Queue,
-    registration_body, s3, Config, Msg, RunInfo,
+    s3,
 };
 use crate::model::{csv, Discovered, StreamReport};
 
