@@ -652,7 +652,14 @@ fn load_engine(
     }
     let room =
         crate::model::reading::memory_room(&crate::collect::cgroup::own_memory(&Roots::default()));
-    match EbpfEngine::load(e.max_tasks, e.ring_bytes, e.bpf_stats, room, owner) {
+    match EbpfEngine::load(
+        e.max_tasks,
+        e.ring_bytes,
+        e.bpf_stats,
+        room,
+        owner,
+        &e.knobs,
+    ) {
         Ok(e) => {
             log::info!("eBPF engine loaded in {:.0} ms", e.load_ms);
             (

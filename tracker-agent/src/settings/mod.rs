@@ -15,6 +15,7 @@ use std::{ffi::OsString, path::PathBuf, time::Duration};
 use crate::{
     collect::limits::Limits,
     discovery::Endpoints,
+    engine::ebpf::Knobs,
     model::JobMeta,
     sink::{
         sentinel::{self, Secret},
@@ -36,7 +37,7 @@ pub enum Target {
 }
 
 /// How the process tree is read.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct EngineSettings {
     pub no_ebpf: bool,
     /// Capacity of the kernel task map.
@@ -46,6 +47,8 @@ pub struct EngineSettings {
     pub bpf_stats: bool,
     /// Also read PSS (smaps_rollup).
     pub pss: bool,
+    /// For tests and kernels that keep their BTF elsewhere.
+    pub knobs: Knobs,
 }
 
 /// Everything the session needs from the user, after precedence.
@@ -258,26 +261,61 @@ fn format_of(
     }
 }
 
+/// Where a setting is looked for, the first that has it winning: its flag, its
+/// environment variable, its `[tracker]` key. Each gives text and where it came
+/// from, and one parser checks it whichever it came from, naming that origin.
+struct Layers<'a> {
+    get_env: GetEnv<'a>,
+    in_file: &'a dyn Fn(&str) -> String,
+}
+
+impl Layers<'_> {
+    /// `flag` (its name and text), `var`, then `key` of the config file (its value
+    /// as text), parsed by `parse(origin, text)`; None where none is set.
+    fn pick<T>(
+        &self,
+        flag: (&str, Option<&str>),
+        var: Option<&str>,
+        key: (&str, Option<String>),
+        parse: impl Fn(&str, &str) -> Result<T, String>,
+    ) -> Result<Option<T>, String> {
+        let env = match var {
+            Some(v) => env_var(self.get_env, v)?.map(|t| (format!("environment variable {v}"), t)),
+            None => None,
+        };
+        let found = match (flag, env, key) {
+            ((name, Some(t)), _, _) => Some((name.to_string(), t.to_string())),
+            (_, Some(e), _) => Some(e),
+            (_, None, (k, Some(t))) => Some(((self.in_file)(k), t)),
+            _ => None,
+        };
+        found.map(|(origin, t)| parse(&origin, &t)).transpose()
+    }
+}
+
+/// Seconds between samples: the flag, the config file, else one.
+fn interval_of(lay: &Layers, flag: Option<&str>, file: Option<f64>) -> Result<f64, String> {
+    Ok(lay
+        .pick(
+            ("--interval", flag),
+            None,
+            ("interval_secs", file.map(|v| v.to_string())),
+            |o, t| seconds(o, t, 0.1),
+        )?
+        .unwrap_or(1.0))
+}
+
 /// How long to follow members left after the root exits, seconds: the flag, the
 /// environment, the config file, else the default.
-fn tail_of(
-    flag: Option<&str>,
-    get_env: GetEnv,
-    file: Option<f64>,
-    in_file: &dyn Fn(&str) -> String,
-) -> Result<f64, String> {
-    Ok(
-        match (flag, env_var(get_env, "TRACKER_TAIL_TIMEOUT")?, file) {
-            (Some(s), _, _) => values::tail_secs("--tail-timeout", s)?,
-            (None, Some(s), _) => {
-                values::tail_secs("environment variable TRACKER_TAIL_TIMEOUT", &s)?
-            }
-            (None, None, Some(v)) => {
-                values::tail_secs(&in_file("tail_timeout_secs"), &format!("{v:?}"))?
-            }
-            (None, None, None) => DEFAULT_TAIL_SECS,
-        },
-    )
+fn tail_of(lay: &Layers, flag: Option<&str>, file: Option<f64>) -> Result<f64, String> {
+    Ok(lay
+        .pick(
+            ("--tail-timeout", flag),
+            Some("TRACKER_TAIL_TIMEOUT"),
+            ("tail_timeout_secs", file.map(|v| format!("{v:?}"))),
+            values::tail_secs,
+        )?
+        .unwrap_or(DEFAULT_TAIL_SECS))
 }
 
 const EVENTS_NEED_EBPF: &str =
@@ -285,17 +323,16 @@ const EVENTS_NEED_EBPF: &str =
 
 /// Streaming, when a token is set: its upload interval from the environment, the
 /// config file, else a minute.
-fn streaming_of(
-    get_env: GetEnv,
-    file: Option<f64>,
-    in_file: &dyn Fn(&str) -> String,
-) -> Result<Option<sentinel::Config>, String> {
-    let upload_interval = match (env_seconds(get_env, "TRACKER_UPLOAD_INTERVAL", 1.0)?, file) {
-        (Some(v), _) => v,
-        (None, Some(v)) => seconds(&in_file("upload_interval_secs"), &v.to_string(), 1.0)?,
-        (None, None) => 60.0,
-    };
-    sentinel_settings(get_env, upload_interval)
+fn streaming_of(lay: &Layers, file: Option<f64>) -> Result<Option<sentinel::Config>, String> {
+    let upload_interval = lay
+        .pick(
+            ("", None),
+            Some("TRACKER_UPLOAD_INTERVAL"),
+            ("upload_interval_secs", file.map(|v| v.to_string())),
+            |o, t| seconds(o, t, 1.0),
+        )?
+        .unwrap_or(60.0);
+    sentinel_settings(lay.get_env, upload_interval)
 }
 
 /// The config file, if one is read, its path, and its name as messages show it.
@@ -332,75 +369,64 @@ fn switch(flag: bool, get_env: GetEnv, var: &str, file: Option<bool>) -> Result<
 
 /// The limits to run the command under: the flags, the environment, the config
 /// file, else none; each within what the host has.
-fn limits_of(
-    opts: &Opts,
-    get_env: GetEnv,
-    tr: &file::TrackerSection,
-    in_file: &dyn Fn(&str) -> String,
-) -> Result<Limits, String> {
+fn limits_of(lay: &Layers, opts: &Opts, tr: &file::TrackerSection) -> Result<Limits, String> {
     let (host_cpus, host_bytes) = values::host_size();
-    let cpus = match (
-        opts.cpus.as_deref(),
-        env_var(get_env, "TRACKER_CPUS")?,
-        tr.cpus,
-    ) {
-        (Some(s), _, _) => Some(values::cpus("--cpus", s, host_cpus)?),
-        (None, Some(s), _) => Some(values::cpus(
-            "environment variable TRACKER_CPUS",
-            &s,
-            host_cpus,
-        )?),
-        (None, None, Some(v)) => Some(values::cpus(
-            &in_file("cpus"),
-            &format!("{v:?}"),
-            host_cpus,
-        )?),
-        (None, None, None) => None,
-    };
-    let memory_bytes = match (
-        opts.memory.as_deref(),
-        env_var(get_env, "TRACKER_MEMORY")?,
-        &tr.memory,
-    ) {
-        (Some(s), _, _) => Some(values::memory("--memory", s, host_bytes)?),
-        (None, Some(s), _) => Some(values::memory(
-            "environment variable TRACKER_MEMORY",
-            &s,
-            host_bytes,
-        )?),
-        (None, None, Some(v)) => {
-            let text = match v {
-                toml::Value::String(t) => t.clone(),
-                toml::Value::Integer(i) => i.to_string(),
-                toml::Value::Float(f) => format!("{f:?}"),
-                other => {
-                    return Err(format!(
-                        "{}: a {} is not a size (MiB, or text such as \"512M\")",
-                        in_file("memory"),
-                        other.type_str()
-                    ))
-                }
-            };
-            Some(values::memory(&in_file("memory"), &text, host_bytes)?)
-        }
-        (None, None, None) => None,
-    };
+    let cpus = lay.pick(
+        ("--cpus", opts.cpus.as_deref()),
+        Some("TRACKER_CPUS"),
+        ("cpus", tr.cpus.map(|v| format!("{v:?}"))),
+        |o, t| values::cpus(o, t, host_cpus),
+    )?;
+    // A size in the file is MiB as a number or text with its unit; any other
+    // value is named as it is written.
+    let file_memory = tr.memory.as_ref().map(|v| match v {
+        toml::Value::String(t) => t.clone(),
+        toml::Value::Float(f) => format!("{f:?}"),
+        toml::Value::Integer(i) => i.to_string(),
+        toml::Value::Boolean(b) => b.to_string(),
+        other => other.type_str().to_string(),
+    });
+    let memory_bytes = lay.pick(
+        ("--memory", opts.memory.as_deref()),
+        Some("TRACKER_MEMORY"),
+        ("memory", file_memory),
+        |o, t| values::memory(o, t, host_bytes),
+    )?;
     Ok(Limits { cpus, memory_bytes })
 }
 
-/// The tracker's nice value: the flag, the environment, the config file, or none.
-fn renice_of(
-    flag: Option<i32>,
-    get_env: GetEnv,
-    file: Option<i64>,
-    in_file: &dyn Fn(&str) -> String,
-) -> Result<Option<i32>, String> {
-    Ok(match (flag, env_var(get_env, "TRACKER_RENICE")?, file) {
-        (Some(v), _, _) => Some(v),
-        (None, Some(v), _) => Some(values::nice("environment variable TRACKER_RENICE", &v)?),
-        (None, None, Some(v)) => Some(values::nice(&in_file("renice"), &v.to_string())?),
-        (None, None, None) => None,
+/// The engine's knobs from the environment: `TRACKER_SECOND_COPIES` (0 or 1),
+/// `TRACKER_KERNEL_BTF` (a path), `TRACKER_TEST_DROP_FORKS`, `_EXITS`, `_EXECS` (N);
+/// other values leave a knob as it is.
+fn knobs_of(get_env: GetEnv) -> Result<Knobs, String> {
+    let every = |var: &str| -> Result<u32, String> {
+        Ok(env_var(get_env, var)?
+            .and_then(|v| v.trim().parse::<u32>().ok())
+            .unwrap_or(0))
+    };
+    Ok(Knobs {
+        second_copies: match env_var(get_env, "TRACKER_SECOND_COPIES")?.as_deref() {
+            Some("1") => Some(true),
+            Some("0") => Some(false),
+            _ => None,
+        },
+        kernel_btf: get_env("TRACKER_KERNEL_BTF")
+            .filter(|p| !p.is_empty())
+            .map(PathBuf::from),
+        drop_forks_every: every("TRACKER_TEST_DROP_FORKS")?,
+        drop_exits_every: every("TRACKER_TEST_DROP_EXITS")?,
+        drop_execs_every: every("TRACKER_TEST_DROP_EXECS")?,
     })
+}
+
+/// The tracker's nice value: the flag, the environment, the config file, or none.
+fn renice_of(lay: &Layers, flag: Option<i32>, file: Option<i64>) -> Result<Option<i32>, String> {
+    lay.pick(
+        ("--renice", flag.map(|v| v.to_string()).as_deref()),
+        Some("TRACKER_RENICE"),
+        ("renice", file.map(|v| v.to_string())),
+        values::nice,
+    )
 }
 
 /// Applies the layers. `get_env` is `std::env::var_os` outside tests; clap has
@@ -419,18 +445,13 @@ pub fn resolve(cli: Cli, get_env: GetEnv) -> Result<Settings, String> {
     let in_file = |key: &str| format!("config file {cname}: [tracker] {key}");
     let meta = meta_of(&opts, &cfg, &cname)?;
 
-    let interval = match (&opts.interval, tr.interval_secs) {
-        (Some(s), _) => seconds("--interval", s, 0.1)?,
-        (None, Some(v)) => seconds(&in_file("interval_secs"), &v.to_string(), 0.1)?,
-        (None, None) => 1.0,
-    };
-    let format = format_of(opts.format.as_deref(), tr.format.as_deref(), &in_file)?;
-    let tail = tail_of(
-        opts.tail_timeout.as_deref(),
+    let lay = Layers {
         get_env,
-        tr.tail_timeout_secs,
-        &in_file,
-    )?;
+        in_file: &in_file,
+    };
+    let interval = interval_of(&lay, opts.interval.as_deref(), tr.interval_secs)?;
+    let format = format_of(opts.format.as_deref(), tr.format.as_deref(), &in_file)?;
+    let tail = tail_of(&lay, opts.tail_timeout.as_deref(), tr.tail_timeout_secs)?;
     let discover = switch(opts.discover, get_env, "TRACKER_DISCOVER", tr.discover)?;
     let share_identity = switch(
         opts.share_identity,
@@ -438,9 +459,9 @@ pub fn resolve(cli: Cli, get_env: GetEnv) -> Result<Settings, String> {
         "TRACKER_SHARE_IDENTITY",
         tr.share_identity,
     )?;
-    let sentinel = streaming_of(get_env, tr.upload_interval_secs, &in_file)?;
+    let sentinel = streaming_of(&lay, tr.upload_interval_secs)?;
     let output = opts.output.clone().or(tr.output.clone());
-    let renice = renice_of(opts.renice, get_env, tr.renice, &in_file)?;
+    let renice = renice_of(&lay, opts.renice, tr.renice)?;
     let aggregate_cpu_steal = match opts.aggregate_cpu_steal {
         Some(v) => v,
         None => env_bool(get_env, "TRACKER_AGGREGATE_CPU_STEAL")?
@@ -467,7 +488,7 @@ pub fn resolve(cli: Cli, get_env: GetEnv) -> Result<Settings, String> {
         return Err(EVENTS_NEED_EBPF.into());
     }
     let target = target(&opts, cmd, cfg.pid, &cname)?;
-    let limits = limits_of(&opts, get_env, tr, &in_file)?;
+    let limits = limits_of(&lay, &opts, tr)?;
     if limits.any() && !matches!(target, Target::Command(_)) {
         return Err(
             "--cpus and --memory limit a command the tracker starts (run -- CMD), not a running tree or the host"
@@ -490,6 +511,7 @@ pub fn resolve(cli: Cli, get_env: GetEnv) -> Result<Settings, String> {
             ring_bytes: opts.event_ring_kib * 1024,
             bpf_stats: opts.bpf_stats,
             pss: opts.pss,
+            knobs: knobs_of(get_env)?,
         },
         as_root: opts.as_root,
         discover,

@@ -29,56 +29,57 @@ pub(super) const TRACEPOINTS: [(&str, &str, &str); 4] = [
     ("sched_process_free", "again_free", "sched_process_free"),
 ];
 
+/// The engine's knobs for tests and for kernels that keep their BTF elsewhere,
+/// filled by the settings: `TRACKER_SECOND_COPIES` (0 or 1), `TRACKER_KERNEL_BTF`,
+/// `TRACKER_TEST_DROP_FORKS`, `_EXITS`, `_EXECS` (N).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Knobs {
+    /// Attach the life-cycle programs' second copies whatever the kernel's version.
+    pub second_copies: Option<bool>,
+    /// The BTF to read the offsets from instead of the running kernel's.
+    pub kernel_btf: Option<std::path::PathBuf>,
+    /// Ignore the forks, exits and execs of tids that are multiples of N (0: none),
+    /// as the kernel's skips would: for tests only.
+    pub drop_forks_every: u32,
+    pub drop_exits_every: u32,
+    pub drop_execs_every: u32,
+}
+
 /// Whether to attach the programs' second copies (see `again_fork` in
 /// tracker-ebpf). From 6.19 the kernel runs tracepoints with preemption enabled
 /// (SRCU-fast instead of preempt_disable) and BPF programs on them migrate-disabled
 /// only: a task preempted inside a program makes the kernel skip that program for
 /// the next task on the CPU. On 7.2 under qemu that lost 1 of 201 orphans in a
 /// third of the runs. Before 6.19 a second copy would only cost every fork, exec
-/// and exit of the host its run. `TRACKER_SECOND_COPIES` (0 or 1) overrides the
-/// kernel's version, for tests.
-fn second_copies() -> bool {
-    match std::env::var("TRACKER_SECOND_COPIES").as_deref() {
-        Ok("1") => return true,
-        Ok("0") => return false,
-        _ => {}
-    }
-    aya::util::KernelVersion::current().is_ok_and(|v| v >= aya::util::KernelVersion::new(6, 19, 0))
+/// and exit of the host its run. The knob overrides the kernel's version, for tests.
+fn second_copies(knobs: &Knobs) -> bool {
+    knobs.second_copies.unwrap_or_else(|| {
+        aya::util::KernelVersion::current()
+            .is_ok_and(|v| v >= aya::util::KernelVersion::new(6, 19, 0))
+    })
 }
 
 /// How the life-cycle programs run: where their copies are loaded (tracepoints
 /// preemptible), a task whose fork every copy missed is looked for at its later
-/// events (`EngineMode::adopt`). `TRACKER_TEST_DROP_FORKS`, `_EXITS` and `_EXECS`
-/// (N) make the programs ignore the forks, exits and execs of tids that are
-/// multiples of N, as the kernel's skips would: for tests only.
-fn engine_mode(copies: bool) -> tracker_common::EngineMode {
-    let every = |var: &str| {
-        std::env::var(var)
-            .ok()
-            .and_then(|v| v.trim().parse::<u32>().ok())
-            .unwrap_or(0)
-    };
+/// events (`EngineMode::adopt`).
+fn engine_mode(copies: bool, knobs: &Knobs) -> tracker_common::EngineMode {
     tracker_common::EngineMode {
         adopt: u32::from(copies),
-        drop_forks_every: every("TRACKER_TEST_DROP_FORKS"),
-        drop_exits_every: every("TRACKER_TEST_DROP_EXITS"),
-        drop_execs_every: every("TRACKER_TEST_DROP_EXECS"),
+        drop_forks_every: knobs.drop_forks_every,
+        drop_exits_every: knobs.drop_exits_every,
+        drop_execs_every: knobs.drop_execs_every,
     }
 }
 
-/// Where the kernel's BTF is read: `TRACKER_KERNEL_BTF` when set (a kernel that
-/// ships its BTF elsewhere; the tests use it to hand over a BTF that lacks fields),
-/// else the running kernel's own. It must describe the running kernel: the offsets
-/// the programs read come from it.
-fn btf_path() -> std::path::PathBuf {
-    btf_override().unwrap_or_else(|| "/sys/kernel/btf/vmlinux".into())
-}
-
-/// `TRACKER_KERNEL_BTF`, when set and not empty.
-fn btf_override() -> Option<std::path::PathBuf> {
-    std::env::var_os("TRACKER_KERNEL_BTF")
-        .filter(|p| !p.is_empty())
-        .map(Into::into)
+/// Where the kernel's BTF is read: the knob's when set (a kernel that ships its
+/// BTF elsewhere; the tests use it to hand over a BTF that lacks fields), else the
+/// running kernel's own. It must describe the running kernel: the offsets the
+/// programs read come from it.
+fn btf_path(knobs: &Knobs) -> std::path::PathBuf {
+    knobs
+        .kernel_btf
+        .clone()
+        .unwrap_or_else(|| "/sys/kernel/btf/vmlinux".into())
 }
 
 /// What this kernel's layout keeps from being exact, by name. Each is a field or an
@@ -268,11 +269,12 @@ pub(super) fn has_cap_bpf() -> Result<(), String> {
 fn kernel_offsets(
     t0: Instant,
     btf_reader: Option<&crate::fsafe::Owner>,
+    knobs: &Knobs,
 ) -> Result<(tracker_common::Offsets, Degradations, std::time::Duration), EbpfUnavailable> {
     // The programs are plain raw tracepoints: the kernel's BTF is read only for
     // the offsets they use, once a boot (offsets_cache.rs) unless a test names
     // another BTF.
-    let cache = (btf_override().is_none() && crate::fsafe::euid() == 0)
+    let cache = (knobs.kernel_btf.is_none() && crate::fsafe::euid() == 0)
         .then(offsets_cache::name)
         .flatten();
     let dir = Path::new(offsets_cache::DIR);
@@ -283,7 +285,7 @@ fn kernel_offsets(
             (o, t0.elapsed())
         }
         None => {
-            let (o, t_read) = btf_offsets(t0, btf_reader)?;
+            let (o, t_read) = btf_offsets(t0, btf_reader, knobs)?;
             if let Some(n) = &cache {
                 if let Err(e) = offsets_cache::write(dir, n, &o) {
                     log::debug!("kernel offsets not kept in {}: {e}", dir.display());
@@ -304,11 +306,12 @@ fn kernel_offsets(
 fn btf_offsets(
     t0: Instant,
     btf_reader: Option<&crate::fsafe::Owner>,
+    knobs: &Knobs,
 ) -> Result<(tracker_common::Offsets, std::time::Duration), EbpfUnavailable> {
-    let path = btf_path();
+    let path = btf_path(knobs);
     // A BTF named by `TRACKER_KERNEL_BTF` (which sudo's env_keep may pass) is read
     // with the invoking user's rights, as every file they name.
-    let reader = btf_reader.filter(|_| btf_override().is_some());
+    let reader = btf_reader.filter(|_| knobs.kernel_btf.is_some());
     let data = crate::fsafe::read_input_as(&path, MAX_BTF, reader)
         .map_err(|e| EbpfUnavailable::NoBtf(format!("{}: {e}", path.display())))?;
     let t_read = t0.elapsed();
@@ -491,16 +494,17 @@ pub(super) fn load(
     bpf_stats: bool,
     room: Option<(String, u64)>,
     btf_reader: Option<&crate::fsafe::Owner>,
+    knobs: &Knobs,
 ) -> Result<Loaded, EbpfUnavailable> {
     let t0 = Instant::now();
     can_load(ring_bytes, room)?;
-    let (offsets, mut degraded, t_read) = kernel_offsets(t0, btf_reader)?;
+    let (offsets, mut degraded, t_read) = kernel_offsets(t0, btf_reader, knobs)?;
     let t_parsed = t0.elapsed();
     log::debug!("kernel offsets: {offsets:?}");
     let rss_in_kernel = offsets.mm_rss_stat != tracker_common::NO_FIELD;
     let faults_in_kernel = offsets.task_min_flt != tracker_common::NO_FIELD;
     let max_tasks = task_map_size(max_tasks, pid_max());
-    let mode = engine_mode(second_copies());
+    let mode = engine_mode(second_copies(knobs), knobs);
     let mut bpf = loader_without_btf()
         .btf(None)
         .override_global("OFFSETS", &offsets, true)

@@ -52,6 +52,7 @@ use crate::model::{
 };
 use ids::IdMap;
 use ledger::{at_least, Ledger};
+pub use load::Knobs;
 use load::{EbpfUnavailable, PROBE};
 use records::{decode, proc_event, Record};
 use roster::Roster;
@@ -186,8 +187,9 @@ impl EbpfEngine {
         bpf_stats: bool,
         room: Option<(String, u64)>,
         btf_reader: Option<&crate::fsafe::Owner>,
+        knobs: &Knobs,
     ) -> Result<Self, EbpfUnavailable> {
-        let l = load::load(max_tasks, ring_bytes, bpf_stats, room, btf_reader)?;
+        let l = load::load(max_tasks, ring_bytes, bpf_stats, room, btf_reader, knobs)?;
         Ok(EbpfEngine {
             stats_enabled: l.stats_enabled,
             degraded: l.degraded,
