@@ -87,3 +87,66 @@ fn limits_past_the_host_are_refused() {
         assert!(!started.exists(), "{flag} {value}: the command ran");
     }
 }
+
+/// The tree's stall times (PSI of its v2 cgroup): two busy threads under half a
+/// CPU wait for it, and a job that reads three times what its memory limit holds
+/// waits for memory (the limit's reclaim runs in its own tasks). The summary's
+/// totals are the samples' intervals added up.
+#[test]
+fn stalls_on_cpu_and_memory_are_seen() {
+    if !std::path::Path::new("/sys/fs/cgroup/cgroup.procs").exists()
+        && !std::path::Path::new("/sys/fs/cgroup/unified/cpu.pressure").exists()
+    {
+        panic!("no v2 hierarchy with PSI to read the tree's stalls from");
+    }
+    let w = workload().to_string_lossy().into_owned();
+    let scratch = Scratch::new("psi");
+    let file = scratch.path("f").to_string_lossy().into_owned();
+    let reads = format!(
+        "dd if=/dev/zero of={file} bs=1M count=120 status=none && \
+         for i in 1 2 3; do cat {file} > /dev/null; done"
+    );
+    for (tag, limits, cmd, what) in [
+        (
+            "psi-cpu",
+            ["--cpus", "0.5"],
+            vec![w.as_str(), "burner", "2", "1000"],
+            "cpu_secs",
+        ),
+        (
+            "psi-mem",
+            ["--memory", "40M"],
+            vec!["/bin/sh", "-c", reads.as_str()],
+            "memory_secs",
+        ),
+    ] {
+        let s = Scratch::new(tag);
+        let (sum, out) = (s.path("s.json"), s.path("s.jsonl"));
+        let o = run(Command::new(tracker())
+            .args(["run", "-q", "-i", "0.2", "--summary"])
+            .arg(&sum)
+            .arg("-o")
+            .arg(&out)
+            .args(limits)
+            .arg("--")
+            .args(&cmd));
+        assert!(
+            o.status.success(),
+            "{tag}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let summary = read_json(&sum);
+        let p = &summary["pressure"];
+        let total = p[what].as_f64().unwrap_or(-1.0);
+        assert!(total > 0.0, "{tag}: {what} {total}: {summary}");
+        let field = format!("{}_pressure_secs", what.trim_end_matches("_secs"));
+        let added: f64 = read_jsonl(&out)
+            .iter()
+            .map(|x| x["process"][&field].as_f64().unwrap_or(0.0))
+            .sum();
+        assert!(
+            (added - total).abs() < 1e-5,
+            "{tag}: the samples' {field} add up to {added}, the summary says {total}"
+        );
+    }
+}

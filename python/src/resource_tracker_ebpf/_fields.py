@@ -22,4 +22,10 @@ PROCESS_EXTRA = [
     "memory_page_cache_mib",
     "memory_working_set_mib",
     "memory_kernel_mib",
+    "cpu_pressure_secs",
+    "cpu_pressure_full_secs",
+    "memory_pressure_secs",
+    "memory_pressure_full_secs",
+    "io_pressure_secs",
+    "io_pressure_full_secs",
 ]

@@ -30,7 +30,7 @@ use super::{
     cgroup::{find, mounts},
     files::{CachedFile, Roots},
 };
-use crate::model::reading::{MemParts, MemcgReading};
+use crate::model::reading::{MemParts, MemcgReading, Pressure};
 
 /// statfs magic numbers of the two cgroup file systems.
 const CGROUP_SUPER_MAGIC: i64 = 0x0027_e0eb;
@@ -101,6 +101,8 @@ pub struct TreeCgroup {
     peak: Option<CachedFile>,
     /// `memory.stat`, for the charge's parts (memory cgroups only).
     stat: Option<CachedFile>,
+    /// `cpu.pressure`, `memory.pressure`, `io.pressure` (v2 only).
+    psi: Option<[CachedFile; 3]>,
     buf: Vec<u8>,
     removed: bool,
 }
@@ -306,6 +308,10 @@ impl TreeCgroup {
                 .then(|| CachedFile::whole(dir.join(peak))),
             stat: (controller == Controller::Memory)
                 .then(|| CachedFile::whole(dir.join("memory.stat"))),
+            psi: (v2 && dir.join("cpu.pressure").exists()).then(|| {
+                ["cpu.pressure", "memory.pressure", "io.pressure"]
+                    .map(|f| CachedFile::whole(dir.join(f)))
+            }),
             rel: format!("{}/{name}", parent_rel.trim_end_matches('/')),
             dir,
             parent,
@@ -376,6 +382,26 @@ impl TreeCgroup {
             current,
             peak,
             parts,
+        })
+    }
+
+    /// The cgroup's stall times (v2 with PSI); None where it keeps none or they
+    /// cannot be read.
+    pub fn pressure(&mut self) -> Option<Pressure> {
+        let files = self.psi.as_mut()?;
+        let mut totals = [(0u64, None::<u64>); 3];
+        for (f, t) in files.iter_mut().zip(&mut totals) {
+            f.read(&mut self.buf).ok()?;
+            *t = psi_totals(std::str::from_utf8(&self.buf).ok()?)?;
+        }
+        let [cpu, memory, io] = totals;
+        Some(Pressure {
+            cpu_some_us: cpu.0,
+            cpu_full_us: cpu.1,
+            memory_some_us: memory.0,
+            memory_full_us: memory.1?,
+            io_some_us: io.0,
+            io_full_us: io.1?,
         })
     }
 
@@ -458,6 +484,20 @@ impl TreeCgroup {
     }
 }
 
+/// The `some` and `full` totals (µs) of a PSI file: `some avg10=… total=N`, then
+/// the `full` line where the kernel keeps one. None without a `some` total.
+fn psi_totals(text: &str) -> Option<(u64, Option<u64>)> {
+    let total = |kind: &str| {
+        text.lines()
+            .find(|l| l.starts_with(kind))?
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("total="))?
+            .parse::<u64>()
+            .ok()
+    };
+    Some((total("some ")?, total("full ")))
+}
+
 /// The charge's parts from `memory.stat`: v2's `anon`, `file`, `inactive_file`;
 /// v1's hierarchical `total_rss`, `total_cache`, `total_inactive_file` (the
 /// cgroup's own and its children's, as its usage counts them). None when a key is
@@ -508,6 +548,17 @@ impl Drop for TreeCgroup {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stall_totals() {
+        let cpu = "some avg10=0.85 avg60=5.89 avg300=13.28 total=8700561793\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=12\n";
+        assert_eq!(psi_totals(cpu), Some((8_700_561_793, Some(12))));
+        assert_eq!(
+            psi_totals("some avg10=0.00 avg60=0.00 avg300=0.00 total=5\n"),
+            Some((5, None))
+        );
+        assert_eq!(psi_totals("full total=1\n"), None);
+    }
 
     #[test]
     fn the_charges_parts() {

@@ -79,6 +79,22 @@ pub struct Reading {
     /// Whether `tree.cpu_ns` is the charge of a cgroup holding exactly the tree
     /// (else the backend's sums).
     pub cpu_cgroup: bool,
+    /// The stall times of the v2 cgroup holding the tree; None without one.
+    pub pressure: Option<Pressure>,
+}
+
+/// Stall times of a v2 cgroup (PSI: `cpu.pressure`, `memory.pressure`,
+/// `io.pressure`), µs since it was made: how long some of its tasks waited for a
+/// CPU, for memory (reclaim, swap-in, thrashing) or for I/O, and how long all of
+/// its tasks did at once (`full`; the kernel keeps none for CPU before 5.13).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Pressure {
+    pub cpu_some_us: u64,
+    pub cpu_full_us: Option<u64>,
+    pub memory_some_us: u64,
+    pub memory_full_us: u64,
+    pub io_some_us: u64,
+    pub io_full_us: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

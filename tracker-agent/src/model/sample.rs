@@ -310,6 +310,25 @@ tree_fields! {
     /// `memory_mib` but anonymous memory and page cache: the kernel's own memory
     /// for the tree (stacks, page tables, slab, sockets); null unless `cgroup`
     memory_kernel_mib: Option<f64> { unit: "MiB", py: Some(19) }
+    /// seconds in the interval in which some of the tree's tasks waited for a CPU
+    /// (PSI `cpu.pressure` `some` of the v2 cgroup made for the command); null
+    /// without one
+    cpu_pressure_secs: Option<f64> { unit: "s", csv: Some(15), py: Some(20) }
+    /// seconds in the interval in which all of them did at once (`full`; null
+    /// before 5.13, which keeps none for CPU)
+    cpu_pressure_full_secs: Option<f64> { unit: "s", py: Some(21) }
+    /// seconds in the interval in which some of the tree's tasks waited for memory
+    /// (reclaim, swap-in, refaults of what was reclaimed: `memory.pressure` `some`):
+    /// a job that stalls here ran short of memory, and its peak is lower than what
+    /// it would take; null without a v2 cgroup
+    memory_pressure_secs: Option<f64> { unit: "s", csv: Some(16), py: Some(22) }
+    /// seconds in the interval in which all of them did at once (`full`)
+    memory_pressure_full_secs: Option<f64> { unit: "s", py: Some(23) }
+    /// seconds in the interval in which some of the tree's tasks waited for I/O
+    /// (`io.pressure` `some`); null without a v2 cgroup
+    io_pressure_secs: Option<f64> { unit: "s", csv: Some(17), py: Some(24) }
+    /// seconds in the interval in which all of them did at once (`full`)
+    io_pressure_full_secs: Option<f64> { unit: "s", py: Some(25) }
     /// storage bytes read by the tree in the interval: each thread's own `read_bytes`
     /// (eBPF: `/proc/PID/task/TID/io` while live, `task->ioac` once it is dead and off the
     /// CPU; never a parent's count of reaped children, so nested shells count once)
@@ -503,6 +522,10 @@ mod tests {
         });
         sum.streaming = Some(StreamReport::default());
         sum.limits = Some(crate::model::summary::LimitsReport::default());
+        sum.pressure = Some(crate::model::summary::PressureReport {
+            cpu_full_secs: Some(0.0),
+            ..Default::default()
+        });
         let mut u = crate::model::stats::UsageAccum::default();
         u.add(&Sample {
             process: Some(ProcessSample {

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use super::{
     degraded::Degradations,
-    reading::{Backend, MemParts, MemcgReading, OwnCost, Reading, TreeTotals},
+    reading::{Backend, MemParts, MemcgReading, OwnCost, Pressure, Reading, TreeTotals},
     sample::{MemorySource, ProcessSample, Sample, TrackerSample, TreeCompat},
     summary::RunStats,
 };
@@ -21,6 +21,9 @@ pub struct Sampler {
     prev_at: Instant,
     prev_self_cpu: f64,
     prev_bpf: Option<(u64, u64)>,
+    /// The tree's cgroup's stall times at the previous sample (zero before the
+    /// first: the cgroup was made for the command).
+    prev_pressure: Pressure,
     /// Cumulative user/system split of cpu_ns, in ns.
     cum_user_ns: u64,
     cum_sys_ns: u64,
@@ -47,6 +50,7 @@ impl Sampler {
             prev_at: start,
             prev_self_cpu: own_cpu_secs,
             prev_bpf: None,
+            prev_pressure: Pressure::default(),
             cum_user_ns: 0,
             cum_sys_ns: 0,
             aggregate_steal: true,
@@ -127,6 +131,7 @@ impl Sampler {
             own,
             memcg,
             cpu_cgroup,
+            pressure,
         } = r;
         let at = stamp.at;
         let elapsed = at.duration_since(self.prev_at).as_secs_f64().max(1e-9);
@@ -141,6 +146,8 @@ impl Sampler {
         let (memory_mib, memory_source, memory_peak_mib) = tree_memory(memcg, rss_mib, pss_mib);
         let parts = memcg.and_then(|m| Some((m.current, m.parts?)));
         let part = |f: fn(u64, &MemParts) -> u64| parts.map(|(c, p)| f(c, &p) as f64 / MIB);
+        let stalls = pressure.map(|p| stalls(&p, &self.prev_pressure));
+        let stall = |f: fn(&Stalls) -> Option<f64>| stalls.as_ref().and_then(f);
         let cores = d_cpu as f64 / 1e9 / elapsed;
         let process = self.tree.map(|(root, backend)| ProcessSample {
             pid: root,
@@ -167,6 +174,12 @@ impl Sampler {
             memory_page_cache_mib: part(|_, p| p.file),
             memory_working_set_mib: part(|c, p| c.saturating_sub(p.inactive_file)),
             memory_kernel_mib: part(|c, p| c.saturating_sub(p.anon + p.file)),
+            cpu_pressure_secs: stall(|s| Some(s.cpu)),
+            cpu_pressure_full_secs: stall(|s| s.cpu_full),
+            memory_pressure_secs: stall(|s| Some(s.memory)),
+            memory_pressure_full_secs: stall(|s| Some(s.memory_full)),
+            io_pressure_secs: stall(|s| Some(s.io)),
+            io_pressure_full_secs: stall(|s| Some(s.io_full)),
             read_bytes: now.read_bytes.saturating_sub(self.prev.read_bytes),
             write_bytes: now.write_bytes.saturating_sub(self.prev.write_bytes),
             rchar_bytes: now.rchar.saturating_sub(self.prev.rchar),
@@ -207,12 +220,40 @@ impl Sampler {
         };
         self.stats
             .add(&sample, &now, self.cum_user_ns, self.cum_sys_ns, d_self);
+        if let Some(p) = pressure {
+            self.prev_pressure = p;
+            self.stats.pressure = Some(p);
+        }
         self.prev = now;
         self.prev_at = at;
         if bpf.is_some() {
             self.prev_bpf = bpf;
         }
         sample
+    }
+}
+
+/// Seconds stalled in an interval, from two stall-time totals.
+struct Stalls {
+    cpu: f64,
+    cpu_full: Option<f64>,
+    memory: f64,
+    memory_full: f64,
+    io: f64,
+    io_full: f64,
+}
+
+fn stalls(now: &Pressure, prev: &Pressure) -> Stalls {
+    let secs = |a: u64, b: u64| a.saturating_sub(b) as f64 / 1e6;
+    Stalls {
+        cpu: secs(now.cpu_some_us, prev.cpu_some_us),
+        cpu_full: now
+            .cpu_full_us
+            .map(|n| secs(n, prev.cpu_full_us.unwrap_or(0))),
+        memory: secs(now.memory_some_us, prev.memory_some_us),
+        memory_full: secs(now.memory_full_us, prev.memory_full_us),
+        io: secs(now.io_some_us, prev.io_some_us),
+        io_full: secs(now.io_full_us, prev.io_full_us),
     }
 }
 
@@ -297,6 +338,7 @@ mod tests {
             },
             memcg: None,
             cpu_cgroup: false,
+            pressure: None,
         }
     }
 

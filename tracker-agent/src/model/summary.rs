@@ -5,7 +5,10 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
-use super::{degraded::Degradation, reading::TreeTotals};
+use super::{
+    degraded::Degradation,
+    reading::{Pressure, TreeTotals},
+};
 use super::{
     host::CloudInfo,
     meta::JobMeta,
@@ -37,6 +40,8 @@ pub struct RunStats {
     pub usage: UsageAccum,
     /// The last sample's named degradations (they only accumulate).
     pub degraded: Vec<Degradation>,
+    /// The stall times of the tree's v2 cgroup at the last sample.
+    pub pressure: Option<Pressure>,
 }
 
 impl RunStats {
@@ -140,6 +145,35 @@ pub struct Summary {
     /// The limits the command ran under (`run --cpus/--memory`) and what they did;
     /// null without them.
     pub limits: Option<LimitsReport>,
+    /// How long the tree stalled, from its v2 cgroup's PSI; null without one.
+    pub pressure: Option<PressureReport>,
+}
+
+/// Seconds the tree's v2 cgroup stalled over the run (PSI `total`s at the last
+/// sample, the cgroup made for the command): some of its tasks (`*_secs`), or all
+/// at once (`*_full_secs`), waiting for a CPU, for memory, for I/O.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct PressureReport {
+    pub cpu_secs: f64,
+    pub cpu_full_secs: Option<f64>,
+    pub memory_secs: f64,
+    pub memory_full_secs: f64,
+    pub io_secs: f64,
+    pub io_full_secs: f64,
+}
+
+impl PressureReport {
+    pub fn of(p: &Pressure) -> PressureReport {
+        let s = |us: u64| us as f64 / 1e6;
+        PressureReport {
+            cpu_secs: s(p.cpu_some_us),
+            cpu_full_secs: p.cpu_full_us.map(s),
+            memory_secs: s(p.memory_some_us),
+            memory_full_secs: s(p.memory_full_us),
+            io_secs: s(p.io_some_us),
+            io_full_secs: s(p.io_full_us),
+        }
+    }
 }
 
 /// The limits a command ran under and what they did: the memory cgroup's own
@@ -263,6 +297,7 @@ impl Summary {
             recommendation: stats.usage.recommendation(),
             recommended_server: None,
             limits: None,
+            pressure: stats.pressure.as_ref().map(PressureReport::of),
         }
     }
 }

@@ -25,7 +25,7 @@ use crate::{
     engine::{pss::PssSum, Engine, ReadOpts, Ring},
     model::{
         degraded::Degradations,
-        reading::{unix_now, MemcgReading, TreeTotals},
+        reading::{unix_now, MemcgReading, Pressure, TreeTotals},
         OwnCost, Reading, Sample, Sampler, Stamp, TopCommand,
     },
     selfcost,
@@ -147,6 +147,21 @@ impl Loop {
         None
     }
 
+    /// The stall times of the v2 cgroup made for the command: the CPU one of its
+    /// own, else the memory one while it holds the tree. None without one.
+    fn tree_pressure(&mut self) -> Option<Pressure> {
+        if let Some(cg) = self.cpucg.as_mut().and_then(|c| c.own.as_mut()) {
+            return cg.is_v2().then(|| cg.pressure()).flatten();
+        }
+        if self.memcg_stale {
+            return None;
+        }
+        self.memcg
+            .as_mut()
+            .filter(|c| c.is_v2())
+            .and_then(TreeCgroup::pressure)
+    }
+
     /// The tree's CPU from its cgroup: the scheduler's charge of every member,
     /// however it ended (`tree.cpu_ns` becomes it). Whether it did.
     ///
@@ -199,6 +214,7 @@ impl Loop {
         let (mut tree, stamp) = self.read_tree(ring)?;
         let memcg = self.tree_memcg(&tree);
         let cpu_cgroup = self.tree_cpu(&mut tree);
+        let pressure = self.tree_pressure();
         if memcg.is_none() || self.pss_always {
             if let Some(e) = &self.engine {
                 tree.pss_bytes = self.pss.read(&e.live_pids(), &|p| e.mem_sig(p));
@@ -232,6 +248,7 @@ impl Loop {
             own,
             memcg,
             cpu_cgroup,
+            pressure,
         }))
     }
 

@@ -138,6 +138,9 @@ fn human(sum: &Summary) -> String {
     if let Some(l) = &sum.limits {
         s.push_str(&limits_line(l));
     }
+    if let Some(p) = &sum.pressure {
+        s.push_str(&pressure_line(p, sum.wall_secs));
+    }
     if !sum.top_commands.is_empty() {
         let tops: Vec<String> = sum
             .top_commands
@@ -148,6 +151,22 @@ fn human(sum: &Summary) -> String {
             "resource-tracker: top commands by cpu: {}\n",
             tops.join(", ")
         ));
+    }
+    s
+}
+
+/// The line that says how long the tree stalled; where it stalled on memory for
+/// more than 1 % of the run, that its memory figures are lower than what it would
+/// take to run unhindered.
+fn pressure_line(p: &crate::model::summary::PressureReport, wall: f64) -> String {
+    let mut s = format!(
+        "resource-tracker: stalled: cpu {:.2} s, memory {:.2} s (all tasks {:.2} s), io {:.2} s (all tasks {:.2} s) of {wall:.2} s\n",
+        p.cpu_secs, p.memory_secs, p.memory_full_secs, p.io_secs, p.io_full_secs
+    );
+    if p.memory_secs > 0.01 * wall {
+        s.push_str(
+            "resource-tracker: the tree stalled on memory: its memory figures, and the memory advice, are lower than what it would take to run unhindered\n",
+        );
     }
     s
 }
