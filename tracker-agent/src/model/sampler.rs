@@ -6,8 +6,8 @@ use std::time::Instant;
 
 use super::{
     degraded::Degradations,
-    reading::{Backend, MemParts, MemcgReading, OwnCost, Pressure, Reading, TreeTotals},
-    sample::{MemorySource, ProcessSample, Sample, TrackerSample, TreeCompat},
+    reading::{Backend, MemcgReading, OwnCost, Pressure, Reading, TreeTotals},
+    sample::{CpuSample, MemorySource, ProcessSample, Sample, TrackerSample, TreeCompat},
     summary::RunStats,
 };
 
@@ -122,6 +122,29 @@ impl Sampler {
         }
     }
 
+    /// The host's CPU with the tree's share and its figures under the Rust
+    /// sibling's names.
+    fn cpu_sample(
+        &self,
+        mut cpu: CpuSample,
+        process: Option<&ProcessSample>,
+        now: &TreeTotals,
+        cores: f64,
+    ) -> CpuSample {
+        if let Some(p) = process {
+            cpu.process_cores_used = Some(cores);
+            cpu.process_child_count =
+                Some(now.live_procs.saturating_sub(u64::from(now.root_alive)));
+            cpu.tree = TreeCompat::of(p);
+        }
+        if self.aggregate_steal {
+            if let Some(v) = &mut cpu.per_core_steal_time_pct {
+                v.clear();
+            }
+        }
+        cpu
+    }
+
     pub fn step(&mut self, r: Reading) -> Sample {
         let Reading {
             tree: now,
@@ -144,12 +167,8 @@ impl Sampler {
         let rss_mib = now.rss_bytes as f64 / MIB;
         let pss_mib = now.pss_bytes.map(|b| b as f64 / MIB);
         let (memory_mib, memory_source, memory_peak_mib) = tree_memory(memcg, rss_mib, pss_mib);
-        let parts = memcg.and_then(|m| Some((m.current, m.parts?)));
-        let part = |f: fn(u64, &MemParts) -> u64| parts.map(|(c, p)| f(c, &p) as f64 / MIB);
-        let stalls = pressure.map(|p| stalls(&p, &self.prev_pressure));
-        let stall = |f: fn(&Stalls) -> Option<f64>| stalls.as_ref().and_then(f);
         let cores = d_cpu as f64 / 1e9 / elapsed;
-        let process = self.tree.map(|(root, backend)| ProcessSample {
+        let mut process = self.tree.map(|(root, backend)| ProcessSample {
             pid: root,
             backend: backend.as_str(),
             utime_secs: d_user as f64 / 1e9,
@@ -170,16 +189,6 @@ impl Sampler {
             memory_rss_mib: rss_mib,
             memory_pss_mib: pss_mib,
             max_process_rss_mib: now.max_rss_kib as f64 / 1024.0,
-            memory_anon_mib: part(|_, p| p.anon),
-            memory_page_cache_mib: part(|_, p| p.file),
-            memory_working_set_mib: part(|c, p| c.saturating_sub(p.inactive_file)),
-            memory_kernel_mib: part(|c, p| c.saturating_sub(p.anon + p.file)),
-            cpu_pressure_secs: stall(|s| Some(s.cpu)),
-            cpu_pressure_full_secs: stall(|s| s.cpu_full),
-            memory_pressure_secs: stall(|s| Some(s.memory)),
-            memory_pressure_full_secs: stall(|s| Some(s.memory_full)),
-            io_pressure_secs: stall(|s| Some(s.io)),
-            io_pressure_full_secs: stall(|s| Some(s.io_full)),
             read_bytes: now.read_bytes.saturating_sub(self.prev.read_bytes),
             write_bytes: now.write_bytes.saturating_sub(self.prev.write_bytes),
             rchar_bytes: now.rchar.saturating_sub(self.prev.rchar),
@@ -189,19 +198,15 @@ impl Sampler {
             gpu_usage: host.process_gpu.map(|g| g.gpu_usage),
             gpu_vram_mib: host.process_gpu.map(|g| g.gpu_vram_mib),
             gpu_utilized: host.process_gpu.map(|g| g.gpu_utilized),
+            ..Default::default()
         });
-        let children = now.live_procs.saturating_sub(u64::from(now.root_alive));
-        let mut cpu = host.cpu;
-        if let Some(p) = &process {
-            cpu.process_cores_used = Some(cores);
-            cpu.process_child_count = Some(children);
-            cpu.tree = TreeCompat::of(p);
-        }
-        if self.aggregate_steal {
-            if let Some(v) = &mut cpu.per_core_steal_time_pct {
-                v.clear();
+        if let Some(p) = &mut process {
+            memory_parts(p, memcg);
+            if let Some(now) = &pressure {
+                stalled(p, now, &self.prev_pressure);
             }
         }
+        let cpu = self.cpu_sample(host.cpu, process.as_ref(), &now, cores);
         let sample = Sample {
             // Microsecond precision, like the other timestamps.
             timestamp_secs: (stamp.unix * 1e6).round() / 1e6,
@@ -233,28 +238,29 @@ impl Sampler {
     }
 }
 
-/// Seconds stalled in an interval, from two stall-time totals.
-struct Stalls {
-    cpu: f64,
-    cpu_full: Option<f64>,
-    memory: f64,
-    memory_full: f64,
-    io: f64,
-    io_full: f64,
+/// The charge's parts where the memory cgroup gives them, MiB.
+fn memory_parts(p: &mut ProcessSample, memcg: Option<MemcgReading>) {
+    let Some((c, m)) = memcg.and_then(|m| Some((m.current, m.parts?))) else {
+        return;
+    };
+    let mib = |b: u64| Some(b as f64 / MIB);
+    p.memory_anon_mib = mib(m.anon);
+    p.memory_page_cache_mib = mib(m.file);
+    p.memory_working_set_mib = mib(c.saturating_sub(m.inactive_file));
+    p.memory_kernel_mib = mib(c.saturating_sub(m.anon + m.file));
 }
 
-fn stalls(now: &Pressure, prev: &Pressure) -> Stalls {
-    let secs = |a: u64, b: u64| a.saturating_sub(b) as f64 / 1e6;
-    Stalls {
-        cpu: secs(now.cpu_some_us, prev.cpu_some_us),
-        cpu_full: now
-            .cpu_full_us
-            .map(|n| secs(n, prev.cpu_full_us.unwrap_or(0))),
-        memory: secs(now.memory_some_us, prev.memory_some_us),
-        memory_full: secs(now.memory_full_us, prev.memory_full_us),
-        io: secs(now.io_some_us, prev.io_some_us),
-        io_full: secs(now.io_full_us, prev.io_full_us),
-    }
+/// Seconds stalled in the interval, from the stall-time totals now and before.
+fn stalled(p: &mut ProcessSample, now: &Pressure, prev: &Pressure) {
+    let secs = |a: u64, b: u64| Some(a.saturating_sub(b) as f64 / 1e6);
+    p.cpu_pressure_secs = secs(now.cpu_some_us, prev.cpu_some_us);
+    p.cpu_pressure_full_secs = now
+        .cpu_full_us
+        .and_then(|n| secs(n, prev.cpu_full_us.unwrap_or(0)));
+    p.memory_pressure_secs = secs(now.memory_some_us, prev.memory_some_us);
+    p.memory_pressure_full_secs = secs(now.memory_full_us, prev.memory_full_us);
+    p.io_pressure_secs = secs(now.io_some_us, prev.io_some_us);
+    p.io_pressure_full_secs = secs(now.io_full_us, prev.io_full_us);
 }
 
 /// The interval's exact CPU (ns) and its user and system parts: split by the tick
