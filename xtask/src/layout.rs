@@ -20,8 +20,19 @@ fn module_of(rel: &Path) -> String {
     first.trim_end_matches(".rs").to_string()
 }
 
-/// The names a use-tree list `a::{b, c}, d` starts with, at its top level.
+/// The names a use-tree list `a::{b, c}, d` starts with, at its top level: module
+/// names (lower case).
 fn heads(list: &str) -> Vec<String> {
+    heads_by(list, |c| c.is_ascii_lowercase() || c == '_')
+}
+
+/// The names of any case a use-tree list starts with.
+fn heads_any(list: &str) -> Vec<String> {
+    heads_by(list, |c| c.is_alphanumeric() || c == '_')
+}
+
+/// The names a use-tree list starts with, at its top level, made of `name` chars.
+fn heads_by(list: &str, name: fn(char) -> bool) -> Vec<String> {
     let (mut depth, mut cur, mut out) = (0, String::new(), Vec::new());
     for ch in list.chars() {
         match ch {
@@ -39,9 +50,7 @@ fn heads(list: &str) -> Vec<String> {
     out.iter()
         .filter_map(|s| {
             let s = s.trim();
-            let end = s
-                .find(|c: char| !(c.is_ascii_lowercase() || c == '_'))
-                .unwrap_or(s.len());
+            let end = s.find(|c: char| !name(c)).unwrap_or(s.len());
             (end > 0).then(|| s[..end].to_string())
         })
         .collect()
@@ -237,33 +246,6 @@ pub fn upward_imports(src: &Path) -> std::io::Result<Vec<String>> {
     out.sort();
     out.dedup();
     Ok(out)
-}
-
-/// The names a use-tree list starts with, at its top level, of any case.
-fn heads_any(list: &str) -> Vec<String> {
-    let (mut depth, mut cur, mut out) = (0, String::new(), Vec::new());
-    for ch in list.chars() {
-        match ch {
-            '{' => depth += 1,
-            '}' => depth -= 1,
-            ',' if depth == 0 => {
-                out.push(std::mem::take(&mut cur));
-                continue;
-            }
-            _ => {}
-        }
-        cur.push(ch);
-    }
-    out.push(cur);
-    out.iter()
-        .filter_map(|s| {
-            let s = s.trim();
-            let end = s
-                .find(|c: char| !(c.is_alphanumeric() || c == '_'))
-                .unwrap_or(s.len());
-            (end > 0).then(|| s[..end].to_string())
-        })
-        .collect()
 }
 
 /// The most lines a function outside the tests may have.

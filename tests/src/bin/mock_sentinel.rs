@@ -692,6 +692,19 @@ fn route(method: &str, path: &str) -> (Route, bool) {
     }
 }
 
+/// What the mock records of every request: its kind, its connection and place in
+/// it, and its head.
+fn base_record(kind: &str, (conn, seq): (u64, u64), h: &Head) -> Map<String, Value> {
+    let mut rec = Map::new();
+    rec.insert("kind".into(), json!(kind));
+    rec.insert("conn".into(), json!(conn));
+    rec.insert("seq".into(), json!(seq));
+    rec.insert("method".into(), json!(h.method));
+    rec.insert("path".into(), json!(h.target));
+    rec.insert("headers".into(), headers_json(h));
+    rec
+}
+
 /// What the mock records of one API request: its connection and place in it, the
 /// request as it came, the fault it got, when it arrived.
 fn api_record(
@@ -702,13 +715,7 @@ fn api_record(
     action: &str,
     arrived: f64,
 ) -> Map<String, Value> {
-    let mut rec = Map::new();
-    rec.insert("kind".into(), json!(kind));
-    rec.insert("conn".into(), json!(conn));
-    rec.insert("seq".into(), json!(seq));
-    rec.insert("method".into(), json!(h.method));
-    rec.insert("path".into(), json!(h.target));
-    rec.insert("headers".into(), headers_json(h));
+    let mut rec = base_record(kind, (conn, seq), h);
     let parsed: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
     rec.insert("body".into(), parsed);
     if !body.is_empty() && serde_json::from_slice::<Value>(body).is_err() {
@@ -983,13 +990,7 @@ fn s3_error(code: u16, code_name: &str) -> Vec<u8> {
 
 /// What the mock records of one S3 request before its answer.
 fn s3_record(kind: &str, (conn, seq): (u64, u64), h: &Head, action: &str) -> Map<String, Value> {
-    let mut rec = Map::new();
-    rec.insert("kind".into(), json!(kind));
-    rec.insert("conn".into(), json!(conn));
-    rec.insert("seq".into(), json!(seq));
-    rec.insert("method".into(), json!(h.method));
-    rec.insert("path".into(), json!(h.target));
-    rec.insert("headers".into(), headers_json(h));
+    let mut rec = base_record(kind, (conn, seq), h);
     rec.insert("body".into(), Value::Null);
     rec.insert("action".into(), json!(action));
     rec.insert("t".into(), json!(now()));
