@@ -45,15 +45,45 @@ pub struct Limited {
     _own: Option<TreeCgroup>,
 }
 
+/// Why a limit could not be put in place: the command must not run then.
+#[derive(Debug)]
+pub enum LimitError {
+    /// No cgroup of the command can take the limit (`limit`: which), and why.
+    NoCgroup { limit: &'static str, why: String },
+    /// The limit's file could not be written.
+    Write {
+        path: PathBuf,
+        value: String,
+        error: io::Error,
+    },
+}
+
+impl std::fmt::Display for LimitError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LimitError::NoCgroup { limit, why } => {
+                write!(f, "no cgroup of the command takes a {limit} ({why})")
+            }
+            LimitError::Write { path, value, error } => {
+                write!(f, "cannot write {value} to {}: {error}", path.display())
+            }
+        }
+    }
+}
+
 /// Writes `value` to the cgroup file `dir/name`.
-fn write(dir: &Path, name: &str, value: &str) -> Result<(), String> {
+fn write(dir: &Path, name: &str, value: &str) -> Result<(), LimitError> {
     let path = dir.join(name);
     std::fs::OpenOptions::new()
         .write(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(&path)
         .and_then(|mut f| f.write_all(value.as_bytes()))
-        .map_err(|e: io::Error| format!("cannot write {value} to {}: {e}", path.display()))
+        .map_err(|error| LimitError::Write {
+            path,
+            value: value.to_string(),
+            error,
+        })
 }
 
 /// The quota line of a CPU limit: µs a period.
@@ -70,7 +100,7 @@ pub fn apply(
     roots: &Roots,
     memory: Option<&TreeCgroup>,
     cpu: Option<&TreeCgroup>,
-) -> Result<Limited, String> {
+) -> Result<Limited, LimitError> {
     let mut done = Limited {
         asked,
         memory: None,
@@ -78,7 +108,10 @@ pub fn apply(
         _own: None,
     };
     if let Some(bytes) = asked.memory_bytes {
-        let cg = memory.ok_or("no cgroup could be made for the command's memory")?;
+        let cg = memory.ok_or(LimitError::NoCgroup {
+            limit: "memory limit",
+            why: "none could be made for its memory".into(),
+        })?;
         let (dir, v2) = (cg.dir(), cg.is_v2());
         let (limit, swap) = if v2 {
             ("memory.max", "memory.swap.max")
@@ -108,8 +141,9 @@ pub fn apply(
             None => {
                 let cg = TreeCgroup::make_for(roots, Controller::Quota)
                     .and_then(|cg| cg.place(pid).map(|()| cg))
-                    .map_err(|e| {
-                        format!("no cgroup of the command takes a CPU quota (v2 without `cpu` delegated, and v1: {e})")
+                    .map_err(|e| LimitError::NoCgroup {
+                        limit: "CPU quota",
+                        why: format!("v2 without `cpu` delegated, and v1: {e}"),
                     })?;
                 write(cg.dir(), "cpu.cfs_period_us", &PERIOD_US.to_string())?;
                 write(cg.dir(), "cpu.cfs_quota_us", &q.to_string())?;
