@@ -16,7 +16,7 @@ use std::{
 
 use foldhash::{HashMap, HashMapExt as _, HashSet, HashSetExt as _};
 
-use super::files::{pread_all, End, Roots};
+use super::files::{keyed, pread_all, End, Roots};
 use crate::model::node::{CgroupCounters, Found};
 
 /// Where each controller's hierarchy is mounted.
@@ -574,13 +574,6 @@ const FULL_READS: u32 = 10;
 /// controller enabled later).
 const RETRY_MISSING: u32 = 30;
 
-fn value(text: &str, key: &str) -> Option<u64> {
-    text.lines().find_map(|l| {
-        let (k, v) = l.split_once(' ')?;
-        (k == key).then(|| v.trim().parse().ok())?
-    })
-}
-
 /// Bytes read and written, from an I/O file's lines.
 fn io_bytes(c: &mut CgroupCounters, t: &str) {
     c.read_bytes = Some(io_sum(t, "rbytes", "Read"));
@@ -750,13 +743,13 @@ impl Reader {
                 (u128::from(ticks) * 1_000_000_000 / u128::from(tck)).min(u128::from(u64::MAX))
                     as u64
             };
-            c.cpu_user_ns = value(t, "user").map(ns);
-            c.cpu_system_ns = value(t, "system").map(ns);
+            c.cpu_user_ns = keyed(t, "user").map(ns);
+            c.cpu_system_ns = keyed(t, "system").map(ns);
         }
         if let Some(t) = self.text(h.cpu.as_ref(), rel, "cpu.stat") {
-            c.cfs_periods = value(t, "nr_periods");
-            c.cfs_throttled_periods = value(t, "nr_throttled");
-            c.cfs_throttled_ns = value(t, "throttled_time");
+            c.cfs_periods = keyed(t, "nr_periods");
+            c.cfs_throttled_periods = keyed(t, "nr_throttled");
+            c.cfs_throttled_ns = keyed(t, "throttled_time");
         }
     }
 
@@ -772,12 +765,12 @@ impl Reader {
             c.cpu_usage_ns?;
         } else {
             let t = self.text(h.v2.as_ref(), rel, "cpu.stat")?;
-            let us = |k: &str| value(t, k).map(|v| v.saturating_mul(1000));
+            let us = |k: &str| keyed(t, k).map(|v| v.saturating_mul(1000));
             c.cpu_usage_ns = us("usage_usec");
             c.cpu_user_ns = us("user_usec");
             c.cpu_system_ns = us("system_usec");
-            c.cfs_periods = value(t, "nr_periods");
-            c.cfs_throttled_periods = value(t, "nr_throttled");
+            c.cfs_periods = keyed(t, "nr_periods");
+            c.cfs_throttled_periods = keyed(t, "nr_throttled");
             c.cfs_throttled_ns = us("throttled_usec");
         }
         let (mem, usage, peak, stat, inactive_key) = match &h.memory {
@@ -816,19 +809,19 @@ impl Reader {
         c.memory_peak_bytes = self.number(mem, rel, peak);
         let inactive = self
             .text(mem, rel, stat)
-            .and_then(|t| value(t, inactive_key));
+            .and_then(|t| keyed(t, inactive_key));
         c.working_set_bytes = c
             .memory_bytes
             .map(|u| u.saturating_sub(inactive.unwrap_or(0)));
         if h.memory.is_some() {
             if let Some(t) = self.text(mem, rel, "memory.oom_control") {
-                c.oom_kills = value(t, "oom_kill");
+                c.oom_kills = keyed(t, "oom_kill");
             }
             // v1 keeps no count of OOM events apart from its kills.
             c.oom_events = c.oom_kills;
         } else if let Some(t) = self.text(mem, rel, "memory.events") {
-            c.oom_events = value(t, "oom");
-            c.oom_kills = value(t, "oom_kill");
+            c.oom_events = keyed(t, "oom");
+            c.oom_kills = keyed(t, "oom_kill");
         }
         if let Some(t) = ops_file.and_then(|f| self.text(h.blkio.as_ref(), rel, f)) {
             io_ops(&mut c, t);

@@ -160,6 +160,15 @@ pub(crate) fn pread_all(f: &File, buf: &mut Vec<u8>, end: End) -> io::Result<()>
     Ok(())
 }
 
+/// The number after `key` in a flat keyed file (`key value` lines: cgroups'
+/// `cpu.stat`, `memory.stat`, `memory.events`, `memory.oom_control`).
+pub(crate) fn keyed(text: &str, key: &str) -> Option<u64> {
+    text.lines().find_map(|l| {
+        let (k, v) = l.split_once(' ')?;
+        (k == key).then(|| v.trim().parse().ok())?
+    })
+}
+
 /// Undoes mountinfo's octal escapes (`\040` space, `\011` tab, `\012`, `\134`).
 pub(crate) fn unescape(s: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(s.len());

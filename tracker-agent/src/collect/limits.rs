@@ -13,7 +13,7 @@ use std::{
 };
 
 use super::{
-    files::Roots,
+    files::{keyed, Roots},
     memcg::{Controller, TreeCgroup},
 };
 use crate::model::summary::LimitsReport;
@@ -153,14 +153,6 @@ pub fn apply(
         }
     }
     Ok(done)
-}
-
-/// The value of `key` in a flat keyed file (`key value` lines).
-fn keyed(text: &str, key: &str) -> Option<u64> {
-    text.lines().find_map(|l| {
-        let (k, v) = l.split_once(' ')?;
-        (k == key).then(|| v.trim().parse().ok()).flatten()
-    })
 }
 
 impl Limited {

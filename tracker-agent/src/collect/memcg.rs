@@ -28,7 +28,7 @@ use std::{
 
 use super::{
     cgroup::{find, mounts},
-    files::{CachedFile, Roots},
+    files::{keyed, CachedFile, Roots},
 };
 use crate::model::reading::{MemParts, MemcgReading, Pressure};
 
@@ -503,12 +503,7 @@ fn psi_totals(text: &str) -> Option<(u64, Option<u64>)> {
 /// cgroup's own and its children's, as its usage counts them). None when a key is
 /// missing.
 fn parts(stat: &str, v2: bool) -> Option<MemParts> {
-    let get = |key: &str| {
-        stat.lines().find_map(|l| {
-            let (k, v) = l.split_once(' ')?;
-            (k == key).then(|| v.trim().parse::<u64>().ok()).flatten()
-        })
-    };
+    let get = |key: &str| keyed(stat, key);
     let [anon, file, inactive] = if v2 {
         ["anon", "file", "inactive_file"]
     } else {
