@@ -150,3 +150,88 @@ fn stalls_on_cpu_and_memory_are_seen() {
         );
     }
 }
+
+/// The summary's stall times and throttling are the kernel's own files of the
+/// command's cgroups (two threads under half a CPU, then three reads of 120 MiB
+/// under a 40 MiB limit), as the command reads them at its end (its last act, after
+/// the quota has refilled so that nothing throttles the reading shell): what
+/// follows is a shell that reads four files, so the totals are equal to within
+/// the few milliseconds it may wait for a CPU on a busy host.
+#[test]
+fn stalls_and_throttling_are_the_cgroups_own_files() {
+    let w = workload().to_string_lossy().into_owned();
+    let s = Scratch::new("psi-files");
+    let (sum, files) = (s.path("s.json"), s.path("files"));
+    let big = s.path("big").display().to_string();
+    // The v2 cgroup (`0::/path`) under either mount; the v1 cpu cgroup where the
+    // quota is v1.
+    let script = format!(
+        r#"{w} burner 2 600
+dd if=/dev/zero of={big} bs=1M count=120 status=none
+for i in 1 2 3; do cat {big} > /dev/null; done
+sleep 0.3
+v2=$(sed -n 's/^0:://p' /proc/self/cgroup)
+base=/sys/fs/cgroup; [ -e $base/cgroup.procs ] || base=/sys/fs/cgroup/unified
+v1=$(sed -n 's/^[0-9]*:\([a-z]*,\)*cpu\(,[a-z]*\)*:\(.*\)$/\3/p' /proc/self/cgroup)
+if [ -n "$v1" ] && [ -e /sys/fs/cgroup/cpu$v1/cpu.stat ]; then
+  echo "throttled_ns $(sed -n 's/^throttled_time //p' /sys/fs/cgroup/cpu$v1/cpu.stat)"
+else
+  echo "throttled_ns $(( $(sed -n 's/^throttled_usec //p' $base$v2/cpu.stat) * 1000 ))"
+fi
+for f in cpu memory io; do echo "$f $(sed -n 's/^some .*total=//p' $base$v2/$f.pressure)"; done"#
+    );
+    let o = run(Command::new(tracker())
+        .args([
+            "run",
+            "-q",
+            "-i",
+            "0.2",
+            "--cpus",
+            "0.5",
+            "--memory",
+            "40M",
+            "--summary",
+        ])
+        .arg(&sum)
+        .args(["--", "/bin/sh", "-c"])
+        .arg(format!("({script}) > {}", files.display())));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let summary = read_json(&sum);
+    let text = std::fs::read_to_string(&files).unwrap();
+    let file = |k: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{k} ")))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("{k} in the cgroup's files: {text}"))
+    };
+    let p = &summary["pressure"];
+    for (k, field) in [
+        ("cpu", "cpu_secs"),
+        ("memory", "memory_secs"),
+        ("io", "io_secs"),
+    ] {
+        let (ours, kernel) = (p[field].as_f64().unwrap_or(-1.0), file(k) / 1e6);
+        eprintln!("{k}: summary {ours:.6} s, the cgroup's file {kernel:.6} s");
+        assert!(
+            ours >= kernel - 1e-6 && ours - kernel <= 0.01,
+            "{k} stalls: summary {ours} s, the cgroup's file {kernel} s: {summary}"
+        );
+    }
+    let (ours, kernel) = (
+        summary["limits"]["throttled_secs"].as_f64().unwrap_or(-1.0),
+        file("throttled_ns") / 1e9,
+    );
+    eprintln!("throttled: summary {ours:.6} s, the cgroup's file {kernel:.6} s");
+    assert!(
+        kernel > 0.1,
+        "two threads under half a CPU were throttled: {text}"
+    );
+    assert!(
+        file("memory") > 0.0,
+        "reads past the limit stalled on memory: {text}"
+    );
+    assert!(
+        (ours - kernel).abs() <= 0.001,
+        "throttled: summary {ours} s, the cgroup's file {kernel} s"
+    );
+}
