@@ -147,7 +147,7 @@ fn stats_as_python(st: &Value) -> Value {
             serde_json::json!({"mean": v["mean"], "max": v["max"]})
         }
     };
-    serde_json::json!({
+    let mut out = serde_json::json!({
         "process_cpu_usage": mm(&st["process_cpu_usage"]),
         "process_memory_mib": mm(&st["process_memory_mib"]),
         "process_gpu_usage": mm(&st["process_gpu_usage"]),
@@ -157,7 +157,12 @@ fn stats_as_python(st: &Value) -> Value {
         "system_net_recv_bytes": {"sum": st["system_net_recv_bytes"]},
         "system_net_sent_bytes": {"sum": st["system_net_sent_bytes"]},
         "timestamp": {"duration": st["duration_secs"]},
-    })
+    });
+    // Beyond the Python package's: the working set, where the cgroup gave it.
+    if !st["process_memory_working_set_mib"].is_null() {
+        out["process_memory_working_set_mib"] = mm(&st["process_memory_working_set_mib"]);
+    }
+    out
 }
 
 /// One API run checked against the binary's files of the same run.
@@ -235,6 +240,7 @@ fn check_api_run(out: &Value, copies: &Path, python_cols: &[String], kind: &str)
         ("vram", "vram_mib"),
         ("metaflow", "metaflow"),
         ("allocation", "allocation"),
+        ("basis", "basis"),
     ] {
         assert_eq!(out["recommend"][k], rec[sk], "recommend_resources()[{k}]");
     }
@@ -644,6 +650,14 @@ fn metaflow_flow_with_track_resources_makes_a_card_that_opens_in_chromium() {
         assert!(
             dom.contains(&format!("id=\"recommendation\">{rec}<")),
             "run {r}: the card does not show {rec}"
+        );
+        // The advice's basis, as this run's summary gives it.
+        let basis = c["summary_recommendation"]["basis"]
+            .as_str()
+            .expect("the summary's basis");
+        assert!(
+            dom.contains(&format!("id=\"basis\">{basis}.<")),
+            "run {r}: the card does not show the basis {basis}"
         );
         assert!(dom.contains("<svg"), "run {r}: no chart");
         // The binary's own report, embedded whole.

@@ -175,6 +175,11 @@ fn a_swarms_report_has_a_bar_per_process_and_the_kernels_cpu() {
         // Stats in the page are the summary's.
         assert_eq!(d["runs"][0]["stats"], t.summary["stats"]);
         assert_eq!(d["runs"][0]["recommendation"], t.summary["recommendation"]);
+        // The advice's basis, shown as the summary gives it.
+        let basis = t.summary["recommendation"]["basis"]
+            .as_str()
+            .expect("basis");
+        assert!(dom.contains(basis), "the page does not show: {basis}");
     }
     assert!(
         worst <= 0.005,

@@ -142,10 +142,14 @@ def recommend_from_stats(stats: Dict[str, Dict[str, Any]]) -> Dict[str, int]:
     gpu_mean = stats["process_gpu_usage"]["mean"] or 0.0
     gpu_max = stats["process_gpu_usage"]["max"] or 0.0
     vram_max = stats["process_gpu_vram_mib"]["max"] or 0.0
+    # The working set where the runs' cgroups gave it: the page cache a limit
+    # reclaims is left out, as the binary's advice leaves it.
+    ws = stats.get("process_memory_working_set_mib")
+    memory = ws["max"] if ws and ws.get("max") is not None else stats["process_memory_mib"]["max"]
     return {
         # Python's round(): ties to even, as the binary's round_even.
         "cpu": max(1, round(stats["process_cpu_usage"]["mean"])),
-        "memory": round_memory(stats["process_memory_mib"]["max"] * 1.2),
+        "memory": round_memory(memory * 1.2),
         "gpu": max(1, round(gpu_max)) if gpu_mean > 0 else 0,
         "vram": round_memory(vram_max * 1.2) if vram_max > 0 else 0,
     }
@@ -166,7 +170,7 @@ def _stats_from_summary(st: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
     def mm(v: Optional[Dict[str, float]]) -> Dict[str, float]:
         return {"mean": v["mean"], "max": v["max"]} if v else {"mean": 0.0, "max": 0.0}
 
-    return {
+    out = {
         "process_cpu_usage": mm(st.get("process_cpu_usage")),
         "process_memory_mib": mm(st.get("process_memory_mib")),
         "process_gpu_usage": mm(st.get("process_gpu_usage")),
@@ -177,6 +181,30 @@ def _stats_from_summary(st: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
         "system_net_sent_bytes": {"sum": st.get("system_net_sent_bytes") or 0},
         "timestamp": {"duration": st["duration_secs"]},
     }
+    if st.get("process_memory_working_set_mib"):
+        out["process_memory_working_set_mib"] = mm(st["process_memory_working_set_mib"])
+    return out
+
+
+def working_set(rows: Sequence[Dict[str, Any]]) -> Optional[Dict[str, float]]:
+    """Mean and peak of the working set (the cgroup's charge less its inactive page
+    cache), as the binary's stats give it (model/stats.rs): the peak holds, between
+    samples, the cgroup's peak so far less the most page cache a sample saw so far.
+    None where no sample has it."""
+    vals: List[float] = []
+    page_cache = peak = 0.0
+    for r in rows:
+        ws = r.get("memory_working_set_mib")
+        if ws is None:
+            continue
+        vals.append(ws)
+        if r.get("memory_page_cache_mib") is not None:
+            page_cache = max(page_cache, r["memory_page_cache_mib"])
+        charge_peak = r["memory_peak_mib"] if r.get("memory_peak_mib") is not None else r["memory_mib"]
+        peak = max(peak, ws, charge_peak - page_cache)
+    if not vals:
+        return None
+    return {"mean": _round2(sum(vals) / len(vals)), "max": _round2(peak)}
 
 
 class ResourceTracker:
@@ -711,7 +739,7 @@ class ResourceTracker:
         peaks = [r["memory_peak_mib"] for r in rows if r["memory_peak_mib"] is not None]
         if peaks:
             memory["max"] = _round2(max(memory["max"], max(peaks)))
-        return {
+        out = {
             "process_cpu_usage": mm("cpu_usage"),
             "process_memory_mib": memory,
             "process_gpu_usage": mm("gpu_usage"),
@@ -728,6 +756,10 @@ class ResourceTracker:
                 )
             },
         }
+        ws = working_set(rows)
+        if ws:
+            out["process_memory_working_set_mib"] = ws
+        return out
 
     def recommend_resources(self, historical_stats: Sequence[Dict[str, Any]] = ()) -> Dict[str, Any]:
         """{"cpu", "memory" (MiB), "gpu", "vram" (MiB)}, the Python package's keys,
@@ -747,6 +779,7 @@ class ResourceTracker:
                 "vram": r["vram_mib"],
                 "allocation": r.get("allocation"),
                 "metaflow": r.get("metaflow"),
+                "basis": r.get("basis"),
             }
         if self.running:
             self.wait_for_samples(1, timeout=self.interval * 5)

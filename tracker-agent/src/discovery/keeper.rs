@@ -228,7 +228,7 @@ mod tests {
             vram_mib: 512,
             memory_source: "rss",
             allocation: "dedicated",
-            metaflow: String::new(),
+            ..Default::default()
         };
         assert_eq!(
             query(&rec),

@@ -532,6 +532,7 @@ mod tests {
                 gpu_usage: Some(0.5),
                 gpu_vram_mib: Some(100.0),
                 gpu_utilized: Some(1),
+                memory_working_set_mib: Some(1.0),
                 ..Default::default()
             }),
             cpu: CpuSample {

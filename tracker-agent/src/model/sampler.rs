@@ -498,8 +498,13 @@ mod tests {
         assert_eq!(sum.memory_source, Some("cgroup"));
         assert_eq!((sum.peak_memory_mib, sum.peak_rss_sum_mib), (320.0, 1200.0));
         let rec = s.stats.usage.recommendation().unwrap();
-        // 320 × 1.2 = 384.
-        assert_eq!((rec.memory_source, rec.memory_mib), ("cgroup", 384));
+        // Built on the working set: 250 (more than the peak 320 less the cache
+        // 100) × 1.2 = 300 → 320.
+        assert_eq!(
+            (rec.memory_source, rec.memory_basis),
+            ("cgroup", "working_set")
+        );
+        assert_eq!((rec.memory_basis_mib, rec.memory_mib), (250.0, 320));
 
         // Σ PSS; a member that reached 350 MiB between samples is the floor.
         let mut s = Sampler::new(Some((7, Backend::Ebpf)), None, start, 0.0);

@@ -133,6 +133,15 @@ pub struct UsageAccum {
     memory_peak: f64,
     /// The last sample's memory source; runs of different sources are not combined.
     memory_source: Option<MemorySource>,
+    /// The charge less its inactive page cache, where the cgroup's parts are known.
+    working_set: Column,
+    /// Page cache charged to the cgroup.
+    page_cache: Column,
+    /// The highest working set: the samples' and, between them, the cgroup's peak
+    /// so far less the most page cache a sample saw so far (a peak between samples
+    /// is held without its parts; an early peak of anonymous memory stays in it
+    /// when page cache grows later).
+    working_set_peak: f64,
     gpu: Column,
     vram: Column,
     gpus: Column,
@@ -195,6 +204,9 @@ impl UsageAccum {
             memory: col(|r| &r.memory),
             memory_peak: runs.iter().map(|r| r.memory_peak).fold(0.0, f64::max),
             memory_source: first.memory_source,
+            working_set: col(|r| &r.working_set),
+            page_cache: col(|r| &r.page_cache),
+            working_set_peak: runs.iter().map(|r| r.working_set_peak).fold(0.0, f64::max),
             gpu: col(|r| &r.gpu),
             vram: col(|r| &r.vram),
             gpus: col(|r| &r.gpus),
@@ -245,6 +257,13 @@ impl UsageAccum {
             self.memory_peak = self.memory_peak.max(peak);
         }
         self.memory_source = MemorySource::named(p.memory_source);
+        if let Some(ws) = p.memory_working_set_mib.filter(|w| w.is_finite()) {
+            self.working_set.add(Some(ws));
+            self.page_cache.add(p.memory_page_cache_mib);
+            let peak = p.memory_peak_mib.unwrap_or(p.memory_mib);
+            let between = peak - self.page_cache.max;
+            self.working_set_peak = self.working_set_peak.max(ws).max(between);
+        }
         // Σ PSS and Σ RSS are seen at samples only: the largest RSS a member
         // reached (between samples too, carried by every sample) is a floor of the
         // peak, for the statistics and the advice alike, whether the samples come
@@ -297,6 +316,10 @@ impl UsageAccum {
                 max: round2(self.memory_max()),
                 ..m
             }),
+            process_memory_working_set_mib: self.working_set.stat().map(|m| MeanMax {
+                max: round2(self.working_set_peak),
+                ..m
+            }),
             process_gpu_usage: self.gpu.stat(),
             process_gpu_vram_mib: self.vram.stat(),
             process_gpu_utilized: self.gpus.stat(),
@@ -338,9 +361,14 @@ impl UsageAccum {
         });
         // The seed's rule, never above the most the tree used at once.
         let cpu = (round_even(self.cpu.mean()).max(1.0) as u64).min(self.cpu_profile.peak_cpus());
-        let memory_mib = round_memory(self.memory_max() * 1.2);
+        let memory = self.memory_basis();
+        let memory_mib = round_memory(memory.peak_mib * MEMORY_MARGIN);
         let slowdown = self.cpu_profile.slowdown(cpu as f64);
         Some(Recommendation {
+            memory_basis: memory.name,
+            memory_basis_mib: round2(memory.peak_mib),
+            page_cache_peak_mib: memory.page_cache_mib.map(round2),
+            basis: memory.explain(memory_mib, cpu, slowdown),
             cpu,
             cpu_slowdown: round2(slowdown),
             predicted_duration_secs: round2(self.duration_secs() * slowdown),
@@ -356,6 +384,65 @@ impl UsageAccum {
                 format!("@resources(cpu={cpu}, memory={memory_mib})")
             },
         })
+    }
+}
+
+/// What the memory advice is built on: the name of the figure, its peak and the
+/// page cache it leaves out (MiB).
+struct MemoryBasis {
+    name: &'static str,
+    peak_mib: f64,
+    page_cache_mib: Option<f64>,
+}
+
+/// The advice's margin over its basis, as the Python package's (×1.2).
+const MEMORY_MARGIN: f64 = 1.2;
+
+impl UsageAccum {
+    /// The working set where the cgroup's parts are known: page cache is what a
+    /// limit reclaims before it fails, so an I/O job's charge (a GiB of cache for
+    /// a GiB read) is not what it needs. Else the source's peak (Σ PSS and Σ RSS
+    /// hold no page cache that is not mapped).
+    fn memory_basis(&self) -> MemoryBasis {
+        if self.working_set.n > 0 {
+            MemoryBasis {
+                name: "working_set",
+                peak_mib: self.working_set_peak,
+                page_cache_mib: Some(self.page_cache.max),
+            }
+        } else {
+            MemoryBasis {
+                name: self.memory_source.unwrap_or(MemorySource::Rss).as_str(),
+                peak_mib: self.memory_max(),
+                page_cache_mib: None,
+            }
+        }
+    }
+}
+
+impl MemoryBasis {
+    /// One sentence: which figures the advice is built on, and its price.
+    fn explain(&self, memory_mib: u64, cpu: u64, slowdown: f64) -> String {
+        let what = match self.name {
+            "working_set" => "working set (the cgroup's charge less inactive page cache)",
+            "cgroup" => "cgroup charge",
+            "pss" => "Σ PSS",
+            _ => "Σ RSS",
+        };
+        let mut s = format!(
+            "memory {memory_mib} MiB: peak {what} {:.0} MiB ×{MEMORY_MARGIN}, at least 128 MiB",
+            self.peak_mib
+        );
+        if let Some(pc) = self.page_cache_mib.filter(|pc| *pc >= 1.0) {
+            s.push_str(&format!(
+                "; up to {pc:.0} MiB of page cache left out, which a limit reclaims"
+            ));
+        }
+        s.push_str(&format!("; cpu {cpu}: the mean of the cores used"));
+        if slowdown > 1.0 {
+            s.push_str(&format!(", at {slowdown:.2}× the measured time"));
+        }
+        s
     }
 }
 
@@ -387,6 +474,10 @@ pub struct RunStatsOut {
     /// The tree's memory by its source (`memory_source`); the max includes the
     /// cgroup's own peak between samples.
     pub process_memory_mib: Option<MeanMax>,
+    /// The working set (charge less inactive page cache) where the cgroup's parts
+    /// are known; its max includes a peak between samples (the cgroup's peak less
+    /// the most page cache seen). Null otherwise.
+    pub process_memory_working_set_mib: Option<MeanMax>,
     pub process_gpu_usage: Option<MeanMax>,
     pub process_gpu_vram_mib: Option<MeanMax>,
     pub process_gpu_utilized: Option<MeanMax>,
@@ -396,7 +487,7 @@ pub struct RunStatsOut {
 }
 
 /// The resources the run needs.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Recommendation {
     /// max(1, round(mean cores)), at most the peak's whole CPUs.
     pub cpu: u64,
@@ -407,8 +498,18 @@ pub struct Recommendation {
     pub predicted_duration_secs: f64,
     /// The fewest CPUs that keep the predicted slowdown within 5 %.
     pub cpu_within_5pct: u64,
-    /// The tree's peak memory × 1.2, rounded up by `round_memory`.
+    /// `memory_basis_mib` × 1.2, rounded up by `round_memory` (at least 128).
     pub memory_mib: u64,
+    /// What the memory advice is built on: `working_set` where the cgroup's parts
+    /// are known (page cache left out), else `memory_source`'s figure.
+    pub memory_basis: &'static str,
+    /// The basis's peak, MiB.
+    pub memory_basis_mib: f64,
+    /// The most page cache charged to the tree, left out of the advice; null
+    /// unless the basis is `working_set`.
+    pub page_cache_peak_mib: Option<f64>,
+    /// One sentence: the figures the advice is built on and its price.
+    pub basis: String,
     /// max(1, round(peak GPUs)) when the tree used a GPU, else 0.
     pub gpu: u64,
     /// Peak VRAM × 1.2, rounded as memory; 0 without.
@@ -643,6 +744,53 @@ mod tests {
         assert_eq!(c.stats().unwrap().process_memory_mib.unwrap().max, 310.0);
         let report = crate::model::report::combine(&[&now, &rss, &before]);
         assert_eq!((report.runs, report.memory_left_out), (2, 1));
+    }
+
+    /// A cgroup's charge of 1,100 MiB of which 1,000 is page cache (900 of it
+    /// inactive): the advice is built on the working set, 200 MiB × 1.2 = 240
+    /// MiB, with the page cache named. A charge peak of 400 MiB between two
+    /// samples, before the cache grew, is held less the most cache seen by then
+    /// (350 × 1.2 = 420 → 448 MiB).
+    #[test]
+    fn memory_advice_is_built_on_the_working_set() {
+        let cg = |ts: f64, charge: f64, peak: f64, cache: f64, inactive: f64| {
+            let mut s = sample(ts, 1.0, charge, 1.0, 0);
+            let p = s.process.as_mut().unwrap();
+            p.memory_source = "cgroup";
+            p.memory_peak_mib = Some(peak);
+            p.memory_page_cache_mib = Some(cache);
+            p.memory_working_set_mib = Some(charge - inactive);
+            s
+        };
+        let mut u = UsageAccum::default();
+        u.add(&cg(1.0, 150.0, 150.0, 50.0, 40.0));
+        u.add(&cg(2.0, 1100.0, 1100.0, 1000.0, 900.0));
+        let r = u.recommendation().unwrap();
+        assert_eq!((r.memory_basis, r.memory_basis_mib), ("working_set", 200.0));
+        assert_eq!((r.memory_mib, r.page_cache_peak_mib), (240, Some(1000.0)));
+        assert!(
+            r.basis.contains("1000 MiB of page cache left out"),
+            "{}",
+            r.basis
+        );
+        let st = u.stats().unwrap();
+        assert_eq!(st.process_memory_mib.unwrap().max, 1100.0);
+        assert_eq!(st.process_memory_working_set_mib.unwrap().max, 200.0);
+        // A peak between samples while the cache was small: 400 − 50.
+        let mut u = UsageAccum::default();
+        u.add(&cg(1.0, 150.0, 150.0, 50.0, 40.0));
+        u.add(&cg(2.0, 150.0, 400.0, 50.0, 40.0));
+        u.add(&cg(3.0, 1100.0, 1100.0, 1000.0, 900.0));
+        let r = u.recommendation().unwrap();
+        assert_eq!((r.memory_basis_mib, r.memory_mib), (350.0, 448));
+        // Without the parts, the source's peak, as before.
+        let mut u = UsageAccum::default();
+        u.add(&sample(1.0, 1.0, 300.0, 1.0, 0));
+        let r = u.recommendation().unwrap();
+        assert_eq!(
+            (r.memory_basis, r.memory_mib, r.page_cache_peak_mib),
+            ("rss", 384, None)
+        );
     }
 
     #[test]

@@ -121,13 +121,19 @@ fn human(sum: &Summary) -> String {
             (g, v) => format!("{g} GPU, {v} MiB VRAM"),
         };
         s.push_str(&format!(
-            "resource-tracker: recommended {} CPU, {} MiB memory ({} peak ×1.2), {gpu}; {} server; {}\n",
+            "resource-tracker: recommended {} CPU, {} MiB memory ({} peak {:.0} MiB ×1.2), {gpu}; {} server; {}\n",
             r.cpu,
             r.memory_mib,
-            r.memory_source,
+            r.memory_basis.replace('_', " "),
+            r.memory_basis_mib,
             r.allocation,
             r.metaflow
         ));
+        if let Some(pc) = r.page_cache_peak_mib.filter(|pc| *pc >= 1.0) {
+            s.push_str(&format!(
+                "resource-tracker: page cache up to {pc:.0} MiB left out of the memory advice: a limit reclaims it before it fails\n"
+            ));
+        }
         if r.cpu_slowdown > 1.0 {
             s.push_str(&format!(
                 "resource-tracker: at {} CPU the run is predicted to take {:.2}× its measured time ({:.1} s); {} CPU keep it within 5 %\n",

@@ -111,11 +111,15 @@
     var big = el("div", { cls: "big", text: rec.cpu + " CPU · " + bytes(rec.memory_mib * 1048576) + (rec.gpu ? " · " + rec.gpu + " GPU" : "") });
     cards.push(card("Recommended resources", [
       ["CPU", String(rec.cpu)],
-      ["memory", rec.memory_mib + " MiB (peak " + rec.memory_source.toUpperCase() + " × 1.2)"],
+      ["memory", rec.memory_mib + " MiB (peak " + (rec.memory_basis || rec.memory_source).replace("_", " ") + " × 1.2)"],
+      rec.page_cache_peak_mib ? ["page cache left out", num(rec.page_cache_peak_mib, 0) + " MiB at most: a limit reclaims it"] : null,
+      rec.cpu_slowdown > 1 ? ["at " + rec.cpu + " CPU", num(rec.cpu_slowdown) + "× the measured time; " + rec.cpu_within_5pct + " CPU within 5 %"] : null,
       ["GPU", String(rec.gpu)],
       ["VRAM", rec.vram_mib ? rec.vram_mib + " MiB" : "–"],
-      ["server was", rec.allocation]
-    ], [big, el("p", {}, [el("code", { text: rec.metaflow })])]));
+      ["server was", rec.allocation],
+      !D.combined && sum.pressure ? ["stalled", "cpu " + secs(sum.pressure.cpu_secs) + ", memory " + secs(sum.pressure.memory_secs) + ", io " + secs(sum.pressure.io_secs) + (sum.pressure.memory_secs > 0.01 * (sum.wall_secs || Infinity) ? ": it stalled on memory, so the memory advice is low" : "")] : null,
+      !D.combined && sum.limits ? ["ran under", (sum.limits.cpus ? sum.limits.cpus + " CPU" : "no CPU limit") + ", " + (sum.limits.memory_mib ? num(sum.limits.memory_mib, 0) + " MiB" : "no memory limit") + (sum.limits.oom_kills ? ", " + sum.limits.oom_kills + " OOM kill(s)" : "") + (sum.limits.throttled_secs ? ", throttled " + secs(sum.limits.throttled_secs) : "")] : null
+    ], [big, el("p", {}, [el("code", { text: rec.metaflow })]), rec.basis ? el("p", { cls: "basis", text: rec.basis }) : null]));
   }
   if (D.server) {
     var s = D.server.server;

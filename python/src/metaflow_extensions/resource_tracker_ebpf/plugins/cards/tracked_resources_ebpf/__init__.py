@@ -99,6 +99,27 @@ _SOURCES = {
 }
 
 
+def _pressure(summary: Dict[str, Any]) -> str:
+    """What the tree stalled on and the limits it ran under, as the summary says."""
+    out = ""
+    p = summary.get("pressure")
+    if p:
+        out += (
+            f'<p id="pressure">Stalled: cpu {_fmt(p["cpu_secs"])} s, memory {_fmt(p["memory_secs"])} s, '
+            f'io {_fmt(p["io_secs"])} s of {_fmt(summary.get("wall_secs"))} s.'
+        )
+        if p["memory_secs"] > 0.01 * (summary.get("wall_secs") or float("inf")):
+            out += " The step stalled on memory: its memory figures, and the advice, are low."
+        out += "</p>"
+    lim = summary.get("limits")
+    if lim:
+        out += (
+            f'<p id="limits">Ran under {_fmt(lim.get("cpus"))} CPU, {_fmt(lim.get("memory_mib"))} MiB: '
+            f'{lim.get("oom_kills") or 0} OOM kill(s), throttled {_fmt(lim.get("throttled_secs"))} s.</p>'
+        )
+    return out
+
+
 def _memory_source(h: Dict[str, Any]) -> Optional[str]:
     """A history entry's memory source; entries stored before the field were
     measured as their recommendation says (PSS with pss=True, else RSS)."""
@@ -175,6 +196,9 @@ class TrackedResourcesEbpfCard(MetaflowCard):
                 f"({_e(', '.join(sorted({str(_memory_source(h)) for h in other})))}; this run: {_e(source)}) "
                 "and are not combined with it.</p>"
             )
+        if rec.get("basis"):
+            parts.append(f'<p id="basis">{_e(rec["basis"])}.</p>')
+        parts.append(_pressure(summary))
         parts.append(f"<p>Memory is <b>{_e(source)}</b>: {_e(_SOURCES.get(source or '', 'unknown'))}.</p>")
         parts.append("<h2>Statistics</h2>" + _stats_rows(st))
         if history:
