@@ -28,4 +28,5 @@ PROCESS_EXTRA = [
     "memory_pressure_full_secs",
     "io_pressure_secs",
     "io_pressure_full_secs",
+    "memory_active_page_cache_mib",
 ]

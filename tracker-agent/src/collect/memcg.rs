@@ -498,20 +498,26 @@ fn psi_totals(text: &str) -> Option<(u64, Option<u64>)> {
     Some((total("some ")?, total("full ")))
 }
 
-/// The charge's parts from `memory.stat`: v2's `anon`, `file`, `inactive_file`;
-/// v1's hierarchical `total_rss`, `total_cache`, `total_inactive_file` (the
-/// cgroup's own and its children's, as its usage counts them). None when a key is
-/// missing.
+/// The charge's parts from `memory.stat`: v2's `anon`, `file`, `active_file`,
+/// `inactive_file`; v1's hierarchical `total_rss`, `total_cache`,
+/// `total_active_file`, `total_inactive_file` (the cgroup's own and its
+/// children's, as its usage counts them). None when a key is missing.
 fn parts(stat: &str, v2: bool) -> Option<MemParts> {
     let get = |key: &str| keyed(stat, key);
-    let [anon, file, inactive] = if v2 {
-        ["anon", "file", "inactive_file"]
+    let [anon, file, active, inactive] = if v2 {
+        ["anon", "file", "active_file", "inactive_file"]
     } else {
-        ["total_rss", "total_cache", "total_inactive_file"]
+        [
+            "total_rss",
+            "total_cache",
+            "total_active_file",
+            "total_inactive_file",
+        ]
     };
     Some(MemParts {
         anon: get(anon)?,
         file: get(file)?,
+        active_file: get(active)?,
         inactive_file: get(inactive)?,
     })
 }
@@ -557,21 +563,23 @@ mod tests {
 
     #[test]
     fn the_charges_parts() {
-        let v2 = "anon 1048576\nfile 8388608\nkernel 65536\nactive_file 4194304\ninactive_file 4194304\n";
+        let v2 = "anon 1048576\nfile 8388608\nkernel 65536\nactive_file 3145728\ninactive_file 4194304\n";
         assert_eq!(
             parts(v2, true),
             Some(MemParts {
                 anon: 1 << 20,
                 file: 8 << 20,
+                active_file: 3 << 20,
                 inactive_file: 4 << 20
             })
         );
-        let v1 = "cache 1\nrss 2\ninactive_file 3\ntotal_cache 10\ntotal_rss 20\ntotal_inactive_file 30\n";
+        let v1 = "cache 1\nrss 2\ninactive_file 3\ntotal_cache 10\ntotal_rss 20\ntotal_active_file 25\ntotal_inactive_file 30\n";
         assert_eq!(
             parts(v1, false),
             Some(MemParts {
                 anon: 20,
                 file: 10,
+                active_file: 25,
                 inactive_file: 30
             })
         );

@@ -170,6 +170,9 @@ pub struct MemParts {
     pub anon: u64,
     /// Page cache, tmpfs and shared memory included.
     pub file: u64,
+    /// Page cache the kernel found in use more than once lately: a limit reclaims
+    /// it after the inactive part.
+    pub active_file: u64,
     pub inactive_file: u64,
 }
 

@@ -303,6 +303,10 @@ tree_fields! {
     /// shared memory included): a limit reclaims it rather than fail, so it is
     /// reported beside what the job needs, not as part of it; null unless `cgroup`
     memory_page_cache_mib: Option<f64> { unit: "MiB", csv: Some(13), py: Some(17) }
+    /// the part of `memory_page_cache_mib` the kernel found in use more than once
+    /// lately (v2 `active_file`, v1 `total_active_file`): what the working set keeps
+    /// of the page cache; null unless `cgroup`
+    memory_active_page_cache_mib: Option<f64> { unit: "MiB", py: Some(26) }
     /// `memory_mib` but the cgroup's inactive page cache (`inactive_file`): the
     /// working set, as the kubelet and the Vertical Pod Autoscaler count it; null
     /// unless `cgroup`

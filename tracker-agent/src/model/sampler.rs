@@ -246,6 +246,7 @@ fn memory_parts(p: &mut ProcessSample, memcg: Option<MemcgReading>) {
     let mib = |b: u64| Some(b as f64 / MIB);
     p.memory_anon_mib = mib(m.anon);
     p.memory_page_cache_mib = mib(m.file);
+    p.memory_active_page_cache_mib = mib(m.active_file);
     p.memory_working_set_mib = mib(c.saturating_sub(m.inactive_file));
     p.memory_kernel_mib = mib(c.saturating_sub(m.anon + m.file));
 }
@@ -476,6 +477,7 @@ mod tests {
             parts: Some(crate::model::reading::MemParts {
                 anon: 200 * MIB,
                 file: 100 * MIB,
+                active_file: 40 * MIB,
                 inactive_file: 60 * MIB,
             }),
         });
