@@ -132,6 +132,10 @@ def aggregate_stats(stats: Sequence[Dict[str, Dict[str, Any]]]) -> Dict[str, Dic
     for col, aggs in seen.items():
         for agg, vals in aggs.items():
             out.setdefault(col, {})[agg] = sum(vals) / len(vals)
+    # Every run's working set, or none: a run without it (recorded before it) must
+    # not be left out of the memory advice.
+    if not all("process_memory_working_set_mib" in st for st in stats):
+        out.pop("process_memory_working_set_mib", None)
     return out
 
 

@@ -204,7 +204,13 @@ impl UsageAccum {
             memory: col(|r| &r.memory),
             memory_peak: runs.iter().map(|r| r.memory_peak).fold(0.0, f64::max),
             memory_source: first.memory_source,
-            working_set: col(|r| &r.working_set),
+            // Every run's, or none: a run without the parts (recorded before
+            // them) must not be left out of the advice.
+            working_set: if runs.iter().all(|r| r.working_set.n > 0) {
+                col(|r| &r.working_set)
+            } else {
+                Column::default()
+            },
             page_cache: col(|r| &r.page_cache),
             working_set_peak: runs.iter().map(|r| r.working_set_peak).fold(0.0, f64::max),
             gpu: col(|r| &r.gpu),
@@ -791,6 +797,22 @@ mod tests {
             (r.memory_basis, r.memory_mib, r.page_cache_peak_mib),
             ("rss", 384, None)
         );
+        // Runs combined: on the working set only where every run has it.
+        let run = |with_parts: bool| {
+            let mut u = UsageAccum::default();
+            let mut s = cg(1.0, 1100.0, 1100.0, 1000.0, 900.0);
+            if !with_parts {
+                let p = s.process.as_mut().unwrap();
+                (p.memory_working_set_mib, p.memory_page_cache_mib) = (None, None);
+            }
+            u.add(&s);
+            u
+        };
+        let (a, b) = (run(true), run(false));
+        let r = UsageAccum::combine(&[&a, &a]).recommendation().unwrap();
+        assert_eq!((r.memory_basis, r.memory_mib), ("working_set", 240));
+        let r = UsageAccum::combine(&[&a, &b]).recommendation().unwrap();
+        assert_eq!((r.memory_basis, r.memory_mib), ("cgroup", 1408));
     }
 
     #[test]
