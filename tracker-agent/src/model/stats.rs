@@ -384,12 +384,38 @@ impl UsageAccum {
             vram_mib: vram,
             memory_source: self.memory_source.unwrap_or(MemorySource::Rss).as_str(),
             allocation: if shared { "shared" } else { "dedicated" },
-            metaflow: if gpu > 0 {
-                format!("@resources(cpu={cpu}, memory={memory_mib}, gpu={gpu})")
-            } else {
-                format!("@resources(cpu={cpu}, memory={memory_mib})")
-            },
+            metaflow: metaflow(cpu, memory_mib, gpu),
         })
+    }
+}
+
+/// The recommendation as Metaflow's decorator.
+fn metaflow(cpu: u64, memory_mib: u64, gpu: u64) -> String {
+    if gpu > 0 {
+        format!("@resources(cpu={cpu}, memory={memory_mib}, gpu={gpu})")
+    } else {
+        format!("@resources(cpu={cpu}, memory={memory_mib})")
+    }
+}
+
+impl Recommendation {
+    /// The run ran under a memory limit of `limit_mib` and the OOM killer ended a
+    /// member: what it would have reached is not known, so the advice is the
+    /// limit + 100 MiB or × 1.2, whichever is more (as the Vertical Pod Autoscaler
+    /// grows a pod the OOM killer ended), when that is above what was measured.
+    pub fn after_oom_kill(&mut self, limit_mib: f64) {
+        let need = round_memory((limit_mib + 100.0).max(limit_mib * 1.2));
+        if need <= self.memory_mib {
+            return;
+        }
+        self.basis = format!(
+            "memory {need} MiB: the OOM killer ended a member under the {limit_mib:.0} MiB limit, so what it needs is not known: the limit + 100 MiB or ×1.2, whichever is more; as measured under the limit: {}",
+            self.basis
+        );
+        self.memory_mib = need;
+        self.memory_basis = "oom_kill";
+        self.memory_basis_mib = limit_mib;
+        self.metaflow = metaflow(self.cpu, need, self.gpu);
     }
 }
 
@@ -507,7 +533,8 @@ pub struct Recommendation {
     /// `memory_basis_mib` × 1.2, rounded up by `round_memory` (at least 128).
     pub memory_mib: u64,
     /// What the memory advice is built on: `working_set` where the cgroup's parts
-    /// are known (page cache left out), else `memory_source`'s figure.
+    /// are known (page cache left out), else `memory_source`'s figure; `oom_kill`
+    /// when the run's memory limit killed a member (`Recommendation::after_oom_kill`).
     pub memory_basis: &'static str,
     /// The basis's peak, MiB.
     pub memory_basis_mib: f64,
@@ -813,6 +840,30 @@ mod tests {
         assert_eq!((r.memory_basis, r.memory_mib), ("working_set", 240));
         let r = UsageAccum::combine(&[&a, &b]).recommendation().unwrap();
         assert_eq!((r.memory_basis, r.memory_mib), ("cgroup", 1408));
+    }
+
+    /// A run whose 64 MiB limit killed a member measured at most 64 MiB: the
+    /// advice is the limit + 100 MiB (164 → 176), never the measured 128.
+    #[test]
+    fn an_oom_kill_under_a_limit_grows_the_advice_past_it() {
+        let mut u = UsageAccum::default();
+        u.add(&sample(1.0, 1.0, 64.0, 1.0, 0));
+        let mut r = u.recommendation().unwrap();
+        assert_eq!(r.memory_mib, 128);
+        r.after_oom_kill(64.0);
+        assert_eq!((r.memory_mib, r.memory_basis), (176, "oom_kill"));
+        assert_eq!(r.metaflow, "@resources(cpu=1, memory=176)");
+        assert!(
+            r.basis.starts_with("memory 176 MiB: the OOM killer"),
+            "{}",
+            r.basis
+        );
+        // Past 500 MiB, × 1.2: 1000 → 1200 → 1280.
+        r.after_oom_kill(1000.0);
+        assert_eq!(r.memory_mib, 1280);
+        // Never below what was measured.
+        r.after_oom_kill(100.0);
+        assert_eq!(r.memory_mib, 1280);
     }
 
     #[test]

@@ -302,6 +302,22 @@ impl Summary {
     }
 }
 
+impl Summary {
+    /// The limits the command ran under, and what they did. A memory limit whose
+    /// OOM killer ended a member leaves the peak unknown: the advice grows past the
+    /// limit.
+    pub fn set_limits(&mut self, limits: Option<LimitsReport>) {
+        if let (Some(l), Some(r)) = (&limits, &mut self.recommendation) {
+            if let (Some(kills), Some(limit)) = (l.oom_kills, l.memory_mib) {
+                if kills > 0 {
+                    r.after_oom_kill(limit);
+                }
+            }
+        }
+        self.limits = limits;
+    }
+}
+
 /// The run's peak by its memory source. A cgroup's own peak is the kernel's, taken
 /// between samples too. Σ PSS is only seen at samples: the largest RSS a single
 /// member ever had (its `maxrss` at exit, between samples too) is a floor beside it.

@@ -496,7 +496,7 @@ fn end_summary(
         engine: ended.engine.as_ref(),
     };
     let mut summary = end::summary(&ended.sampler.stats, outcome, context);
-    summary.limits = limits;
+    summary.set_limits(limits);
     if let Some(url) = &st.keeper {
         summary.recommended_server = report::advise(url, &summary);
     }
