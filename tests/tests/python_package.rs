@@ -407,6 +407,45 @@ fn bad_input_is_a_clear_exception_and_leaves_no_child() {
 /// `start()` returns once the binary tracks the tree: what the job does from the
 /// next statement on is counted, processes and CPU, against the kernel's rusage of
 /// the interpreter and its reaped children over the same stretch.
+/// run_command(): the Python package takes the same limits as `run --cpus
+/// --memory`: a job past its limit is killed by the kernel (137, the limit's OOM
+/// kill named, the advice grown past the limit), one that fits runs with its
+/// working set, and limits the binary refuses are an exception with its line.
+#[test]
+fn run_command_runs_a_job_under_limits() {
+    let Some(whl) = wheel() else { return };
+    let s = Scratch::new("py-limits");
+    let py = fresh_venv(&s, "plain", &whl, &[]);
+    let out = stdout_json(&run_fixture(&py, "run_limits.py", &[], &s.0));
+    let k = &out["killed"];
+    assert_eq!(k["exit_code"], 137, "{out}");
+    assert!(k["limits"]["oom_kills"].as_u64().unwrap_or(0) >= 1, "{out}");
+    assert_eq!(k["recommend"]["memory"], 176, "{out}");
+    let f = &out["fits"];
+    assert_eq!(f["exit_code"], 0, "{out}");
+    assert_eq!(f["limits"]["oom_kills"], 0, "{out}");
+    assert_eq!(f["limits"]["memory_mib"], 256.0, "{out}");
+    let ws = f["working_set_max"].as_f64().unwrap_or(0.0);
+    assert!((40.0..256.0).contains(&ws), "{out}");
+    assert!(
+        f["recommend"]["basis"]
+            .as_str()
+            .unwrap_or("")
+            .contains("working set"),
+        "{out}"
+    );
+    for (name, flag) in [
+        ("memory", "--memory"),
+        ("cpus", "--cpus"),
+        ("unit", "--memory"),
+    ] {
+        let e = out["refused"][name]
+            .as_str()
+            .unwrap_or_else(|| panic!("{name}: no exception: {out}"));
+        assert!(e.contains("code 2") && e.contains(flag), "{name}: {e}");
+    }
+}
+
 #[test]
 fn start_returns_once_the_tree_is_tracked() {
     let Some(whl) = wheel() else { return };

@@ -24,6 +24,7 @@ from .tracker import (
     metaflow_resources,
     recommend_from_stats,
     round_memory,
+    run_command,
 )
 
 __all__ = [
@@ -37,5 +38,6 @@ __all__ = [
     "recommend_from_stats",
     "round_memory",
     "metaflow_resources",
+    "run_command",
     "__version__",
 ]

@@ -973,3 +973,65 @@ class ResourceTracker:
     def __repr__(self) -> str:
         state = "running" if self.running else ("stopped" if self.stop_time else "not started")
         return f"<ResourceTracker pid={self.pid} interval={self.interval} {state} samples={len(self._samples)}>"
+
+
+def run_command(
+    command: Sequence[str],
+    *,
+    cpus: Optional[float] = None,
+    memory: Optional[Any] = None,
+    interval: float = 1,
+    ebpf: Optional[bool] = None,
+    job_name: Optional[str] = None,
+    tags: Optional[Dict[str, str]] = None,
+    binary: Optional[str] = None,
+    extra_args: Sequence[str] = (),
+) -> ResourceTracker:
+    """Run `command` under the binary's `run`, optionally with a CPU quota and a
+    memory limit (`cpus`: a number of CPUs; `memory`: MiB as a number, or a size
+    such as "512M" or "2G"), so that a recommendation can be tried on the job before
+    it is shipped. Returns once the command has ended: a stopped tracker whose
+    samples, summary (`summary["limits"]`: OOM kills, throttling), stats() and
+    recommend_resources() are the run's; `exit_code` is the command's (137 when the
+    memory limit's OOM killer ended it). Limits that cannot be put in place raise
+    TrackerError with the binary's one line: the command is never run without them."""
+    cmd = [str(c) for c in command]
+    if not cmd:
+        raise ValueError("command must name a program to run")
+    if not (isinstance(interval, (int, float)) and interval >= 0.1):
+        raise ValueError(f"interval must be a number of seconds >= 0.1, not {interval!r}")
+    exe = find_binary(binary)
+    tmpdir = _mkdtemp("resource-tracker-py-")
+    samples, summary = Path(tmpdir) / "samples.jsonl", Path(tmpdir) / "summary.json"
+    args = [str(exe), "run", "-i", repr(float(interval)), "-f", "json", "-q"]
+    args += ["-o", str(samples), "--summary", str(summary)]
+    if cpus is not None:
+        args += ["--cpus", str(cpus)]
+    if memory is not None:
+        args += ["--memory", f"{memory}M" if isinstance(memory, (int, float)) else str(memory)]
+    if ebpf is False:
+        args.append("--no-ebpf")
+    if job_name:
+        args += ["--job-name", job_name]
+    for k, v in (tags or {}).items():
+        args += ["--tag", f"{k}={v}"]
+    args += list(extra_args)
+    try:
+        start = time.time()
+        try:
+            proc = subprocess.run(args + ["--", *cmd], stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        except OSError as e:
+            raise TrackerError(f"cannot execute {exe}: {e}") from e
+        err = proc.stderr.decode(errors="replace").strip()
+        if not summary.exists():
+            raise TrackerError(f"the resource-tracker binary exited with code {proc.returncode}: {err}")
+        t = ResourceTracker(pid=os.getpid(), interval=interval, job_name=job_name, tags=tags, binary=binary)
+        t.start_time, t.stop_time, t._exit_code = start, time.time(), proc.returncode
+        t._tmpdir = tmpdir
+        t._read_new()
+        t._load_summary()
+        t._events = []
+        t._tmpdir, t._from_snapshot = None, True
+        return t
+    finally:
+        _rmtree(tmpdir)
