@@ -64,6 +64,26 @@ fn spin(us: u64) {
     }
 }
 
+/// A fixed amount of CPU work on each of `threads` threads (`millions` of steps
+/// each), not a fixed time: under a CPU quota it takes longer, which is what a
+/// prediction of the time under fewer CPUs is checked against.
+fn work(threads: u64, millions: u64) {
+    let hs: Vec<_> = (0..threads)
+        .map(|t| {
+            std::thread::spawn(move || {
+                let mut x = t;
+                for _ in 0..millions * 1_000_000 {
+                    x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+                    std::hint::black_box(x);
+                }
+            })
+        })
+        .collect();
+    for h in hs {
+        let _ = h.join();
+    }
+}
+
 fn die(msg: &str) -> ! {
     eprintln!("workload: {msg}");
     std::process::exit(2)
@@ -619,6 +639,7 @@ fn main() {
             swarm(arg(&args, 2, "count"), arg(&args, 3, "spin_us"), arg(&args, 4, "parallel"), &mode)
         }
         Some("burner") => burner(arg(&args, 2, "threads"), arg(&args, 3, "ms")),
+        Some("work") => work(arg(&args, 2, "threads"), arg(&args, 3, "millions")),
         Some("orphans") => orphans(
             arg(&args, 2, "count"),
             arg(&args, 3, "ms"),
@@ -656,6 +677,6 @@ fn main() {
             shared(arg(&args, 2, "mib"), arg(&args, 3, "n"), arg(&args, 4, "ms"), &how)
         }
         Some("mapread") => mapread(arg(&args, 2, "fd"), arg(&args, 3, "mib"), arg(&args, 4, "ms")),
-        _ => die("usage: workload spin|swarm|burner|orphans|tree|incgroup|pingpong|forkstorm|sleepers|memory|shared|mapread|lazyreaper|daemon|threadexec|vfork|cloneparent|leaderexit ..."),
+        _ => die("usage: workload spin|swarm|burner|work|orphans|tree|incgroup|pingpong|forkstorm|sleepers|memory|shared|mapread|lazyreaper|daemon|threadexec|vfork|cloneparent|leaderexit ..."),
     }
 }

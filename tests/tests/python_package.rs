@@ -161,6 +161,7 @@ fn stats_as_python(st: &Value) -> Value {
     // Beyond the Python package's: the working set, where the cgroup gave it.
     if !st["process_memory_working_set_mib"].is_null() {
         out["process_memory_working_set_mib"] = mm(&st["process_memory_working_set_mib"]);
+        out["page_cache_reread_mib"] = serde_json::json!({"max": st["page_cache_reread_mib"]});
     }
     out
 }

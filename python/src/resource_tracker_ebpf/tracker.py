@@ -136,6 +136,7 @@ def aggregate_stats(stats: Sequence[Dict[str, Dict[str, Any]]]) -> Dict[str, Dic
     # not be left out of the memory advice.
     if not all("process_memory_working_set_mib" in st for st in stats):
         out.pop("process_memory_working_set_mib", None)
+        out.pop("page_cache_reread_mib", None)
     return out
 
 
@@ -149,7 +150,12 @@ def recommend_from_stats(stats: Dict[str, Dict[str, Any]]) -> Dict[str, int]:
     # The working set where the runs' cgroups gave it: the page cache a limit
     # reclaims is left out, as the binary's advice leaves it.
     ws = stats.get("process_memory_working_set_mib")
-    memory = ws["max"] if ws and ws.get("max") is not None else stats["process_memory_mib"]["max"]
+    if ws and ws.get("max") is not None:
+        # With the page cache the runs read back: under a smaller limit those
+        # reads would go to storage again.
+        memory = ws["max"] + ((stats.get("page_cache_reread_mib") or {}).get("max") or 0.0)
+    else:
+        memory = stats["process_memory_mib"]["max"]
     return {
         # Python's round(): ties to even, as the binary's round_even.
         "cpu": max(1, round(stats["process_cpu_usage"]["mean"])),
@@ -187,16 +193,20 @@ def _stats_from_summary(st: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
     }
     if st.get("process_memory_working_set_mib"):
         out["process_memory_working_set_mib"] = mm(st["process_memory_working_set_mib"])
+        out["page_cache_reread_mib"] = {"max": st.get("page_cache_reread_mib") or 0.0}
     return out
 
 
-def working_set(rows: Sequence[Dict[str, Any]]) -> Optional[Dict[str, float]]:
-    """Mean and peak of the working set (the cgroup's charge less its inactive page
-    cache), as the binary's stats give it (model/stats.rs): the peak holds, between
-    samples, the cgroup's peak so far less the most page cache a sample saw so far.
-    None where no sample has it."""
+def working_set(rows: Sequence[Dict[str, Any]]) -> Optional[Dict[str, Dict[str, float]]]:
+    """The working set (the cgroup's charge less its inactive page cache) and the
+    page cache the tree read back beyond it, as the binary's stats give them
+    (model/stats.rs): the working set's peak holds, between samples, the cgroup's
+    peak so far less the most page cache a sample saw so far; the page cache read
+    back is what the tree read without storage I/O (Σ `rchar_bytes` − Σ
+    `read_bytes`, at most the most page cache it had) added to the charge but its
+    page cache, less the working set. None where no sample has the working set."""
     vals: List[float] = []
-    page_cache = peak = 0.0
+    page_cache = peak = nonfile = rchar = storage = 0.0
     for r in rows:
         ws = r.get("memory_working_set_mib")
         if ws is None:
@@ -205,10 +215,18 @@ def working_set(rows: Sequence[Dict[str, Any]]) -> Optional[Dict[str, float]]:
         if r.get("memory_page_cache_mib") is not None:
             page_cache = max(page_cache, r["memory_page_cache_mib"])
         charge_peak = r["memory_peak_mib"] if r.get("memory_peak_mib") is not None else r["memory_mib"]
-        peak = max(peak, ws, charge_peak - page_cache)
+        between = charge_peak - page_cache
+        peak = max(peak, ws, between)
+        nonfile = max(nonfile, r["memory_mib"] - (r.get("memory_page_cache_mib") or 0.0), between)
+        rchar += (r.get("rchar_bytes") or 0) / 1048576
+        storage += (r.get("disk_read_bytes") or 0) / 1048576
     if not vals:
         return None
-    return {"mean": _round2(sum(vals) / len(vals)), "max": _round2(peak)}
+    reread = min(max(rchar - storage, 0.0), page_cache)
+    return {
+        "process_memory_working_set_mib": {"mean": _round2(sum(vals) / len(vals)), "max": _round2(peak)},
+        "page_cache_reread_mib": {"max": _round2(max(nonfile + reread - peak, 0.0))},
+    }
 
 
 class ResourceTracker:
@@ -760,9 +778,7 @@ class ResourceTracker:
                 )
             },
         }
-        ws = working_set(rows)
-        if ws:
-            out["process_memory_working_set_mib"] = ws
+        out.update(working_set(rows) or {})
         return out
 
     def recommend_resources(self, historical_stats: Sequence[Dict[str, Any]] = ()) -> Dict[str, Any]:

@@ -142,6 +142,18 @@ pub struct UsageAccum {
     /// is held without its parts; an early peak of anonymous memory stays in it
     /// when page cache grows later).
     working_set_peak: f64,
+    /// What the tree read through system calls and what it read from storage,
+    /// MiB, where the cgroup's parts are known (Σ `rchar_bytes`, Σ `read_bytes`):
+    /// the difference is page cache it read back, and pipes and sockets, which
+    /// the kernel counts alike.
+    rchar: f64,
+    storage_read: f64,
+    /// The highest charge but its page cache: the samples' and, between them,
+    /// the cgroup's peak so far less the most page cache seen so far.
+    nonfile_peak: f64,
+    /// Set by `combine`: the most page cache any run read back beyond its
+    /// working set.
+    reread_beyond: Option<f64>,
     gpu: Column,
     vram: Column,
     gpus: Column,
@@ -213,6 +225,10 @@ impl UsageAccum {
             },
             page_cache: col(|r| &r.page_cache),
             working_set_peak: runs.iter().map(|r| r.working_set_peak).fold(0.0, f64::max),
+            rchar: 0.0,
+            storage_read: 0.0,
+            nonfile_peak: runs.iter().map(|r| r.nonfile_peak).fold(0.0, f64::max),
+            reread_beyond: Some(runs.iter().map(|r| r.reread_beyond()).fold(0.0, f64::max)),
             gpu: col(|r| &r.gpu),
             vram: col(|r| &r.vram),
             gpus: col(|r| &r.gpus),
@@ -269,6 +285,10 @@ impl UsageAccum {
             let peak = p.memory_peak_mib.unwrap_or(p.memory_mib);
             let between = peak - self.page_cache.max;
             self.working_set_peak = self.working_set_peak.max(ws).max(between);
+            let nonfile = p.memory_mib - p.memory_page_cache_mib.unwrap_or(0.0);
+            self.nonfile_peak = self.nonfile_peak.max(nonfile).max(between);
+            self.rchar += p.rchar_bytes as f64 / 1048576.0;
+            self.storage_read += p.read_bytes as f64 / 1048576.0;
         }
         // Σ PSS and Σ RSS are seen at samples only: the largest RSS a member
         // reached (between samples too, carried by every sample) is a floor of the
@@ -326,6 +346,7 @@ impl UsageAccum {
                 max: round2(self.working_set_peak),
                 ..m
             }),
+            page_cache_reread_mib: (self.working_set.n > 0).then(|| round2(self.reread_beyond())),
             process_gpu_usage: self.gpu.stat(),
             process_gpu_vram_mib: self.vram.stat(),
             process_gpu_utilized: self.gpus.stat(),
@@ -373,6 +394,8 @@ impl UsageAccum {
         Some(Recommendation {
             memory_basis: memory.name,
             memory_basis_mib: round2(memory.peak_mib),
+            page_cache_reread_mib: memory.page_cache_mib.map(|_| round2(memory.reread_mib)),
+            memory_without_reread_mib: round_memory(memory.working_set_mib * MEMORY_MARGIN),
             page_cache_peak_mib: memory.page_cache_mib.map(round2),
             basis: memory.explain(memory_mib, cpu, slowdown),
             cpu,
@@ -423,7 +446,10 @@ impl Recommendation {
 /// page cache it leaves out (MiB).
 struct MemoryBasis {
     name: &'static str,
+    /// The working set and the page cache read back.
     peak_mib: f64,
+    working_set_mib: f64,
+    reread_mib: f64,
     page_cache_mib: Option<f64>,
 }
 
@@ -437,18 +463,42 @@ impl UsageAccum {
     /// hold no page cache that is not mapped).
     fn memory_basis(&self) -> MemoryBasis {
         if self.working_set.n > 0 {
+            let reread = self.reread_beyond();
             MemoryBasis {
                 name: "working_set",
-                peak_mib: self.working_set_peak,
+                peak_mib: self.working_set_peak + reread,
+                working_set_mib: self.working_set_peak,
+                reread_mib: reread,
                 page_cache_mib: Some(self.page_cache.max),
             }
         } else {
             MemoryBasis {
                 name: self.memory_source.unwrap_or(MemorySource::Rss).as_str(),
                 peak_mib: self.memory_max(),
+                working_set_mib: self.memory_max(),
+                reread_mib: 0.0,
                 page_cache_mib: None,
             }
         }
+    }
+
+    /// The page cache the tree read back beyond its working set, MiB. What it
+    /// read without storage I/O, at most the most page cache it had, is page cache
+    /// it read back; the kernel's active list (in the working set) holds what it
+    /// read twice lately, and the rest is added to the charge but its page cache.
+    /// Under a limit below it those reads go to storage again, and writes that
+    /// waited for an fsync are pushed out early: a job that writes a file and
+    /// reads it back took 1.5–2.2× its time under any limit short of its whole
+    /// cache (docs/advice.md). Pipes and sockets count as reads alike, so a
+    /// pipeline may be given more than it needs, never less.
+    fn reread_beyond(&self) -> f64 {
+        if let Some(r) = self.reread_beyond {
+            return r;
+        }
+        let reread = (self.rchar - self.storage_read)
+            .max(0.0)
+            .min(self.page_cache.max);
+        (self.nonfile_peak + reread - self.working_set_peak).max(0.0)
     }
 }
 
@@ -462,12 +512,20 @@ impl MemoryBasis {
             _ => "Σ RSS",
         };
         let mut s = format!(
-            "memory {memory_mib} MiB: peak {what} {:.0} MiB ×{MEMORY_MARGIN}, at least 128 MiB",
-            self.peak_mib
+            "memory {memory_mib} MiB: peak {what} {:.0} MiB",
+            self.working_set_mib
         );
+        if self.reread_mib >= 1.0 {
+            s.push_str(&format!(
+                " + {:.0} MiB of page cache it read back beyond it (under a smaller limit those reads go to storage again; {} MiB runs it that way)",
+                self.reread_mib,
+                round_memory(self.working_set_mib * MEMORY_MARGIN)
+            ));
+        }
+        s.push_str(&format!(" ×{MEMORY_MARGIN}, at least 128 MiB"));
         if let Some(pc) = self.page_cache_mib.filter(|pc| *pc >= 1.0) {
             s.push_str(&format!(
-                "; up to {pc:.0} MiB of page cache left out, which a limit reclaims"
+                "; of up to {pc:.0} MiB of page cache, the rest is left out: a limit reclaims it"
             ));
         }
         s.push_str(&format!("; cpu {cpu}: the mean of the cores used"));
@@ -510,6 +568,9 @@ pub struct RunStatsOut {
     /// are known; its max includes a peak between samples (the cgroup's peak less
     /// the most page cache seen). Null otherwise.
     pub process_memory_working_set_mib: Option<MeanMax>,
+    /// The page cache the tree read back (what it read without storage I/O, at
+    /// most the most page cache it had); null unless the working set is known.
+    pub page_cache_reread_mib: Option<f64>,
     pub process_gpu_usage: Option<MeanMax>,
     pub process_gpu_vram_mib: Option<MeanMax>,
     pub process_gpu_utilized: Option<MeanMax>,
@@ -538,9 +599,14 @@ pub struct Recommendation {
     pub memory_basis: &'static str,
     /// The basis's peak, MiB.
     pub memory_basis_mib: f64,
-    /// The most page cache charged to the tree, left out of the advice; null
-    /// unless the basis is `working_set`.
+    /// The most page cache charged to the tree; null unless the basis is
+    /// `working_set`.
     pub page_cache_peak_mib: Option<f64>,
+    /// The page cache the tree read back, in the basis; null unless the basis is
+    /// `working_set`.
+    pub page_cache_reread_mib: Option<f64>,
+    /// The least it runs in: the working set × 1.2, its re-reads left to storage.
+    pub memory_without_reread_mib: u64,
     /// One sentence: the figures the advice is built on and its price.
     pub basis: String,
     /// max(1, round(peak GPUs)) when the tree used a GPU, else 0.
@@ -802,13 +868,54 @@ mod tests {
         assert_eq!((r.memory_basis, r.memory_basis_mib), ("working_set", 200.0));
         assert_eq!((r.memory_mib, r.page_cache_peak_mib), (240, Some(1000.0)));
         assert!(
-            r.basis.contains("1000 MiB of page cache left out"),
+            r.basis
+                .contains("of up to 1000 MiB of page cache, the rest"),
             "{}",
             r.basis
+        );
+        assert_eq!(
+            (r.page_cache_reread_mib, r.memory_without_reread_mib),
+            (Some(0.0), 240)
         );
         let st = u.stats().unwrap();
         assert_eq!(st.process_memory_mib.unwrap().max, 1100.0);
         assert_eq!(st.process_memory_working_set_mib.unwrap().max, 200.0);
+        // 700 MiB read without storage I/O (a file written, then read back): the
+        // charge but its cache (100) + 700 = 800 MiB, 600 beyond the working set;
+        // × 1.2 = 960 MiB; 240 runs it reading from storage.
+        let mut u = UsageAccum::default();
+        let mut s = cg(1.0, 1100.0, 1100.0, 1000.0, 900.0);
+        s.process.as_mut().unwrap().rchar_bytes = 700 << 20;
+        u.add(&s);
+        let r = u.recommendation().unwrap();
+        assert_eq!((r.memory_basis_mib, r.memory_mib), (800.0, 960));
+        assert_eq!(
+            (r.page_cache_reread_mib, r.memory_without_reread_mib),
+            (Some(600.0), 240)
+        );
+        assert!(
+            r.basis.contains("+ 600 MiB of page cache it read back"),
+            "{}",
+            r.basis
+        );
+        // Page cache the kernel keeps active is in the working set already: 700
+        // read back, 750 active (working set 850): nothing beyond it.
+        let mut u = UsageAccum::default();
+        let mut a = cg(1.0, 1100.0, 1100.0, 1000.0, 250.0);
+        a.process.as_mut().unwrap().rchar_bytes = 700 << 20;
+        u.add(&a);
+        assert_eq!(u.recommendation().unwrap().memory_basis_mib, 850.0);
+        // Reads beyond the page cache it had (pipes) add at most that cache.
+        s.process.as_mut().unwrap().rchar_bytes = 5000 << 20;
+        let mut u = UsageAccum::default();
+        u.add(&s);
+        assert_eq!(u.recommendation().unwrap().memory_basis_mib, 1100.0);
+        // Storage reads are not read back: 700 read, all of it from storage.
+        s.process.as_mut().unwrap().read_bytes = 700 << 20;
+        s.process.as_mut().unwrap().rchar_bytes = 700 << 20;
+        let mut u = UsageAccum::default();
+        u.add(&s);
+        assert_eq!(u.recommendation().unwrap().memory_basis_mib, 200.0);
         // A peak between samples while the cache was small: 400 − 50.
         let mut u = UsageAccum::default();
         u.add(&cg(1.0, 150.0, 150.0, 50.0, 40.0));

@@ -120,18 +120,32 @@ fn human(sum: &Summary) -> String {
             (0, _) => "no GPU".to_string(),
             (g, v) => format!("{g} GPU, {v} MiB VRAM"),
         };
+        let reread = r.page_cache_reread_mib.unwrap_or(0.0);
+        let basis = match r.memory_basis {
+            "working_set" if reread >= 1.0 => "working set + page cache read back",
+            "working_set" => "working set peak",
+            "oom_kill" => "an OOM kill under the limit",
+            "cgroup" => "cgroup peak",
+            "pss" => "pss peak",
+            _ => "rss peak",
+        };
         s.push_str(&format!(
-            "resource-tracker: recommended {} CPU, {} MiB memory ({} peak {:.0} MiB ×1.2), {gpu}; {} server; {}\n",
+            "resource-tracker: recommended {} CPU, {} MiB memory ({basis} {:.0} MiB ×1.2), {gpu}; {} server; {}\n",
             r.cpu,
             r.memory_mib,
-            r.memory_basis.replace('_', " "),
             r.memory_basis_mib,
             r.allocation,
             r.metaflow
         ));
+        if reread >= 1.0 {
+            s.push_str(&format!(
+                "resource-tracker: the advice holds {reread:.0} MiB of page cache the tree read back beyond its working set: under a smaller limit those reads go to storage again ({} MiB runs it that way)\n",
+                r.memory_without_reread_mib
+            ));
+        }
         if let Some(pc) = r.page_cache_peak_mib.filter(|pc| *pc >= 1.0) {
             s.push_str(&format!(
-                "resource-tracker: page cache up to {pc:.0} MiB left out of the memory advice: a limit reclaims it before it fails\n"
+                "resource-tracker: page cache up to {pc:.0} MiB: the rest is left out of the memory advice, as a limit reclaims it before it fails\n"
             ));
         }
         if r.cpu_slowdown > 1.0 {

@@ -112,7 +112,8 @@
     cards.push(card("Recommended resources", [
       ["CPU", String(rec.cpu)],
       ["memory", rec.memory_mib + " MiB (peak " + (rec.memory_basis || rec.memory_source).replace("_", " ") + " × 1.2)"],
-      rec.page_cache_peak_mib ? ["page cache left out", num(rec.page_cache_peak_mib, 0) + " MiB at most: a limit reclaims it"] : null,
+      rec.page_cache_reread_mib >= 1 ? ["page cache read back", num(rec.page_cache_reread_mib, 0) + " MiB beyond the working set, in the advice (" + rec.memory_without_reread_mib + " MiB runs it reading from storage)"] : null,
+      rec.page_cache_peak_mib >= 1 ? ["page cache", "up to " + num(rec.page_cache_peak_mib, 0) + " MiB; the rest is left out: a limit reclaims it"] : null,
       rec.cpu_slowdown > 1 ? ["at " + rec.cpu + " CPU", num(rec.cpu_slowdown) + "× the measured time; " + rec.cpu_within_5pct + " CPU within 5 %"] : null,
       ["GPU", String(rec.gpu)],
       ["VRAM", rec.vram_mib ? rec.vram_mib + " MiB" : "–"],

@@ -1,0 +1,338 @@
+//! The advice run on the job: each job is tracked, then run with `--cpus` and
+//! `--memory` of its own recommendation, then under two thirds of that memory.
+//! Under its recommendation it must exit 0 with no OOM kill, its wall time
+//! within 10 % of the predicted one (a job bound by this VM's storage, whose
+//! time varies between identical runs: no slower than that); under two thirds it must fail or take more than
+//! 1.25× its median time, which is what makes the recommendation at most 1.5×
+//! the smallest limit that runs it (or the 128 MiB floor). Worst of 3, both
+//! backends.
+//!
+//! The jobs are the classes users size: page-cache-heavy I/O (a dataset read
+//! once from storage: 570 MiB charged, 58 MiB needed), a C build, a
+//! multiprocessing pool, a bursty job (two cores, then one), and the seed's
+//! Metaflow example step (a 500 MiB array and a loop). They are scaled to
+//! seconds; the interval is scaled with them (0.25 s), as a user's minutes-long
+//! job is sampled every second.
+
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::Value;
+use tracker_tests::{truth::f, *};
+
+const RUNS: usize = 3;
+/// Wall time under the recommendation ÷ the predicted time, either way.
+const TIME_TOLERANCE: f64 = 0.10;
+/// A limit the job still "runs under" keeps it within this of its own time.
+const SLOWER_IS_FAILING: f64 = 1.25;
+
+/// Reads the dataset once with 50 MiB held: its page cache is never used again.
+const READ_ONCE: &str = r#"
+import sys
+held = bytearray(50 << 20)
+for i in range(0, len(held), 4096):
+    held[i] = 1
+with open(sys.argv[1], "rb") as f:
+    while f.read(1 << 20):
+        pass
+"#;
+
+/// The dataset's size, MiB.
+const DATASET_MIB: usize = 512;
+
+const POOL: &str = r#"
+import multiprocessing as mp
+def task(i):
+    held = bytearray(60 << 20)
+    for j in range(0, len(held), 4096):
+        held[j] = 1
+    x = 0
+    for k in range(7_000_000):
+        x = (x * 31 + k) % 1000003
+    return x
+if __name__ == "__main__":
+    with mp.Pool(2) as p:
+        print(sum(p.map(task, range(10), chunksize=1)))
+"#;
+
+const STEP: &str = r#"
+from time import sleep
+big_array = bytearray(500 * 1024 * 1024)
+total = 0
+for i in range(int(1e7)):
+    total += i**3
+del big_array
+sleep(0.3)
+"#;
+
+/// The real interpreter (a pyenv shim would add its own shells to the tree).
+fn python() -> String {
+    let o = run(Command::new("python3").args(["-c", "import sys; print(sys.executable)"]));
+    assert!(
+        o.status.success(),
+        "python3: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).trim().to_string()
+}
+
+/// Eight C files of 150 functions each and a makefile, built with
+/// `make -j2` into a fresh directory each run.
+fn c_sources(dir: &Path) {
+    let mut make = String::from("OBJ =");
+    for n in 0..8 {
+        let mut c = String::new();
+        for k in 0..150 {
+            c.push_str(&format!(
+                "long f{n}_{k}(long x) {{ long s = 0; for (long i = 0; i < x; i++) s += (i * {k}) ^ (s >> 3); return s + {n}; }}\n"
+            ));
+        }
+        std::fs::write(dir.join(format!("u{n}.c")), c).expect("write C source");
+        make.push_str(&format!(" u{n}.o"));
+    }
+    make.push_str("\nall: $(OBJ)\n%.o: %.c\n\tgcc -O2 -c $< -o $@\n");
+    std::fs::write(dir.join("Makefile"), make).expect("write Makefile");
+}
+
+struct Job {
+    name: &'static str,
+    /// Bound by storage, whose time on this VM varies between identical runs.
+    storage: bool,
+    /// The command, given a fresh directory of its own and the dataset.
+    cmd: fn(&Path, &Path) -> Vec<String>,
+}
+
+fn python_job(d: &Path, script: &str, arg: &Path) -> Vec<String> {
+    std::fs::write(d.join("job.py"), script).expect("job.py");
+    vec![
+        python(),
+        d.join("job.py").display().to_string(),
+        arg.display().to_string(),
+    ]
+}
+
+fn jobs() -> Vec<Job> {
+    vec![
+        Job {
+            name: "a dataset read once",
+            storage: true,
+            cmd: |d, data| python_job(d, READ_ONCE, data),
+        },
+        Job {
+            name: "C build",
+            storage: false,
+            cmd: |d, _| {
+                c_sources(d);
+                vec![
+                    "make".into(),
+                    "-s".into(),
+                    "-j2".into(),
+                    "-C".into(),
+                    d.display().to_string(),
+                ]
+            },
+        },
+        Job {
+            name: "multiprocessing pool",
+            storage: false,
+            cmd: |d, _| {
+                std::fs::write(d.join("pool.py"), POOL).expect("pool.py");
+                // A pool whose worker the kernel killed waits for it forever.
+                vec![
+                    "timeout".into(),
+                    "-s".into(),
+                    "KILL".into(),
+                    "15".into(),
+                    python(),
+                    d.join("pool.py").display().to_string(),
+                ]
+            },
+        },
+        Job {
+            name: "bursty",
+            storage: false,
+            cmd: |_, _| {
+                let w = workload().display().to_string();
+                vec![
+                    "/bin/sh".into(),
+                    "-c".into(),
+                    format!("{w} work 2 200 && {w} work 1 400"),
+                ]
+            },
+        },
+        Job {
+            name: "the seed's Metaflow step",
+            storage: false,
+            cmd: |d, _| {
+                std::fs::write(d.join("step.py"), STEP).expect("step.py");
+                vec![python(), d.join("step.py").display().to_string()]
+            },
+        },
+    ]
+}
+
+/// The dataset, written once and synced: its pages are clean, so `evict` can
+/// drop them and every run starts reading it from storage.
+fn dataset(scratch: &Scratch) -> std::path::PathBuf {
+    use std::io::Write as _;
+    let path = scratch.path("dataset");
+    let mut f = std::fs::File::create(&path).expect("dataset");
+    let block: Vec<u8> = (0..1 << 20)
+        .map(|i: u32| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    for _ in 0..DATASET_MIB {
+        f.write_all(&block).expect("dataset write");
+    }
+    f.sync_all().expect("dataset fsync");
+    path
+}
+
+/// Drops the dataset's pages from the page cache.
+fn evict(path: &Path) {
+    use std::os::fd::AsRawFd as _;
+    let f = std::fs::File::open(path).expect("dataset");
+    // SAFETY: an open descriptor; advice on the whole file.
+    let rc = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    assert_eq!(rc, 0, "posix_fadvise(DONTNEED) on {}", path.display());
+}
+
+/// One run of `job` in a fresh directory: its exit code and summary.
+fn one(job: &Job, data: &Path, tag: &str, args: &[String]) -> (i32, Value) {
+    evict(data);
+    let scratch = Scratch::new(tag);
+    let work = scratch.path("job");
+    std::fs::create_dir_all(&work).expect("job dir");
+    let sum = scratch.path("summary.json");
+    let o = run(Command::new(tracker())
+        .args(["run", "-q", "-i", "0.25", "-o", "/dev/null", "--summary"])
+        .arg(&sum)
+        .args(args)
+        .arg("--")
+        .args((job.cmd)(&work, data)));
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    (o.status.code().unwrap_or(-1), read_json(&sum))
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    s[s.len() / 2]
+}
+
+/// Whether a run fit: exit 0, no OOM kill, within SLOWER_IS_FAILING × `wall`.
+fn fit(code: i32, s: &Value, wall: f64) -> bool {
+    code == 0
+        && s["limits"]["oom_kills"].as_u64() == Some(0)
+        && f(s, "wall_secs") <= SLOWER_IS_FAILING * wall
+}
+
+fn backends() -> Vec<(&'static str, Vec<String>)> {
+    let mut b = vec![("procfs", vec!["--no-ebpf".to_string()])];
+    if ebpf_available() {
+        b.insert(0, ("ebpf", vec![]));
+    } else {
+        assert!(
+            !e2e::ci(),
+            "CI runs as root with BPF: the eBPF backend must load"
+        );
+    }
+    b
+}
+
+#[test]
+fn each_job_runs_under_its_own_recommendation() {
+    let mut failures = Vec::new();
+    let data_dir = Scratch::new("advice-data");
+    let data = dataset(&data_dir);
+    for job in jobs() {
+        for (backend, extra) in backends() {
+            let mut most_memory = 0;
+            let (mut walls, mut predicted, mut under) = (Vec::new(), Vec::new(), Vec::new());
+            for i in 0..RUNS {
+                let (code, s) = one(&job, &data, "advice", &extra);
+                assert_eq!(code, 0, "{} unconstrained: {s}", job.name);
+                assert_eq!(s["backend"], backend, "{s}");
+                let r = &s["recommendation"];
+                let (cpu, mem) = (
+                    r["cpu"].as_u64().unwrap(),
+                    r["memory_mib"].as_u64().unwrap(),
+                );
+                walls.push(f(&s, "wall_secs"));
+                predicted.push(f(r, "predicted_duration_secs"));
+                most_memory = most_memory.max(mem);
+                let mut limited = extra.clone();
+                limited.extend([
+                    "--cpus".into(),
+                    cpu.to_string(),
+                    "--memory".into(),
+                    format!("{mem}M"),
+                ]);
+                let (lcode, ls) = one(&job, &data, "advice-under", &limited);
+                under.push(f(&ls, "wall_secs"));
+                eprintln!(
+                    "{} {backend} run {i}: {:.2} s, peak charge {:.0} MiB, working set {:.0} MiB, page cache {} MiB ({} read back beyond it), recommended {cpu} CPU {mem} MiB, predicted {:.2} s; under it: exit {lcode}, OOM kills {}, {:.2} s, stalled on memory {:.2} s",
+                    job.name,
+                    walls[i],
+                    f(&s, "peak_memory_mib"),
+                    f(&s["stats"]["process_memory_working_set_mib"], "max"),
+                    r["page_cache_peak_mib"],
+                    r["page_cache_reread_mib"],
+                    predicted[i],
+                    ls["limits"]["oom_kills"],
+                    under[i],
+                    f(&ls["pressure"], "memory_secs"),
+                );
+                if lcode != 0 || ls["limits"]["oom_kills"].as_u64() != Some(0) {
+                    failures.push(format!(
+                        "{} {backend} run {i}: under {cpu} CPU {mem} MiB: exit {lcode}, {}",
+                        job.name, ls["limits"]
+                    ));
+                }
+            }
+            // Within 10 % of the predicted time, the prediction taken with the
+            // job's own spread over its runs. A job bound by this VM's storage
+            // reads a cold dataset in 0.32–1.11 s in identical runs, and under
+            // its limit always at the fast end (docs/advice.md): it is held to
+            // no slower than its slowest prediction + 10 %.
+            let lo = predicted.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = predicted.iter().copied().fold(0.0, f64::max);
+            let off = under.iter().any(|w| {
+                *w > hi * (1.0 + TIME_TOLERANCE)
+                    || (!job.storage && *w < lo * (1.0 - TIME_TOLERANCE))
+            });
+            eprintln!(
+                "{} {backend}: predicted {predicted:.2?} s, under the recommendation {under:.2?} s",
+                job.name
+            );
+            if off {
+                failures.push(format!(
+                    "{} {backend}: under the recommendation {under:.2?} s, the predicted {predicted:.2?} s ± 10 %",
+                    job.name
+                ));
+            }
+            let median_wall = median(&walls);
+            // Two thirds of the most it recommended: the job must not fit, unless
+            // the recommendation is the floor.
+            if most_memory > 128 {
+                let below = most_memory * 2 / 3;
+                let mut args = extra.clone();
+                args.extend(["--memory".into(), format!("{below}M")]);
+                let (code, s) = one(&job, &data, "advice-below", &args);
+                eprintln!(
+                    "{} {backend} under {below} MiB: exit {code}, OOM kills {}, {:.2} s (unconstrained median {median_wall:.2} s)",
+                    job.name,
+                    s["limits"]["oom_kills"],
+                    f(&s, "wall_secs")
+                );
+                if fit(code, &s, median_wall) {
+                    failures.push(format!(
+                        "{} {backend}: runs under {below} MiB, so {most_memory} MiB is more than 1.5× what it needs",
+                        job.name
+                    ));
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
