@@ -116,44 +116,7 @@ fn human(sum: &Summary) -> String {
         ));
     }
     if let Some(r) = &sum.recommendation {
-        let gpu = match (r.gpu, r.vram_mib) {
-            (0, _) => "no GPU".to_string(),
-            (g, v) => format!("{g} GPU, {v} MiB VRAM"),
-        };
-        let reread = r.page_cache_reread_mib.unwrap_or(0.0);
-        let basis = match r.memory_basis {
-            "working_set" if reread >= 1.0 => "working set + page cache read back",
-            "working_set" => "working set peak",
-            "oom_kill" => "an OOM kill under the limit",
-            "cgroup" => "cgroup peak",
-            "pss" => "pss peak",
-            _ => "rss peak",
-        };
-        s.push_str(&format!(
-            "resource-tracker: recommended {} CPU, {} MiB memory ({basis} {:.0} MiB ×1.2), {gpu}; {} server; {}\n",
-            r.cpu,
-            r.memory_mib,
-            r.memory_basis_mib,
-            r.allocation,
-            r.metaflow
-        ));
-        if reread >= 1.0 {
-            s.push_str(&format!(
-                "resource-tracker: the advice holds {reread:.0} MiB of page cache the tree read back beyond its working set: under a smaller limit those reads go to storage again ({} MiB runs it that way)\n",
-                r.memory_without_reread_mib
-            ));
-        }
-        if let Some(pc) = r.page_cache_peak_mib.filter(|pc| *pc >= 1.0) {
-            s.push_str(&format!(
-                "resource-tracker: page cache up to {pc:.0} MiB: the rest is left out of the memory advice, as a limit reclaims it before it fails\n"
-            ));
-        }
-        if r.cpu_slowdown > 1.0 {
-            s.push_str(&format!(
-                "resource-tracker: at {} CPU the run is predicted to take {:.2}× its measured time ({:.1} s); {} CPU keep it within 5 %\n",
-                r.cpu, r.cpu_slowdown, r.predicted_duration_secs, r.cpu_within_5pct
-            ));
-        }
+        s.push_str(&recommendation_lines(r));
     }
     if let Some(l) = &sum.limits {
         s.push_str(&limits_line(l));
@@ -170,6 +133,50 @@ fn human(sum: &Summary) -> String {
         s.push_str(&format!(
             "resource-tracker: top commands by cpu: {}\n",
             tops.join(", ")
+        ));
+    }
+    s
+}
+
+/// The recommendation's lines: what it is, on what it is built, and its price.
+fn recommendation_lines(r: &crate::model::stats::Recommendation) -> String {
+    let mut s = String::new();
+    let gpu = match (r.gpu, r.vram_mib) {
+        (0, _) => "no GPU".to_string(),
+        (g, v) => format!("{g} GPU, {v} MiB VRAM"),
+    };
+    let reread = r.page_cache_reread_mib.unwrap_or(0.0);
+    let basis = match r.memory_basis {
+        "working_set" if reread >= 1.0 => "working set + page cache read back",
+        "working_set" => "working set peak",
+        "oom_kill" => "an OOM kill under the limit",
+        "cgroup" => "cgroup peak",
+        "pss" => "pss peak",
+        _ => "rss peak",
+    };
+    s.push_str(&format!(
+        "resource-tracker: recommended {} CPU, {} MiB memory ({basis} {:.0} MiB ×1.2), {gpu}; {} server; {}\n",
+        r.cpu,
+        r.memory_mib,
+        r.memory_basis_mib,
+        r.allocation,
+        r.metaflow
+    ));
+    if reread >= 1.0 {
+        s.push_str(&format!(
+            "resource-tracker: the advice holds {reread:.0} MiB of page cache the tree read back beyond its working set: under a smaller limit those reads go to storage again ({} MiB runs it that way)\n",
+            r.memory_without_reread_mib
+        ));
+    }
+    if let Some(pc) = r.page_cache_peak_mib.filter(|pc| *pc >= 1.0) {
+        s.push_str(&format!(
+            "resource-tracker: page cache up to {pc:.0} MiB: the rest is left out of the memory advice, as a limit reclaims it before it fails\n"
+        ));
+    }
+    if r.cpu_slowdown > 1.0 {
+        s.push_str(&format!(
+            "resource-tracker: at {} CPU the run is predicted to take {:.2}× its measured time ({:.1} s); {} CPU keep it within 5 %\n",
+            r.cpu, r.cpu_slowdown, r.predicted_duration_secs, r.cpu_within_5pct
         ));
     }
     s
