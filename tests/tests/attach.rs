@@ -434,3 +434,86 @@ fn attached_members_are_read_in_the_kernel() {
         "the tree's CPU {total} s against the kernel's {truth} s"
     );
 }
+
+/// A tree in a cgroup that holds only it (a container's, a systemd scope): once
+/// attached, its CPU and memory are the cgroup's own, on both backends, a
+/// pipeline through nested shells (which procfs alone counts twice, through the
+/// reaper's `cutime`) and a peak of 200 MiB between samples included. The
+/// truth is the same cgroup's counters from the moment the tracker attached.
+#[test]
+fn a_cgroup_that_holds_only_the_tree_is_its_source() {
+    if !e2e::require(e2e::is_root(), "making cgroups needs root") {
+        return;
+    }
+    let w = workload().display().to_string();
+    for backend in [&["--no-ebpf"][..], &[]] {
+        if backend.is_empty() && !ebpf_available() {
+            assert!(!e2e::ci(), "CI runs as root with BPF");
+            continue;
+        }
+        for round in 0..3 {
+            let cg = Cgroup::new("adopt");
+            let s = Scratch::new("adopt");
+            let (ready, fifo) = (s.path("ready"), s.path("go"));
+            let path = std::ffi::CString::new(fifo.display().to_string()).unwrap();
+            // SAFETY: a valid C string; the test's own scratch directory.
+            assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0, "mkfifo");
+            // Joins the cgroups, then waits on the fifo without using CPU.
+            let script = format!(
+                "for d in $(echo {dirs} | tr : ' '); do echo $$ > $d/cgroup.procs; done; \
+                 touch {ready}; read x < {fifo}; \
+                 sh -c 'find /usr/share -type f 2>/dev/null | head -3000 | xargs -P2 -n50 sha256sum | sort > /dev/null'; \
+                 {w} memory 200 1 300; sleep 0.6",
+                dirs = cg.join_arg(),
+                ready = ready.display(),
+                fifo = fifo.display(),
+            );
+            let mut work = e2e::Bg::spawn(Command::new("sh").args(["-c", &script]), "workload");
+            wait_for_file(&ready);
+            let pid = work.pid() as u32;
+            let mut c = Command::new(tracker());
+            e2e::clean_env(&mut c);
+            c.args(["-q", "-i", "1", "--pid", &pid.to_string(), "-o"])
+                .arg(s.path("samples.jsonl"))
+                .arg("--summary")
+                .arg(s.path("summary.json"))
+                .args(backend)
+                .stderr(Stdio::piped());
+            let mut tr = e2e::Bg::spawn(&mut c, "tracker");
+            e2e::wait_lines(&s.path("samples.jsonl"), 1, Duration::from_secs(10));
+            let before = cg.usage_ns();
+            std::fs::write(&fifo, "go\n").expect("the fifo");
+            let st = work.wait_for(Duration::from_secs(60));
+            assert!(st.success(), "the job: {st:?}");
+            std::thread::sleep(Duration::from_millis(300));
+            tr.signal(libc::SIGTERM);
+            assert!(tr.wait_for(Duration::from_secs(10)).success());
+            let truth = (cg.usage_ns() - before) as f64 / 1e9;
+            let peak = cg.peak_memory().map(|b| b as f64 / 1048576.0);
+            let sum = read_json(&s.path("summary.json"));
+            let cpu = sum["cpu_total_secs"].as_f64().unwrap_or(0.0);
+            let ours_peak = sum["peak_memory_mib"].as_f64().unwrap_or(0.0);
+            eprintln!(
+                "{backend:?} round {round}: CPU {cpu:.4} s ({}), the cgroup's {truth:.4} s ({:+.2} %); peak {ours_peak:.1} MiB ({}), the cgroup's {peak:.1?} MiB; advice {}",
+                sum["cpu_source"],
+                100.0 * (cpu / truth - 1.0),
+                sum["memory_source"],
+                sum["recommendation"]["memory_mib"]
+            );
+            assert_eq!(sum["cpu_source"], "cgroup", "{backend:?}: {sum}");
+            assert_eq!(sum["memory_source"], "cgroup", "{backend:?}: {sum}");
+            assert!(truth > 0.3, "the pipeline ran: {truth} s");
+            assert!(
+                (cpu - truth).abs() <= 0.005 * truth,
+                "{backend:?}: CPU {cpu} s vs the cgroup's {truth} s"
+            );
+            if let Some(p) = peak {
+                assert!(
+                    (ours_peak - p).abs() <= 0.02 * p,
+                    "{backend:?}: peak {ours_peak} MiB vs the cgroup's {p} MiB"
+                );
+                assert!(p > 200.0, "the 200 MiB were held: {p}");
+            }
+        }
+    }
+}

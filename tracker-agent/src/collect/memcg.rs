@@ -105,6 +105,12 @@ pub struct TreeCgroup {
     psi: Option<[CachedFile; 3]>,
     buf: Vec<u8>,
     removed: bool,
+    /// Found holding the tree rather than made for it: never moved into, never
+    /// removed, and checked every sample for processes that are not the tree's.
+    adopted: bool,
+    /// This tracker was among the adopted cgroup's processes at the last check:
+    /// its own share is in the cgroup's figures.
+    tracker_inside: bool,
 }
 
 /// The tracker's own cgroup path for `controller` (v1) or, with None, its v2 path.
@@ -293,6 +299,74 @@ impl TreeCgroup {
         }
         sweep_stale(&parent);
         let (dir, name) = make_dir(&parent)?;
+        let rel = format!("{}/{name}", parent_rel.trim_end_matches('/'));
+        Self::open(controller, dir, parent, rel, v2, false)
+    }
+
+    /// The cgroup `pid` is in for `controller`, taken as it is (a container's, a
+    /// systemd scope, a delegated subtree): the tracker never moves a process into
+    /// it and never removes it, and whether it holds only the tree is checked
+    /// every sample (`strangers`). A hierarchy's root holds the whole machine and
+    /// is refused.
+    pub fn adopt(
+        roots: &Roots,
+        pid: u32,
+        controller: Controller,
+    ) -> Result<TreeCgroup, Unavailable> {
+        let file = roots.proc.join(format!("{pid}/cgroup"));
+        let cgroups = std::fs::read_to_string(&file)
+            .map_err(|e| Unavailable(format!("cannot read {}: {e}", file.display())))?;
+        let mountinfo =
+            std::fs::read_to_string(roots.proc.join("self/mountinfo")).unwrap_or_default();
+        let mounts = mounts(&mountinfo);
+        let v1 = find(&cgroups, &mounts, Some(controller.v1()))
+            .zip(own_path(&cgroups, Some(controller.v1())))
+            .map(|(d, p)| (d, p, false));
+        let v2 = find(&cgroups, &mounts, None)
+            .zip(own_path(&cgroups, None))
+            .map(|(d, p)| (d, p, true));
+        let candidates = match controller {
+            Controller::Memory => [v1, v2],
+            Controller::Cpu => [v2, v1],
+            Controller::Quota => [v1, None],
+        };
+        let mut why = format!(
+            "no cgroup file system with the {} controller is mounted",
+            controller.v1()
+        );
+        for (dir, rel, v2) in candidates.into_iter().flatten() {
+            if rel.trim_end_matches('/').is_empty() {
+                why = format!("pid {pid} is in the root cgroup of {}", dir.display());
+                continue;
+            }
+            match is_cgroupfs(&dir) {
+                Ok(true) => {}
+                Ok(false) => {
+                    why = format!("{} is not a cgroup file system", dir.display());
+                    continue;
+                }
+                Err(e) => {
+                    why = format!("cannot open {}: {e}", dir.display());
+                    continue;
+                }
+            }
+            match Self::open(controller, dir.clone(), dir, rel, v2, true) {
+                Ok(cg) => return Ok(cg),
+                Err(e) => why = e.0,
+            }
+        }
+        Err(Unavailable(why))
+    }
+
+    /// The tree cgroup's files, opened; `adopted` for one the tracker did not make.
+    fn open(
+        controller: Controller,
+        dir: PathBuf,
+        parent: PathBuf,
+        rel: String,
+        v2: bool,
+        adopted: bool,
+    ) -> Result<TreeCgroup, Unavailable> {
         let (usage, peak) = match (controller, v2) {
             (Controller::Memory, true) => ("memory.current", "memory.peak"),
             (Controller::Memory, false) => ("memory.usage_in_bytes", "memory.max_usage_in_bytes"),
@@ -312,12 +386,15 @@ impl TreeCgroup {
                 ["cpu.pressure", "memory.pressure", "io.pressure"]
                     .map(|f| CachedFile::whole(dir.join(f)))
             }),
-            rel: format!("{}/{name}", parent_rel.trim_end_matches('/')),
+            rel,
             dir,
             parent,
             v2,
             buf: Vec::new(),
-            removed: false,
+            // An adopted cgroup is not ours to remove.
+            removed: adopted,
+            adopted,
+            tracker_inside: false,
         };
         if let Err(e) = cg.usage.read(&mut cg.buf) {
             let r = io_reason("cannot read", cg.usage.path(), &e);
@@ -325,6 +402,49 @@ impl TreeCgroup {
             return Err(r);
         }
         Ok(cg)
+    }
+
+    /// Whether the cgroup was found holding the tree rather than made for it.
+    pub fn is_adopted(&self) -> bool {
+        self.adopted
+    }
+
+    /// Whether this tracker was among its processes at the last `strangers` check.
+    pub fn tracker_inside(&self) -> bool {
+        self.tracker_inside
+    }
+
+    /// The first process in the cgroup or any cgroup below it that is neither one
+    /// of the tree's (`member`) nor this tracker, and is not on its way out; Err
+    /// when a cgroup.procs cannot be read. Notes whether the tracker is inside.
+    pub fn strangers(&mut self, member: &dyn Fn(u32) -> bool) -> Result<Option<u32>, String> {
+        let me = std::process::id();
+        let (mut dirs, mut inside) = (vec![self.dir.clone()], false);
+        while let Some(dir) = dirs.pop() {
+            let procs = dir.join("cgroup.procs");
+            // Opened afresh: v1 keeps a list per open file (see `stray`).
+            self.buf.clear();
+            std::fs::File::open(&procs)
+                .and_then(|mut f| f.read_to_end(&mut self.buf))
+                .map_err(|e| format!("{}: {e}", procs.display()))?;
+            for pid in pids(&self.buf) {
+                if pid == me {
+                    inside = true;
+                } else if !member(pid) && !exiting(pid) {
+                    return Ok(Some(pid));
+                }
+            }
+            if let Ok(entries) = std::fs::read_dir(&dir) {
+                dirs.extend(
+                    entries
+                        .flatten()
+                        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                        .map(|e| e.path()),
+                );
+            }
+        }
+        self.tracker_inside = inside;
+        Ok(None)
     }
 
     pub fn dir(&self) -> &Path {
@@ -529,6 +649,10 @@ fn parts(stat: &str, v2: bool) -> Option<MemParts> {
 pub struct TreeCpu {
     pub own: Option<TreeCgroup>,
     pub pre_join_ns: u64,
+    /// Found holding the tree (attached), not made for it: it counted what the
+    /// tree ran before the tracker came, so only what it adds from the first
+    /// sample on is the tree's.
+    pub adopted: bool,
 }
 
 /// CPU `pid` has run so far, ns (`/proc/PID/schedstat`'s first field, the

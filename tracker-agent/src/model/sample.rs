@@ -254,11 +254,14 @@ tree_fields! {
     /// `cgroup`: under `run`, the command joined a cgroup made for it before exec (a child
     /// of the tracker's own: v2 wherever a v2 hierarchy is mounted, `cpu.stat`'s
     /// `usage_usec`; else v1 `cpuacct.usage`), and the tree's CPU is the scheduler's charge
-    /// of it plus what the command ran before it joined. Otherwise the backend's sums over
-    /// the members, `ebpf` or `procfs`: `--pid`, no rights to make cgroups, or a sample
-    /// where those sums are the larger (a member moved itself to another cgroup and ran
-    /// there); the figure is always the larger of the two, and never goes back. The
-    /// user/system split is the members' tick ratio either way
+    /// of it plus what the command ran before it joined. Attached (`--pid`, the Python
+    /// package), `cgroup` too where the cgroup the root is in holds nothing but its tree
+    /// and this tracker (a container's, a systemd scope; checked every sample, the
+    /// tracker's own CPU taken out): what it adds from the first sample on. Otherwise the
+    /// backend's sums over the members, `ebpf` or `procfs`: no such cgroup, no rights to
+    /// make one, or a sample where those sums are the larger (a member moved itself to
+    /// another cgroup and ran there); the figure is always the larger of the two, and
+    /// never goes back. The user/system split is the members' tick ratio either way
     cpu_source: &'static str { csv: Some(3), names: &["cgroup", "ebpf", "procfs"] }
     /// processes started in the tree in the interval (the root counts when the tracker
     /// started it)
@@ -277,7 +280,11 @@ tree_fields! {
     /// `cgroup`: `run` made a cgroup as a child of the one it runs in and the command
     /// joined it before exec; it holds exactly the tree (checked every sample: each live
     /// process's memory cgroup as the eBPF probe reads it, else the cgroup's `cgroup.procs`
-    /// against the tree's live processes). `pss`: no such cgroup (`--pid`; no rights, a
+    /// against the tree's live processes). Attached, the memory cgroup the root is in,
+    /// where it holds nothing but the tree and this tracker (checked every sample; the
+    /// tracker's resident memory taken out of the charge and its peak; the peak is the
+    /// cgroup's since it was made, before the attach too). `pss`: no such cgroup
+    /// (attached to a root whose cgroup holds other processes; no rights, a
     /// read-only cgroupfs, a full hierarchy, v2 without `memory` in the parent's
     /// `cgroup.subtree_control`: said once on stderr), or a member left it (from that
     /// sample on). `rss`: no member's PSS could be read (a kernel without `smaps_rollup`,

@@ -619,7 +619,8 @@ fn begin(
                 }
                 _ => Engine::Procfs(Box::new(ProcfsEngine::new(pid, None))),
             };
-            (Some(pid), None, Some(e), None, None, None)
+            let (memcg, cpucg) = adopted_cgroups(pid);
+            (Some(pid), None, Some(e), memcg, cpucg, None)
         }
     };
     Ok(Ok(Begun {
@@ -630,6 +631,34 @@ fn begin(
         cpucg,
         limited,
     }))
+}
+
+/// The cgroups the attached root is in, where they may hold only its tree (a
+/// container's, a systemd scope, a delegated subtree): the loop checks every
+/// sample that they hold nothing else but this tracker, and takes the tree's CPU
+/// and memory from them while they do. None for a hierarchy's root.
+fn adopted_cgroups(pid: u32) -> (Option<TreeCgroup>, Option<TreeCpu>) {
+    let roots = Roots::default();
+    let memcg = TreeCgroup::adopt(&roots, pid, Controller::Memory)
+        .map_err(|e| log::info!("no cgroup of pid {pid} to read its memory from: {e}"))
+        .ok();
+    let own = match &memcg {
+        // A process is in one v2 cgroup: the memory one counts the CPU too.
+        Some(m) if m.is_v2() => None,
+        _ => match TreeCgroup::adopt(&roots, pid, Controller::Cpu) {
+            Ok(cg) => Some(cg),
+            Err(e) => {
+                log::info!("no cgroup of pid {pid} to read its CPU from: {e}");
+                return (memcg, None);
+            }
+        },
+    };
+    let cpu = TreeCpu {
+        own,
+        pre_join_ns: 0,
+        adopted: true,
+    };
+    (memcg, Some(cpu))
 }
 
 /// A command that cannot run: said in one line, with a shell's exit code.
@@ -711,6 +740,7 @@ fn cpu_cgroup(pid: u32, memcg: Option<&TreeCgroup>) -> Option<TreeCpu> {
     Some(TreeCpu {
         own,
         pre_join_ns: memcg::ran_ns(pid),
+        adopted: false,
     })
 }
 

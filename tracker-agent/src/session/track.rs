@@ -79,6 +79,11 @@ struct Loop {
     cpucg: Option<TreeCpu>,
     /// The CPU cgroup's last total: the tree's CPU is never below it.
     cpu_floor: u64,
+    /// An adopted CPU cgroup's figure less the tree's at the first sample: what
+    /// it counted before the tracker came (ns, signed).
+    cpu_offset: Option<i128>,
+    /// An adopted memory cgroup gave the tree's memory at least once.
+    adopted_used: bool,
     /// Σ PSS, the memory figure without a cgroup that holds exactly the tree.
     pss: PssSum,
     /// Σ PSS beside the cgroup too (`--pss`).
@@ -122,9 +127,32 @@ impl Loop {
                 .unwrap_or_default();
             cg.stray(&live)
         };
-        let why = match stray {
-            None => match cg.read() {
-                Some(r) if !ran_outside(tree.max_rss_kib, &r) => return Some(r),
+        // A cgroup found holding the tree may gain other processes (a shell
+        // started in the container); the tracker itself may be in it.
+        let stranger = if cg.is_adopted() && stray.is_none() {
+            let live = self
+                .engine
+                .as_ref()
+                .map(Engine::live_pids)
+                .unwrap_or_default();
+            match cg.strangers(&|p| live.contains(&p)) {
+                Ok(None) => None,
+                Ok(Some(pid)) => Some(format!(
+                    "pid {pid} in {} is not the tree's",
+                    cg.dir().display()
+                )),
+                Err(e) => Some(e),
+            }
+        } else {
+            None
+        };
+        let why = match (stray, stranger) {
+            (_, Some(why)) => why,
+            (None, None) => match cg.read() {
+                Some(r) if !ran_outside(tree.max_rss_kib, &r) => {
+                    self.adopted_used |= cg.is_adopted();
+                    return Some(less_tracker(r, cg.tracker_inside()));
+                }
                 Some(r) => format!(
                     "a member's RSS ({} MiB) is far above all {} was ever charged ({} MiB): members ran outside it",
                     tree.max_rss_kib / 1024,
@@ -133,13 +161,21 @@ impl Loop {
                 ),
                 None => format!("{} cannot be read", cg.dir().display()),
             },
-            Some(l) => format!(
+            (Some(l), None) => format!(
                 "pid {} of the tree left {} (it is in {})",
                 l.pid,
                 cg.dir().display(),
                 l.cgroup
             ),
         };
+        // A cgroup that never held only the tree (a login session's, the
+        // machine's) is given up without a word; one that did is said.
+        if self.adopted_used {
+            warn_once(
+                "adopted-cgroup",
+                format!("{why}: the tree's memory is Σ PSS and its CPU the backend's from here on"),
+            );
+        }
         log::info!("{why}: the tree's memory is Σ PSS from here on (memory_source pss)");
         self.memcg_stale = true;
         // From here on `PssSum` reads it.
@@ -176,6 +212,9 @@ impl Loop {
     /// a sample for 50 processes). A cgroup that can no longer be read is given up.
     fn tree_cpu(&mut self, tree: &mut TreeTotals) -> bool {
         let backend_ns = tree.cpu_ns;
+        if self.cpucg.as_ref().is_some_and(|c| c.adopted) {
+            return self.adopted_cpu(tree);
+        }
         let Some(c) = self.cpucg.as_mut() else {
             tree.cpu_ns = backend_ns.max(self.cpu_floor);
             return false;
@@ -206,6 +245,61 @@ impl Loop {
         // v2 counts whole microseconds (`usage_usec`), and so do rusage's times:
         // a backend ahead by less than one is the same figure.
         total + 1_000 >= backend_ns
+    }
+
+    /// The tree's CPU from a cgroup found holding it (attached): what the cgroup
+    /// adds from the first sample on, less this tracker's own CPU where it is
+    /// inside, on top of the backend's first figure. The backend's later figures
+    /// are not taken over it: procfs counts again what a reaped member leaves in
+    /// its reaper's `cutime`. The cgroup checked for strangers (here for v1's own
+    /// CPU cgroup; with v2 the memory one is the same) and given up, with the
+    /// memory one, once anything else is in it.
+    fn adopted_cpu(&mut self, tree: &mut TreeTotals) -> bool {
+        let backend_ns = tree.cpu_ns;
+        let Some(counted) = self.adopted_counted() else {
+            if self.cpucg.take().is_some() {
+                log::info!("the attached tree's CPU cgroup holds more than the tree, or cannot be read: its CPU is the backend's from here on");
+            }
+            tree.cpu_ns = backend_ns.max(self.cpu_floor);
+            return false;
+        };
+        let offset = *self
+            .cpu_offset
+            .get_or_insert(i128::from(backend_ns) - counted);
+        let total = u64::try_from((counted + offset).max(0)).unwrap_or(0);
+        self.cpu_floor = self.cpu_floor.max(total);
+        tree.cpu_ns = self.cpu_floor;
+        true
+    }
+
+    /// What an adopted CPU cgroup has counted, less this tracker's own CPU where
+    /// it is inside (ns); None once it holds anything but the tree and this
+    /// tracker (checked here for v1's own CPU cgroup; v2's is the memory one,
+    /// checked by `tree_memcg`) or cannot be read.
+    fn adopted_counted(&mut self) -> Option<i128> {
+        let live = self
+            .engine
+            .as_ref()
+            .map(Engine::live_pids)
+            .unwrap_or_default();
+        let stale = self.memcg.is_some() && self.memcg_stale;
+        let (ns, inside) = match self.cpucg.as_mut()?.own.as_mut() {
+            Some(cg) => match cg.strangers(&|p| live.contains(&p)) {
+                Ok(None) if !stale => (cg.cpu_ns()?, cg.tracker_inside()),
+                _ => return None,
+            },
+            None if stale => return None,
+            None => {
+                let m = self.memcg.as_mut().filter(|m| m.is_v2())?;
+                (m.cpu_ns()?, m.tracker_inside())
+            }
+        };
+        let own = if inside {
+            (selfcost::cpu_secs() * 1e9) as u64
+        } else {
+            0
+        };
+        Some(i128::from(ns.saturating_sub(own)))
     }
 
     /// Reads every source and turns the readings into the interval's sample.
@@ -258,6 +352,18 @@ impl Loop {
             e.drain(ring, &mut |ev| events.show(ev));
         }
     }
+}
+
+/// An adopted cgroup's reading less this tracker's own memory where the tracker
+/// is inside it (the Python package's binary is its interpreter's child): its
+/// resident pages, from the charge now and from its peak.
+fn less_tracker(mut r: MemcgReading, inside: bool) -> MemcgReading {
+    if inside {
+        let own = (selfcost::rss_mib() * 1048576.0) as u64;
+        r.current = r.current.saturating_sub(own);
+        r.peak = r.peak.map(|p| p.saturating_sub(own));
+    }
+    r
 }
 
 /// Whether members evidently ran outside the cgroup: one member's own RSS (its
@@ -477,6 +583,8 @@ fn start_loop(t: Tracked, st: &Settings, started: Instant) -> (Loop, Ends) {
         memcg_stale: false,
         cpucg: t.cpucg,
         cpu_floor: 0,
+        cpu_offset: None,
+        adopted_used: false,
         // Beside a cgroup, Σ PSS only when asked for; without one it is the source.
         pss: PssSum::default(),
         pss_always: st.engine.pss,
@@ -516,6 +624,22 @@ impl Loop {
             }
             _ => None,
         };
+        // An adopted cgroup's figures count from the same moment as the
+        // backend's: its CPU before it is the offset, and whether this tracker
+        // is inside is known before the first sample.
+        if let (Some(b), true) = (&base, self.cpucg.as_ref().is_some_and(|c| c.adopted)) {
+            if let Some(m) = self.memcg.as_mut().filter(|m| m.is_adopted()) {
+                let live = self
+                    .engine
+                    .as_ref()
+                    .map(Engine::live_pids)
+                    .unwrap_or_default();
+                let _ = m.strangers(&|p| live.contains(&p));
+            }
+            self.cpu_offset = self
+                .adopted_counted()
+                .map(|counted| i128::from(b.cpu_ns) - counted);
+        }
         let bpf = self.engine.as_ref().and_then(Engine::bpf_stats);
         self.sampler.baseline(base, bpf);
         Ok(())
