@@ -212,6 +212,21 @@ impl Cgroup {
         std::fs::read_to_string(f).ok()?.trim().parse().ok()
     }
 
+    /// The files that hold its CPU (v1 `cpuacct.usage`, v2 `cpu.stat`) and its
+    /// peak memory.
+    pub fn files(&self) -> (PathBuf, PathBuf) {
+        let cpu = if self.v2 {
+            self.dir.join("cpu.stat")
+        } else {
+            self.dir.join("cpuacct.usage")
+        };
+        let peak = match &self.memory {
+            Some(d) => d.join("memory.max_usage_in_bytes"),
+            None => self.dir.join("memory.peak"),
+        };
+        (cpu, peak)
+    }
+
     /// Processes still in the group.
     pub fn procs(&self) -> usize {
         std::fs::read_to_string(self.dir.join("cgroup.procs"))

@@ -30,6 +30,22 @@ fn wait_for_file(p: &Path) {
     }
 }
 
+/// The tracker attached to `pid` every `interval` seconds, writing samples.jsonl
+/// and summary.json into `s`; returned once its first sample is out.
+fn attached(pid: u32, interval: &str, backend: &[&str], s: &Scratch) -> e2e::Bg {
+    let mut c = Command::new(tracker());
+    e2e::clean_env(&mut c);
+    c.args(["-q", "-i", interval, "--pid", &pid.to_string(), "-o"])
+        .arg(s.path("samples.jsonl"))
+        .arg("--summary")
+        .arg(s.path("summary.json"))
+        .args(backend)
+        .stderr(Stdio::piped());
+    let tr = e2e::Bg::spawn(&mut c, "tracker");
+    e2e::wait_lines(&s.path("samples.jsonl"), 1, Duration::from_secs(10));
+    tr
+}
+
 /// 20 MiB written before the tracker attaches, 4 MiB after: the summary and the
 /// samples hold the 4 (as the kernel counts them), not the 24.
 #[test]
@@ -53,17 +69,8 @@ fn attached_io_counts_from_attaching() {
         let pid = work.pid() as u32;
         let before = write_bytes(pid);
         assert!(before >= 20 << 20, "the kernel saw {before} bytes written");
-        let mut c = Command::new(tracker());
-        e2e::clean_env(&mut c);
-        c.args(["-q", "-i", "0.2", "--pid", &pid.to_string(), "-o"])
-            .arg(s.path("samples.jsonl"))
-            .arg("--summary")
-            .arg(s.path("summary.json"))
-            .args(backend)
-            .stderr(Stdio::piped());
-        let mut tr = e2e::Bg::spawn(&mut c, "tracker");
         // Attached once the first sample is out; then the second write.
-        e2e::wait_lines(&s.path("samples.jsonl"), 1, Duration::from_secs(10));
+        let mut tr = attached(pid, "0.2", backend, &s);
         std::fs::write(&go, "").expect("go");
         let t0 = Instant::now();
         while write_bytes(pid) < before + (4 << 20) {
@@ -471,16 +478,7 @@ fn a_cgroup_that_holds_only_the_tree_is_its_source() {
             let mut work = e2e::Bg::spawn(Command::new("sh").args(["-c", &script]), "workload");
             wait_for_file(&ready);
             let pid = work.pid() as u32;
-            let mut c = Command::new(tracker());
-            e2e::clean_env(&mut c);
-            c.args(["-q", "-i", "1", "--pid", &pid.to_string(), "-o"])
-                .arg(s.path("samples.jsonl"))
-                .arg("--summary")
-                .arg(s.path("summary.json"))
-                .args(backend)
-                .stderr(Stdio::piped());
-            let mut tr = e2e::Bg::spawn(&mut c, "tracker");
-            e2e::wait_lines(&s.path("samples.jsonl"), 1, Duration::from_secs(10));
+            let mut tr = attached(pid, "1", backend, &s);
             let before = cg.usage_ns();
             std::fs::write(&fifo, "go\n").expect("the fifo");
             let st = work.wait_for(Duration::from_secs(60));

@@ -447,6 +447,81 @@ fn run_command_runs_a_job_under_limits() {
     }
 }
 
+/// The Python package as a user (procfs), in a cgroup that holds only its tree
+/// and its tracker (a container's, a scope; made here by root, which moves the
+/// interpreter in before dropping to nobody): CPU and memory are the cgroup's,
+/// the tracker's own share taken out. Truth: the cgroup's CPU between start()
+/// and stop(), less the tracker's; its peak, less at most the tracker's RSS.
+#[test]
+fn as_a_user_in_a_cgroup_of_its_own_the_cgroup_is_the_source() {
+    let Some(whl) = wheel() else { return };
+    if !require(
+        is_root(),
+        "making cgroups and dropping to another user need root",
+    ) || !require(have("setpriv"), "setpriv is missing")
+    {
+        return;
+    }
+    let base = "/usr/bin/python3";
+    if !require(Path::new(base).exists(), "/usr/bin/python3 is missing") {
+        return;
+    }
+    let s = Scratch::new("py-own-cgroup");
+    let py = fresh_venv_of(base, &s, "plain", &whl, &[]);
+    std::fs::set_permissions(&s.0, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let script = s.path("in_own_cgroup.py");
+    std::fs::copy(tracker_tests::python::fixture("in_own_cgroup.py"), &script).unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    for round in 0..3 {
+        let cg = tracker_tests::Cgroup::new("pyown");
+        let (cpu_file, peak_file) = cg.files();
+        let join = format!(
+            "for d in $(echo {} | tr : ' '); do echo $$ > $d/cgroup.procs; done; exec setpriv --reuid=65534 --regid=65534 --clear-groups \"$@\"",
+            cg.join_arg()
+        );
+        let o = output_within(
+            Command::new("sh")
+                .args(["-c", &join, "sh"])
+                .arg(&py)
+                .arg(&script)
+                .arg(&cpu_file)
+                .arg(&peak_file)
+                .current_dir(&s.0)
+                .env("HOME", &s.0),
+            120,
+        );
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{err}");
+        let out = stdout_json(&o);
+        let f = |k: &str| out[k].as_f64().unwrap_or(f64::NAN);
+        let truth = f("cgroup_cpu") - f("tracker_cpu");
+        eprintln!(
+            "round {round}: CPU {:.4} s ({}), the cgroup's less the tracker's {truth:.4} s ({:+.2} %); peak {:.1} MiB ({}), the cgroup's {:.1} MiB with the tracker's RSS {:.1} MiB",
+            f("cpu"),
+            out["cpu_source"],
+            100.0 * (f("cpu") / truth - 1.0),
+            f("peak"),
+            out["memory_source"],
+            f("cgroup_peak"),
+            f("tracker_rss")
+        );
+        assert_eq!(out["backend"], "procfs", "{out}");
+        assert_eq!(out["cpu_source"], "cgroup", "{out}");
+        assert_eq!(out["memory_source"], "cgroup", "{out}");
+        assert!(
+            (f("cpu") - truth).abs() <= 0.005 * truth,
+            "CPU {} s vs the cgroup's {truth} s: {out}",
+            f("cpu")
+        );
+        assert!(
+            f("peak") <= f("cgroup_peak") && f("peak") >= f("cgroup_peak") - f("tracker_rss") - 2.0,
+            "peak {} MiB vs the cgroup's {} MiB: {out}",
+            f("peak"),
+            f("cgroup_peak")
+        );
+    }
+}
+
 #[test]
 fn start_returns_once_the_tree_is_tracked() {
     let Some(whl) = wheel() else { return };
