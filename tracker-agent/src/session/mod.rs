@@ -22,7 +22,11 @@ use crate::{
         Roots, SystemCollector,
     },
     discovery,
-    engine::{ebpf::EbpfEngine, procfs::ProcfsEngine, Engine},
+    engine::{
+        ebpf::{EbpfEngine, LoadArgs},
+        procfs::ProcfsEngine,
+        Engine,
+    },
     model::{degraded::Degradations, Discovered},
     settings::{Settings, Target},
     sink::{
@@ -681,14 +685,14 @@ fn load_engine(
     }
     let room =
         crate::model::reading::memory_room(&crate::collect::cgroup::own_memory(&Roots::default()));
-    match EbpfEngine::load(
-        e.max_tasks,
-        e.ring_bytes,
-        e.bpf_stats,
+    match EbpfEngine::load(LoadArgs {
+        max_tasks: e.max_tasks,
+        ring_bytes: e.ring_bytes,
+        bpf_stats: e.bpf_stats,
         room,
-        owner,
-        &e.knobs,
-    ) {
+        btf_reader: owner,
+        knobs: &e.knobs,
+    }) {
         Ok(e) => {
             log::info!("eBPF engine loaded in {:.0} ms", e.load_ms);
             (

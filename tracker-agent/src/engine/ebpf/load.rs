@@ -483,19 +483,32 @@ pub(super) struct Loaded {
     pub load_ms: f64,
 }
 
-/// Loads and attaches everything. `max_tasks` sizes the task map (`task_map_size`),
-/// `ring_bytes` the event ring.
-/// `room`: the tracker's memory cgroup's tightest level and the bytes it
-/// leaves, where one is limited. `btf_reader`: under sudo, the user whose
-/// rights read a BTF named by `TRACKER_KERNEL_BTF`.
-pub(super) fn load(
-    max_tasks: u32,
-    ring_bytes: u32,
-    bpf_stats: bool,
-    room: Option<(String, u64)>,
-    btf_reader: Option<&crate::fsafe::Owner>,
-    knobs: &Knobs,
-) -> Result<Loaded, EbpfUnavailable> {
+/// What the engine is loaded with.
+pub struct LoadArgs<'a> {
+    /// Sizes the task map (`task_map_size`).
+    pub max_tasks: u32,
+    /// The event ring's size.
+    pub ring_bytes: u32,
+    /// Turn the kernel's BPF run-time statistics on.
+    pub bpf_stats: bool,
+    /// The tracker's memory cgroup's tightest level and the bytes it leaves, where
+    /// one is limited.
+    pub room: Option<(String, u64)>,
+    /// Under sudo, the user whose rights read a BTF named by `TRACKER_KERNEL_BTF`.
+    pub btf_reader: Option<&'a crate::fsafe::Owner>,
+    pub knobs: &'a Knobs,
+}
+
+/// Loads and attaches everything.
+pub(super) fn load(a: LoadArgs) -> Result<Loaded, EbpfUnavailable> {
+    let LoadArgs {
+        max_tasks,
+        ring_bytes,
+        bpf_stats,
+        room,
+        btf_reader,
+        knobs,
+    } = a;
     let t0 = Instant::now();
     can_load(ring_bytes, room)?;
     let (offsets, mut degraded, t_read) = kernel_offsets(t0, btf_reader, knobs)?;

@@ -52,8 +52,8 @@ use crate::model::{
 };
 use ids::IdMap;
 use ledger::{at_least, Ledger};
-pub use load::Knobs;
 use load::{EbpfUnavailable, PROBE};
+pub use load::{Knobs, LoadArgs};
 use records::{decode, proc_event, Record};
 use roster::Roster;
 
@@ -176,20 +176,10 @@ pub struct EbpfEngine {
 }
 
 impl EbpfEngine {
-    /// Loads and attaches everything (load.rs). `max_tasks` sizes the task map
-    /// (`task_map_size`), `ring_bytes` the event ring. `room`: the tracker's memory
-    /// cgroup's tightest level and the bytes it leaves, where one is limited.
-    /// `btf_reader`: under sudo, the user whose rights read a BTF named by
-    /// `TRACKER_KERNEL_BTF`.
-    pub fn load(
-        max_tasks: u32,
-        ring_bytes: u32,
-        bpf_stats: bool,
-        room: Option<(String, u64)>,
-        btf_reader: Option<&crate::fsafe::Owner>,
-        knobs: &Knobs,
-    ) -> Result<Self, EbpfUnavailable> {
-        let l = load::load(max_tasks, ring_bytes, bpf_stats, room, btf_reader, knobs)?;
+    /// Loads and attaches everything (load.rs).
+    pub fn load(args: LoadArgs) -> Result<Self, EbpfUnavailable> {
+        let ring_bytes = args.ring_bytes;
+        let l = load::load(args)?;
         Ok(EbpfEngine {
             stats_enabled: l.stats_enabled,
             degraded: l.degraded,
