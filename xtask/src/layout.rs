@@ -171,7 +171,13 @@ pub fn circle(imports: &Imports) -> Option<Vec<String>> {
 
 /// The table of docs/layout.md's "Imports" section: module → what it imports.
 pub fn documented(doc: &str) -> Imports {
-    let section = doc.split("## Imports").nth(1).unwrap_or("");
+    documented_in(doc, "## Imports")
+}
+
+/// The table under `heading` in docs/layout.md: its first column → the names in
+/// its second.
+pub fn documented_in(doc: &str, heading: &str) -> Imports {
+    let section = doc.split(heading).nth(1).unwrap_or("");
     let section = section.split("\n## ").next().unwrap_or("");
     let mut out = Imports::new();
     for line in section.lines().filter(|l| l.starts_with("| `")) {
@@ -188,11 +194,18 @@ pub fn documented(doc: &str) -> Imports {
     out
 }
 
-/// The names a file in a folder of `src` reaches through its parent's `mod.rs`:
-/// `super::X` where `X` is no sibling module (a file or folder beside it), and
-/// `crate::PATH::X` where `PATH` is its own folder. Files of the crate root and
-/// `mod.rs` files themselves are not children.
-pub fn upward_imports(src: &Path) -> std::io::Result<Vec<String>> {
+/// A file of a folder of `src` (not the crate root, not a `mod.rs`): its path
+/// under `src`, its folder, the names beside it (files and folders), and the
+/// names it reaches through `super::` or `crate::FOLDER::` (its folder's path).
+struct Child {
+    rel: std::path::PathBuf,
+    folder: String,
+    siblings: BTreeSet<String>,
+    reached: Vec<(String, String)>,
+}
+
+/// Every child file of a folder of `src`, with what it reaches in its folder.
+fn children(src: &Path) -> std::io::Result<Vec<Child>> {
     let mut out = Vec::new();
     for f in rs_files(src)? {
         let Ok(rel) = f.strip_prefix(src) else {
@@ -201,7 +214,10 @@ pub fn upward_imports(src: &Path) -> std::io::Result<Vec<String>> {
         let Some(dir) = rel.parent().filter(|d| !d.as_os_str().is_empty()) else {
             continue;
         };
-        if f.file_name().is_some_and(|n| n == "mod.rs") {
+        // A folder's own `mod.rs` declares its children; `tests.rs` is test code.
+        if f.file_name()
+            .is_some_and(|n| n == "mod.rs" || n == "tests.rs")
+        {
             continue;
         }
         let siblings: BTreeSet<String> = std::fs::read_dir(f.parent().unwrap_or(src))?
@@ -216,8 +232,10 @@ pub fn upward_imports(src: &Path) -> std::io::Result<Vec<String>> {
                 }
             })
             .collect();
-        let own = format!("crate::{}::", dir.to_string_lossy().replace('/', "::"));
+        let folder = dir.to_string_lossy().into_owned();
+        let own = format!("crate::{}::", folder.replace('/', "::"));
         let text = code(&std::fs::read_to_string(&f)?);
+        let mut reached = Vec::new();
         for (prefix, is_super) in [("super::", true), (own.as_str(), false)] {
             let mut rest = text.as_str();
             while let Some(i) = rest.find(prefix) {
@@ -236,15 +254,57 @@ pub fn upward_imports(src: &Path) -> std::io::Result<Vec<String>> {
                         .unwrap_or(""),
                 };
                 for h in heads_any(list) {
-                    if h != "self" && h != "super" && !siblings.contains(&h) {
-                        out.push(format!("{}: {prefix}{h}", rel.display()));
+                    if h != "self" && h != "super" {
+                        reached.push((prefix.to_string(), h));
                     }
                 }
             }
         }
+        out.push(Child {
+            rel: rel.to_path_buf(),
+            folder,
+            siblings,
+            reached,
+        });
     }
+    Ok(out)
+}
+
+/// The names a file in a folder of `src` reaches through its parent's `mod.rs`:
+/// `super::X` where `X` is no sibling module (a file or folder beside it), and
+/// `crate::PATH::X` where `PATH` is its own folder. Files of the crate root and
+/// `mod.rs` files themselves are not children.
+pub fn upward_imports(src: &Path) -> std::io::Result<Vec<String>> {
+    let mut out: Vec<String> = children(src)?
+        .iter()
+        .flat_map(|c| {
+            c.reached
+                .iter()
+                .filter(|(_, h)| !c.siblings.contains(h))
+                .map(|(prefix, h)| format!("{}: {prefix}{h}", c.rel.display()))
+        })
+        .collect();
     out.sort();
     out.dedup();
+    Ok(out)
+}
+
+/// Inside each folder of `src`: `FOLDER/CHILD` → the siblings it imports, as
+/// `FOLDER/SIBLING` (a child is a file's stem; a folder beside it is a sibling).
+pub fn folder_imports(src: &Path) -> std::io::Result<Imports> {
+    let mut out = Imports::new();
+    for c in children(src)? {
+        let stem = c
+            .rel
+            .file_stem()
+            .map_or_else(String::new, |s| s.to_string_lossy().into_owned());
+        let entry = out.entry(format!("{}/{stem}", c.folder)).or_default();
+        for (_, h) in c.reached.iter().filter(|(_, h)| c.siblings.contains(h)) {
+            if *h != stem {
+                entry.insert(format!("{}/{h}", c.folder));
+            }
+        }
+    }
     Ok(out)
 }
 
@@ -356,6 +416,34 @@ mod tests {
             documented(&doc),
             got,
             "docs/layout.md's Imports table differs from the code"
+        );
+    }
+
+    /// Inside folders too, imports point one way, as docs/layout.md's table of
+    /// them says.
+    #[test]
+    fn inside_folders_imports_point_one_way_as_docs_layout_says() {
+        let root = crate::root();
+        let got = folder_imports(&root.join("tracker-agent/src")).unwrap();
+        assert_eq!(circle(&got), None, "an import circle inside a folder");
+        let doc = std::fs::read_to_string(root.join("docs/layout.md")).unwrap();
+        let table: Vec<String> = got
+            .iter()
+            .map(|(m, d)| {
+                let uses: Vec<String> = d.iter().map(|x| format!("`{x}`")).collect();
+                let uses = if uses.is_empty() {
+                    "—".to_string()
+                } else {
+                    uses.join(", ")
+                };
+                format!("| `{m}` | {uses} |")
+            })
+            .collect();
+        assert_eq!(
+            documented_in(&doc, "## Imports inside folders"),
+            got,
+            "docs/layout.md's table of imports inside folders differs from the code; as the code has it:\n{}",
+            table.join("\n")
         );
     }
 
