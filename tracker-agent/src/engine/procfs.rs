@@ -21,6 +21,9 @@ struct Member {
     sys_ns: u64,
     /// The process's /proc/PID/io: its threads' and its reaped children's I/O.
     io: Figures,
+    /// Its leader's schedstat (run time, times put on a CPU), read before the
+    /// last stat of it: the same now means it has not run since (`unchanged`).
+    sched: Option<(u64, u64)>,
 }
 
 impl Member {
@@ -72,7 +75,16 @@ pub struct ProcfsEngine {
     /// only when its stat shows another number, or a thread's `children` file is
     /// gone (one exited, another came).
     threads: HashMap<u32, (u64, Vec<u32>)>,
+    /// Members this poll found unchanged since the last (`unchanged`): their last
+    /// stat, io and children stand.
+    idle: HashSet<u32>,
+    polls: u64,
 }
+
+/// Every this many polls the stat of each member that has not run is read again:
+/// its RSS falls when the kernel reclaims its pages, and its parent changes when
+/// the one above exits, neither of which it need run for.
+const RESTAT_EVERY: u64 = 10;
 
 /// Whether `pid` ignores SIGCHLD (its children are then reaped by the kernel, and
 /// their times are added to no one).
@@ -226,6 +238,8 @@ impl ProcfsEngine {
             children_files: have_children_files(),
             files: procread::FileCache::default(),
             threads: HashMap::new(),
+            idle: HashSet::new(),
+            polls: 0,
         }
     }
 
@@ -277,6 +291,40 @@ impl ProcfsEngine {
             .and_then(|_| procread::parse_stat(&self.buf))
     }
 
+    /// A member's stat where it has not run since the last: the process had one
+    /// thread and was not running then, and its schedstat (read here before any
+    /// stat of this poll, and kept for the next) is what it was before that stat
+    /// was read. Its CPU, children's CPU, faults, I/O, threads and children each
+    /// move only while it runs (a fork, a wait, a fault, a read), and a second
+    /// thread only comes from one that runs: its io and `children` are not read
+    /// again, nor its stat but every `RESTAT_EVERY` polls (`restat`). One `pread`
+    /// instead of a stat, an io and a `children` file (open, read, close).
+    fn unchanged(&mut self, pid: u32, restat: bool) -> Option<procread::Stat> {
+        let last = *self.live.get(&pid)?;
+        if last.num_threads != 1 {
+            return None;
+        }
+        let now = self
+            .files
+            .read(pid, pid, procread::Kind::Schedstat, &mut self.buf)
+            .and_then(|_| procread::parse_schedstat(&self.buf));
+        let m = self.members.get_mut(&pid)?;
+        let before = std::mem::replace(&mut m.sched, now);
+        if now.is_none() || before != now || last.state == b'R' {
+            return None;
+        }
+        let st = if restat {
+            self.stat_of(pid)
+                .filter(|st| st.starttime == last.starttime)?
+        } else {
+            self.files.touch(pid, pid, procread::Kind::Stat);
+            last
+        };
+        self.files.touch(pid, pid, procread::Kind::Io);
+        self.idle.insert(pid);
+        Some(st)
+    }
+
     /// The children of a process of `num_threads` threads, added to `out`: each
     /// thread's `children` file, over the thread list kept while it holds.
     fn children(&mut self, pid: u32, num_threads: u64, out: &mut Vec<u32>) {
@@ -317,6 +365,10 @@ impl ProcfsEngine {
                 continue;
             };
             out.insert(p, st);
+            if self.idle.contains(&p) {
+                // Its children are members, and roots of their own, already.
+                continue;
+            }
             kids.clear();
             self.children(p, st.num_threads, &mut kids);
             stack.extend(kids.iter().copied());
@@ -342,6 +394,9 @@ impl ProcfsEngine {
         let root_start = self.root_start;
         let same_root = |st: &procread::Stat| Some(st.starttime) == root_start;
         if self.children_files {
+            // Files of members that left: neither read nor kept since the last
+            // poll began (its io is read after its walk).
+            self.files.sweep();
             // Once a member, the root is checked with the members below.
             let mut roots = Vec::new();
             let mut known = HashMap::new();
@@ -356,8 +411,14 @@ impl ProcfsEngine {
                 .iter()
                 .map(|(&p, m)| (p, m.starttime))
                 .collect();
+            let restat = self.polls.is_multiple_of(RESTAT_EVERY);
+            self.polls += 1;
+            self.idle.clear();
             for (pid, start) in members {
-                if let Some(st) = self.stat_of(pid).filter(|st| st.starttime == start) {
+                if let Some(st) = self.unchanged(pid, restat) {
+                    roots.push(pid);
+                    known.insert(pid, st);
+                } else if let Some(st) = self.stat_of(pid).filter(|st| st.starttime == start) {
                     roots.push(pid);
                     known.insert(pid, st);
                 }
@@ -366,7 +427,6 @@ impl ProcfsEngine {
                 children_of(me, &mut self.buf, &mut roots);
             }
             let all = self.tree_from(&roots, known);
-            self.files.sweep();
             let mut set: HashSet<u32> = all.keys().copied().collect();
             set.remove(&std::process::id());
             return (all, set);
@@ -567,7 +627,9 @@ impl ProcfsEngine {
             });
             entry.ppid = st.ppid;
             entry.set_times(&st, self.tck_ns);
-            if let Some(io) = self
+            if self.idle.contains(&pid) {
+                // Its io as last read stands.
+            } else if let Some(io) = self
                 .files
                 .read(pid, pid, procread::Kind::Io, &mut self.buf)
                 .and_then(|_| procread::parse_io(&self.buf))
@@ -654,5 +716,47 @@ mod tests {
             eventually(|| !e.zombie_children()),
             "still a zombie after the reap"
         );
+    }
+
+    /// A member that has not run since its last reading is not read again (its
+    /// schedstat says so); one that ran is read whole, its new child found, and
+    /// the tree's CPU is what the members' stats say, to the tick.
+    #[test]
+    fn a_member_is_read_again_once_it_has_run() {
+        let mut child = std::process::Command::new("sh")
+            .args([
+                "-c",
+                "sleep 0.6; i=0; while [ $i -lt 50000 ]; do i=$((i+1)); done; exec sleep 30",
+            ])
+            .spawn()
+            .expect("spawning sh");
+        let root = child.id();
+        let mut e = ProcfsEngine::new(root, None);
+        let mut idle_seen = false;
+        for _ in 0..4 {
+            e.read().expect("a reading");
+            idle_seen |= e.idle.contains(&root);
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        assert!(idle_seen, "the waiting shell was read whole every poll");
+        // The loop runs, then the shell becomes `sleep 30`.
+        let mut buf = String::new();
+        assert!(
+            eventually(|| procread::stat(root, &mut buf)
+                .is_some_and(|st| st.utime + st.stime > 0 && buf.contains("(sleep)"))),
+            "the shell never ran its loop"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+        let t = e.read().expect("a reading");
+        assert!(!e.idle.contains(&root), "it ran, yet was kept");
+        let st = procread::stat(root, &mut buf).expect("its stat");
+        let tck = 1_000_000_000 / crate::sys::clk_tck();
+        assert_eq!(
+            t.cpu_ns,
+            (st.utime + st.stime + st.cutime + st.cstime) * tck,
+            "{st:?}"
+        );
+        child.kill().ok();
+        child.wait().ok();
     }
 }

@@ -96,6 +96,15 @@ pub fn parse_stat(s: &str) -> Option<Stat> {
     })
 }
 
+/// A task's run time (ns) and the number of times it was put on a CPU, from its
+/// schedstat; `None` where the kernel keeps no scheduler info (it prints zeros).
+pub fn parse_schedstat(s: &str) -> Option<(u64, u64)> {
+    let mut it = s.split_ascii_whitespace();
+    let run_ns = it.next()?.parse().ok()?;
+    let pcount = it.nth(1)?.parse().ok()?;
+    (pcount > 0).then_some((run_ns, pcount))
+}
+
 pub fn stat(pid: u32, buf: &mut String) -> Option<Stat> {
     read_into(&format!("/proc/{pid}/stat"), buf)?;
     parse_stat(buf)
@@ -159,11 +168,6 @@ pub fn parse_rollup(s: &str) -> Option<Rollup> {
     pss.then_some(r)
 }
 
-pub fn rollup(pid: u32, buf: &mut String) -> Option<Rollup> {
-    read_into(&format!("/proc/{pid}/smaps_rollup"), buf)?;
-    parse_rollup(buf)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -192,8 +196,20 @@ mod tests {
         let r = parse_rollup(s).unwrap();
         assert_eq!((r.pss, r.shared), (962 * 1024, 3536 * 1024));
         assert!(parse_rollup("Rss: 1 kB\n").is_none());
-        let me = rollup(std::process::id(), &mut String::new()).expect("own rollup");
-        assert!(me.pss > 0);
+        let (mut c, mut buf, me) = (FileCache::default(), String::new(), std::process::id());
+        c.read(me, me, Kind::Rollup, &mut buf).expect("own rollup");
+        let first = parse_rollup(&buf).expect("own rollup parses");
+        assert!(first.pss > 0);
+        // Held open, read again: a fresh walk, which sees 64 MiB more.
+        let held = vec![1u8; 64 << 20];
+        c.read(me, me, Kind::Rollup, &mut buf)
+            .expect("own rollup again");
+        let second = parse_rollup(&buf).expect("own rollup parses");
+        assert!(
+            second.pss >= first.pss + (60 << 20),
+            "{first:?} then {second:?}"
+        );
+        drop(held);
     }
 
     #[test]
@@ -229,6 +245,13 @@ mod tests {
         c.sweep();
         c.sweep();
         assert!(c.files.is_empty());
+    }
+
+    #[test]
+    fn schedstat_run_time_and_runs() {
+        assert_eq!(parse_schedstat("123456 789 42\n"), Some((123456, 42)));
+        assert_eq!(parse_schedstat("0 0 0\n"), None);
+        assert_eq!(parse_schedstat("12"), None);
     }
 
     #[test]
@@ -286,6 +309,11 @@ pub enum Kind {
     /// One thread's own I/O (`/proc/TGID/task/TID/io`, for the leader too).
     ThreadIo,
     Schedstat,
+    /// A process's smaps_rollup: held open, it is read again at a walk of its
+    /// page tables without the open's path lookup and permission check. The file
+    /// holds the mm it was opened on: after an exec or an exit it reads nothing,
+    /// and is opened again.
+    Rollup,
 }
 
 const MAX_CACHED: usize = 3000;
@@ -307,6 +335,7 @@ impl FileCache {
             Kind::ThreadIo => format!("/proc/{tgid}/task/{tid}/io"),
             Kind::Io => format!("/proc/{tgid}/io"),
             Kind::Schedstat => task_path(tgid, tid, "schedstat"),
+            Kind::Rollup => format!("/proc/{tgid}/smaps_rollup"),
         };
         let f = File::open(path).ok()?;
         pread_into(&f, buf)?;
@@ -314,6 +343,12 @@ impl FileCache {
             self.files.insert(key, f);
         }
         Some(())
+    }
+
+    /// Keeps the file for (tgid, tid, kind) open through the next sweep without
+    /// reading it: what it says is known not to have moved.
+    pub fn touch(&mut self, tgid: u32, tid: u32, kind: Kind) {
+        self.used.insert((tgid, tid, kind), ());
     }
 
     /// Closes the files not read since the last sweep (members that left).
