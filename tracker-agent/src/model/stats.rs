@@ -454,7 +454,26 @@ struct MemoryBasis {
 }
 
 /// The advice's margin over its basis, as the Python package's (×1.2).
-const MEMORY_MARGIN: f64 = 1.2;
+pub const MEMORY_MARGIN: f64 = 1.2;
+
+/// What a `memory_basis` is, in a line's few words (`short`) or in a sentence's
+/// (`long`): one table for the summary, the report and the explanation.
+pub fn basis_words(name: &str, reread_mib: f64) -> (&'static str, &'static str) {
+    match name {
+        "working_set" if reread_mib >= 1.0 => (
+            "working set + page cache read back",
+            "working set (the cgroup's charge less inactive page cache)",
+        ),
+        "working_set" => (
+            "working set peak",
+            "working set (the cgroup's charge less inactive page cache)",
+        ),
+        "oom_kill" => ("an OOM kill under the limit", "OOM kill under the limit"),
+        "cgroup" => ("cgroup peak", "cgroup charge"),
+        "pss" => ("pss peak", "Σ PSS"),
+        _ => ("rss peak", "Σ RSS"),
+    }
+}
 
 impl UsageAccum {
     /// The working set where the cgroup's parts are known: page cache is what a
@@ -505,12 +524,7 @@ impl UsageAccum {
 impl MemoryBasis {
     /// One sentence: which figures the advice is built on, and its price.
     fn explain(&self, memory_mib: u64, cpu: u64, slowdown: f64) -> String {
-        let what = match self.name {
-            "working_set" => "working set (the cgroup's charge less inactive page cache)",
-            "cgroup" => "cgroup charge",
-            "pss" => "Σ PSS",
-            _ => "Σ RSS",
-        };
+        let (_, what) = basis_words(self.name, self.reread_mib);
         let mut s = format!(
             "memory {memory_mib} MiB: peak {what} {:.0} MiB",
             self.working_set_mib

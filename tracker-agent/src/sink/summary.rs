@@ -146,19 +146,13 @@ fn recommendation_lines(r: &crate::model::stats::Recommendation) -> String {
         (g, v) => format!("{g} GPU, {v} MiB VRAM"),
     };
     let reread = r.page_cache_reread_mib.unwrap_or(0.0);
-    let basis = match r.memory_basis {
-        "working_set" if reread >= 1.0 => "working set + page cache read back",
-        "working_set" => "working set peak",
-        "oom_kill" => "an OOM kill under the limit",
-        "cgroup" => "cgroup peak",
-        "pss" => "pss peak",
-        _ => "rss peak",
-    };
+    let (basis, _) = crate::model::stats::basis_words(r.memory_basis, reread);
     s.push_str(&format!(
-        "resource-tracker: recommended {} CPU, {} MiB memory ({basis} {:.0} MiB ×1.2), {gpu}; {} server; {}\n",
+        "resource-tracker: recommended {} CPU, {} MiB memory ({basis} {:.0} MiB ×{}), {gpu}; {} server; {}\n",
         r.cpu,
         r.memory_mib,
         r.memory_basis_mib,
+        crate::model::stats::MEMORY_MARGIN,
         r.allocation,
         r.metaflow
     ));
