@@ -301,34 +301,38 @@ fn api_on_real_jobs_equals_the_binarys_json() {
     }
 }
 
+/// What a test that runs the package as nobody needs: a venv of Debian's
+/// interpreter (one another user can execute; a pyenv one under /root is not)
+/// in a scratch directory nobody may write, and the fixture copied there (the
+/// checkout may sit where the other user cannot read: a clone in a `mktemp -d`
+/// directory is 0700). None where the test cannot run here, said by `require`.
+fn as_nobody(name: &str, fixture: &str) -> Option<(Scratch, PathBuf, PathBuf)> {
+    let whl = wheel()?;
+    let base = "/usr/bin/python3";
+    if !require(is_root(), "dropping to another user needs root")
+        || !require(have("setpriv"), "setpriv is missing")
+        || !require(Path::new(base).exists(), "/usr/bin/python3 is missing")
+    {
+        return None;
+    }
+    let s = Scratch::new(name);
+    let py = fresh_venv_of(base, &s, "plain", &whl, &[]);
+    std::fs::set_permissions(&s.0, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let script = s.path(fixture);
+    std::fs::copy(tracker_tests::python::fixture(fixture), &script).unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    Some((s, py, script))
+}
+
 #[test]
 fn not_root_gets_the_procfs_backend_said_once() {
-    let Some(whl) = wheel() else { return };
-    if !require(is_root(), "dropping to another user needs root") {
+    let Some((s, py, script)) = as_nobody("py-nonroot", "api_run.py") else {
         return;
-    }
-    if !require(have("setpriv"), "setpriv is missing") {
-        return;
-    }
-    // Debian's interpreter: one another user can execute (a pyenv one under /root
-    // is not).
-    let base = "/usr/bin/python3";
-    if !require(Path::new(base).exists(), "/usr/bin/python3 is missing") {
-        return;
-    }
-    let s = Scratch::new("py-nonroot");
-    let py = fresh_venv_of(base, &s, "plain", &whl, &[]);
+    };
     let python_cols = csv_python_columns(&s);
     let copies = s.path("copies");
     std::fs::create_dir_all(&copies).unwrap();
-    for d in [&s.0, &copies] {
-        std::fs::set_permissions(d, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
-    }
-    // The script from the scratch directory: the checkout may sit where the other
-    // user cannot read (a clone in a `mktemp -d` directory is 0700).
-    let script = s.path("api_run.py");
-    std::fs::copy(tracker_tests::python::fixture("api_run.py"), &script).unwrap();
-    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    std::fs::set_permissions(&copies, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
     let o = output_within(
         Command::new("setpriv")
             .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
@@ -456,24 +460,9 @@ fn run_command_runs_a_job_under_limits() {
 /// before start() to after stop(); its peak, less at most the tracker's RSS.
 #[test]
 fn as_a_user_in_a_cgroup_of_its_own_the_cgroup_is_the_source() {
-    let Some(whl) = wheel() else { return };
-    if !require(
-        is_root(),
-        "making cgroups and dropping to another user need root",
-    ) || !require(have("setpriv"), "setpriv is missing")
-    {
+    let Some((s, py, script)) = as_nobody("py-own-cgroup", "in_own_cgroup.py") else {
         return;
-    }
-    let base = "/usr/bin/python3";
-    if !require(Path::new(base).exists(), "/usr/bin/python3 is missing") {
-        return;
-    }
-    let s = Scratch::new("py-own-cgroup");
-    let py = fresh_venv_of(base, &s, "plain", &whl, &[]);
-    std::fs::set_permissions(&s.0, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
-    let script = s.path("in_own_cgroup.py");
-    std::fs::copy(tracker_tests::python::fixture("in_own_cgroup.py"), &script).unwrap();
-    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    };
     for round in 0..3 {
         let cg = tracker_tests::Cgroup::new("pyown");
         let (cpu_file, peak_file) = cg.files();
