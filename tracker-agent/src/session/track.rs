@@ -3,6 +3,7 @@
 //! has settled.
 
 use std::{
+    collections::HashSet,
     os::fd::{AsRawFd, FromRawFd, OwnedFd},
     time::{Duration, Instant},
 };
@@ -111,7 +112,7 @@ impl Loop {
     /// The charge of the command's cgroup while it holds exactly the tree. A member
     /// found outside it (it moved itself elsewhere) ends that for the run: memory is
     /// Σ PSS from this sample on.
-    fn tree_memcg(&mut self, tree: &TreeTotals) -> Option<MemcgReading> {
+    fn tree_memcg(&mut self, tree: &TreeTotals, live: &mut LivePids) -> Option<MemcgReading> {
         if self.memcg_stale {
             return None;
         }
@@ -120,21 +121,12 @@ impl Loop {
         let stray = if tree.memcg_inside {
             None
         } else {
-            let live = self
-                .engine
-                .as_ref()
-                .map(Engine::live_pids)
-                .unwrap_or_default();
-            cg.stray(&live)
+            cg.stray(live.get(&self.engine))
         };
         // A cgroup found holding the tree may gain other processes (a shell
         // started in the container); the tracker itself may be in it.
         let stranger = if cg.is_adopted() && stray.is_none() {
-            let live = self
-                .engine
-                .as_ref()
-                .map(Engine::live_pids)
-                .unwrap_or_default();
+            let live = live.get(&self.engine);
             match cg.strangers(&|p| live.contains(&p)) {
                 Ok(None) => None,
                 Ok(Some(pid)) => Some(format!(
@@ -210,10 +202,10 @@ impl Loop {
     /// which then is the larger. So the larger of the two is the tree's CPU, and
     /// no per-sample check of the cgroup's members is needed (one measured ~0.1 ms
     /// a sample for 50 processes). A cgroup that can no longer be read is given up.
-    fn tree_cpu(&mut self, tree: &mut TreeTotals) -> bool {
+    fn tree_cpu(&mut self, tree: &mut TreeTotals, live: &mut LivePids) -> bool {
         let backend_ns = tree.cpu_ns;
         if self.cpucg.as_ref().is_some_and(|c| c.adopted) {
-            return self.adopted_cpu(tree);
+            return self.adopted_cpu(tree, live);
         }
         let Some(c) = self.cpucg.as_mut() else {
             tree.cpu_ns = backend_ns.max(self.cpu_floor);
@@ -254,9 +246,9 @@ impl Loop {
     /// its reaper's `cutime`. The cgroup checked for strangers (here for v1's own
     /// CPU cgroup; with v2 the memory one is the same) and given up, with the
     /// memory one, once anything else is in it.
-    fn adopted_cpu(&mut self, tree: &mut TreeTotals) -> bool {
+    fn adopted_cpu(&mut self, tree: &mut TreeTotals, live: &mut LivePids) -> bool {
         let backend_ns = tree.cpu_ns;
-        let Some(counted) = self.adopted_counted() else {
+        let Some(counted) = self.adopted_counted(live) else {
             if self.cpucg.take().is_some() {
                 log::info!("the attached tree's CPU cgroup holds more than the tree, or cannot be read: its CPU is the backend's from here on");
             }
@@ -276,12 +268,8 @@ impl Loop {
     /// it is inside (ns); None once it holds anything but the tree and this
     /// tracker (checked here for v1's own CPU cgroup; v2's is the memory one,
     /// checked by `tree_memcg`) or cannot be read.
-    fn adopted_counted(&mut self) -> Option<i128> {
-        let live = self
-            .engine
-            .as_ref()
-            .map(Engine::live_pids)
-            .unwrap_or_default();
+    fn adopted_counted(&mut self, live: &mut LivePids) -> Option<i128> {
+        let live = live.get(&self.engine);
         let stale = self.memcg.is_some() && self.memcg_stale;
         let (ns, inside) = match self.cpucg.as_mut()?.own.as_mut() {
             Some(cg) => match cg.strangers(&|p| live.contains(&p)) {
@@ -306,12 +294,14 @@ impl Loop {
     fn sample(&mut self, ring: Option<&mut Ring>) -> anyhow::Result<Sample> {
         let t0 = Instant::now();
         let (mut tree, stamp) = self.read_tree(ring)?;
-        let memcg = self.tree_memcg(&tree);
-        let cpu_cgroup = self.tree_cpu(&mut tree);
+        let mut live = LivePids(None);
+        let memcg = self.tree_memcg(&tree, &mut live);
+        let cpu_cgroup = self.tree_cpu(&mut tree, &mut live);
         let pressure = self.tree_pressure();
         if memcg.is_none() || self.pss_always {
             if let Some(e) = &self.engine {
-                tree.pss_bytes = self.pss.read(&e.live_pids(), &|p| e.mem_sig(p));
+                let live = live.get(&self.engine);
+                tree.pss_bytes = self.pss.read(live, &|p| e.mem_sig(p));
                 log::trace!("Σ PSS: {:?}", self.pss.counts);
             }
         }
@@ -319,12 +309,7 @@ impl Loop {
         // The GPUs' readings and the tree's GPU use; nothing (not even the tree's
         // pid list) without a GPU.
         if self.gpus.active() {
-            let pids = self
-                .engine
-                .as_ref()
-                .map(Engine::live_pids)
-                .unwrap_or_default();
-            let (g, p) = self.gpus.sample(&pids);
+            let (g, p) = self.gpus.sample(live.get(&self.engine));
             host.gpu = g;
             host.process_gpu = self.engine.is_some().then_some(p);
         }
@@ -540,6 +525,16 @@ const TAIL_POLL: Duration = Duration::from_millis(5);
 const REAP_WAIT: Duration = Duration::from_secs(2);
 
 /// Whether any process of the tree is still running.
+/// The tree's live pids, listed at most once a sample, when first asked for.
+struct LivePids(Option<HashSet<u32>>);
+
+impl LivePids {
+    fn get(&mut self, engine: &Option<Engine>) -> &HashSet<u32> {
+        self.0
+            .get_or_insert_with(|| engine.as_ref().map(Engine::live_pids).unwrap_or_default())
+    }
+}
+
 fn tree_alive(engine: &mut Option<Engine>) -> bool {
     engine.as_mut().is_some_and(Engine::tree_alive)
 }
@@ -628,16 +623,13 @@ impl Loop {
         // backend's: its CPU before it is the offset, and whether this tracker
         // is inside is known before the first sample.
         if let (Some(b), true) = (&base, self.cpucg.as_ref().is_some_and(|c| c.adopted)) {
+            let mut live = LivePids(None);
             if let Some(m) = self.memcg.as_mut().filter(|m| m.is_adopted()) {
-                let live = self
-                    .engine
-                    .as_ref()
-                    .map(Engine::live_pids)
-                    .unwrap_or_default();
+                let live = live.get(&self.engine);
                 let _ = m.strangers(&|p| live.contains(&p));
             }
             self.cpu_offset = self
-                .adopted_counted()
+                .adopted_counted(&mut live)
                 .map(|counted| i128::from(b.cpu_ns) - counted);
         }
         let bpf = self.engine.as_ref().and_then(Engine::bpf_stats);
