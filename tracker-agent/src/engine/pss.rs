@@ -13,7 +13,9 @@
 //! - sharers outside the tree (libraries, files mapped by other processes): not
 //!   seen, so every `FULL_EVERY`-th sample is a settled pass too. What they move in
 //!   between is the remaining error: their share of the pages the tree maps with
-//!   them changes by a fraction of a page per page mapped or unmapped there.
+//!   them changes by a fraction of a page per page mapped or unmapped there
+//!   (docs/cost.md, "Σ PSS's periodic pass": under 1 % of an idle tree's Σ PSS
+//!   here, and no larger over 60 s than over 10).
 //!
 //! A stat (the engine's of this sample where it read one, else ~3 µs here) stands
 //! in for a smaps_rollup (15 µs for an idle `sleep`, 56 µs for an idle Python, and
@@ -23,8 +25,10 @@ use std::collections::{HashMap, HashSet};
 
 use super::procread::{self, FileCache, Kind, MemSig, Rollup, Stat, PF_EXITING};
 
-/// Samples between two settled passes when nothing in the tree moved.
-const FULL_EVERY: u32 = 10;
+/// Samples between two settled passes when nothing in the tree moved: the pass
+/// is a rollup per member, most of an idle attached sample's cost when it came
+/// every tenth (docs/cost.md, "Σ PSS's periodic pass").
+const FULL_EVERY: u32 = 30;
 
 /// Passes of a settled read: each walks every member's page tables.
 const PASSES: usize = 4;
@@ -139,7 +143,7 @@ impl PssSum {
     /// while it ran. So passes are taken until two in a row agree and no member read
     /// was exiting (at most `PASSES`), and the smallest sum counts, with its
     /// members' figures kept for the samples after. Where every member has a kept
-    /// figure (the tenth sample's pass, or a re-read member's shares moved), their
+    /// figure (the periodic pass, or a re-read member's shares moved), their
     /// sum stands for the pass before the first: an idle tree settles in one pass.
     fn settled(
         &mut self,
@@ -348,10 +352,10 @@ mod tests {
         assert_eq!((p.counts.kept, p.counts.rollups_read), (1, read + 1));
     }
 
-    /// The tenth sample's settled pass of an idle tree agrees with the figures kept
-    /// at once: one rollup per member, not two passes.
+    /// The periodic settled pass of an idle tree agrees with the figures kept at
+    /// once: one rollup per member, not two passes.
     #[test]
-    fn an_idle_trees_tenth_sample_is_one_pass() {
+    fn an_idle_trees_periodic_pass_is_one_pass() {
         let kids = Sleepers::new(3);
         let live = kids.pids();
         let mut p = PssSum::default();
