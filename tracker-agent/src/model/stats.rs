@@ -456,22 +456,17 @@ struct MemoryBasis {
 /// The advice's margin over its basis, as the Python package's (×1.2).
 pub const MEMORY_MARGIN: f64 = 1.2;
 
-/// What a `memory_basis` is, in a line's few words (`short`) or in a sentence's
-/// (`long`): one table for the summary, the report and the explanation.
-pub fn basis_words(name: &str, reread_mib: f64) -> (&'static str, &'static str) {
+/// What a `memory_basis` is, in a line's few words: the summary's line names the
+/// advice's basis by it. `MemoryBasis::what` is the sentence's word for a measured
+/// one; after an OOM kill `Recommendation::after_oom_kill` writes its own sentence.
+pub fn basis_words(name: &str, reread_mib: f64) -> &'static str {
     match name {
-        "working_set" if reread_mib >= 1.0 => (
-            "working set + page cache read back",
-            "working set (the cgroup's charge less inactive page cache)",
-        ),
-        "working_set" => (
-            "working set peak",
-            "working set (the cgroup's charge less inactive page cache)",
-        ),
-        "oom_kill" => ("an OOM kill under the limit", "OOM kill under the limit"),
-        "cgroup" => ("cgroup peak", "cgroup charge"),
-        "pss" => ("pss peak", "Σ PSS"),
-        _ => ("rss peak", "Σ RSS"),
+        "working_set" if reread_mib >= 1.0 => "working set + page cache read back",
+        "working_set" => "working set peak",
+        "oom_kill" => "an OOM kill under the limit",
+        "cgroup" => "cgroup peak",
+        "pss" => "pss peak",
+        _ => "rss peak",
     }
 }
 
@@ -522,9 +517,19 @@ impl UsageAccum {
 }
 
 impl MemoryBasis {
+    /// The measured figure, in `explain`'s sentence.
+    fn what(&self) -> &'static str {
+        match self.name {
+            "working_set" => "working set (the cgroup's charge less inactive page cache)",
+            "cgroup" => "cgroup charge",
+            "pss" => "Σ PSS",
+            _ => "Σ RSS",
+        }
+    }
+
     /// One sentence: which figures the advice is built on, and its price.
     fn explain(&self, memory_mib: u64, cpu: u64, slowdown: f64) -> String {
-        let (_, what) = basis_words(self.name, self.reread_mib);
+        let what = self.what();
         let mut s = format!(
             "memory {memory_mib} MiB: peak {what} {:.0} MiB",
             self.working_set_mib

@@ -146,7 +146,7 @@ fn recommendation_lines(r: &crate::model::stats::Recommendation) -> String {
         (g, v) => format!("{g} GPU, {v} MiB VRAM"),
     };
     let reread = r.page_cache_reread_mib.unwrap_or(0.0);
-    let (basis, _) = crate::model::stats::basis_words(r.memory_basis, reread);
+    let basis = crate::model::stats::basis_words(r.memory_basis, reread);
     s.push_str(&format!(
         "resource-tracker: recommended {} CPU, {} MiB memory ({basis} {:.0} MiB ×{}), {gpu}; {} server; {}\n",
         r.cpu,
