@@ -166,6 +166,21 @@ fn stats_as_python(st: &Value) -> Value {
     out
 }
 
+/// The keys of the object `key` of a JSON line, in the line's order (serde_json's
+/// `Value` sorts them): an object of scalars, as the sample's `process` is.
+fn json_keys_of(line: &str, key: &str) -> Vec<String> {
+    let start = line
+        .find(&format!("\"{key}\":{{"))
+        .unwrap_or_else(|| panic!("no {key} object in {line}"))
+        + key.len()
+        + 4;
+    let body = &line[start..start + line[start..].find('}').expect("its end")];
+    body.split(',')
+        .filter_map(|kv| kv.split_once(':'))
+        .map(|(k, _)| k.trim_matches('"').to_string())
+        .collect()
+}
+
 /// One API run checked against the binary's files of the same run.
 fn check_api_run(out: &Value, copies: &Path, python_cols: &[String], kind: &str) {
     assert_eq!(out["kind"], kind, "{out}");
@@ -217,6 +232,27 @@ fn check_api_run(out: &Value, copies: &Path, python_cols: &[String], kind: &str)
         )
         .collect();
     assert_eq!(&process[..want_process.len()], want_process.as_slice());
+    // Then every other field of the binary's `process`, in its JSON order: a field
+    // the binary gains is a column of the package's with no change to it.
+    let line = std::fs::read_to_string(copies.join("samples.jsonl")).unwrap();
+    let mapped_keys: Vec<&str> = [
+        "pid",
+        "utime_secs",
+        "stime_secs",
+        "memory_mib",
+        "read_bytes",
+        "write_bytes",
+        "gpu_usage",
+        "gpu_vram_mib",
+        "gpu_utilized",
+    ]
+    .into();
+    let want_extra: Vec<String> = json_keys_of(line.lines().next().unwrap(), "process")
+        .into_iter()
+        .filter(|k| !mapped_keys.contains(&k.as_str()))
+        .collect();
+    assert!(want_extra.len() >= 20, "{want_extra:?}");
+    assert_eq!(&process[want_process.len()..], want_extra.as_slice());
     let system: Vec<String> = serde_json::from_value(cols["system"].clone()).unwrap();
     let want_system: Vec<String> = std::iter::once("timestamp".to_string())
         .chain(

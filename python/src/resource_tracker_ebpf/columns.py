@@ -6,9 +6,41 @@ from __future__ import annotations
 
 from typing import Any, Dict, Iterable, List, Optional
 
-from ._fields import PROCESS_EXTRA
-
 Row = Dict[str, Any]
+
+# The tree's fields that fill 0.5.0's process columns (below, `process_row`): every
+# other field of `process` is a column of ours after them.
+PROCESS_MAPPED = frozenset(
+    [
+        "pid",
+        "utime_secs",
+        "stime_secs",
+        "memory_mib",
+        "read_bytes",
+        "write_bytes",
+        "gpu_usage",
+        "gpu_vram_mib",
+        "gpu_utilized",
+    ]
+)
+
+
+def process_extra(samples: Iterable[Row]) -> List[str]:
+    """The tree's columns beyond 0.5.0's: the fields of the samples' `process` that
+    `PROCESS_MAPPED` does not name, in the binary's JSON order (its field registry's),
+    so that a field the binary gains is a column here with no change to this package."""
+    names: Dict[str, None] = {}
+    for s in samples:
+        p = s.get("process")
+        if not p:
+            continue
+        for k in p:
+            if k not in PROCESS_MAPPED:
+                names.setdefault(k)
+        # Samples of binaries before `memory_source`: `process_row` says it.
+        names.setdefault("memory_source")
+    return list(names)
+
 
 # The Python package 0.5.0's column names and order (its SystemTracker and
 # ProcessTracker), then what the binary knows beyond them.
@@ -159,8 +191,8 @@ def process_row(s: Row) -> Optional[Row]:
         "gpu_vram_mib": p.get("gpu_vram_mib"),
         "gpu_utilized": p.get("gpu_utilized"),
     }
-    # The binary's fields beyond 0.5.0's (its field registry), as the JSON has them.
-    row.update((name, p.get(name)) for name in PROCESS_EXTRA)
+    # The binary's fields beyond 0.5.0's (`process_extra`), as the JSON has them.
+    row.update((name, v) for name, v in p.items() if name not in PROCESS_MAPPED)
     row["memory_source"] = memory_source(p)
     return row
 

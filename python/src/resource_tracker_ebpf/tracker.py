@@ -675,11 +675,13 @@ class ResourceTracker:
     def process_metrics(self) -> Any:
         """The tree, one row per sample: the Python package's columns (timestamp, pid,
         children, utime, stime, cpu_usage, memory_mib, disk_read_bytes,
-        disk_write_bytes, gpu_usage, gpu_vram_mib, gpu_utilized), then the binary's
-        own (backend, live_processes, processes_spawned, …). A pandas DataFrame when
-        pandas is installed, else a list of dicts."""
-        rows = [r for r in (C.process_row(s) for s in self.samples) if r is not None]
-        return C.table(rows, C.PROCESS_COLUMNS + C.PROCESS_EXTRA)
+        disk_write_bytes, gpu_usage, gpu_vram_mib, gpu_utilized), then every other
+        field of the binary's `process` (backend, cpu_secs_total, cpu_source, …), in
+        its JSON's order. A pandas DataFrame when pandas is installed, else a list of
+        dicts."""
+        samples = self.samples
+        rows = [r for r in (C.process_row(s) for s in samples) if r is not None]
+        return C.table(rows, C.PROCESS_COLUMNS + C.process_extra(samples))
 
     @property
     def system_metrics(self) -> Any:
@@ -709,8 +711,10 @@ class ResourceTracker:
         names: List[str] = ["timestamp"]
         names += [sp + c for c in C.SYSTEM_COLUMNS[1:]]
         names += [pp + c for c in C.PROCESS_COLUMNS[1:]]
-        names += [sp + c for c in C.SYSTEM_EXTRA] + [pp + c for c in C.PROCESS_EXTRA]
-        for s in self.samples[offset or 0 :]:
+        samples = self.samples[offset or 0 :]
+        extra = C.process_extra(samples)
+        names += [sp + c for c in C.SYSTEM_EXTRA] + [pp + c for c in extra]
+        for s in samples:
             p = C.process_row(s)
             if p is None and self.track_processes:
                 continue
@@ -718,7 +722,7 @@ class ResourceTracker:
             row = {"timestamp": sysr["timestamp"]}
             for c in C.SYSTEM_COLUMNS[1:] + C.SYSTEM_EXTRA:
                 row[sp + c] = sysr[c]
-            for c in C.PROCESS_COLUMNS[1:] + C.PROCESS_EXTRA:
+            for c in C.PROCESS_COLUMNS[1:] + extra:
                 row[pp + c] = p.get(c) if p else None
             if bytes:
                 for k in list(row):

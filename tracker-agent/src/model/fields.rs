@@ -1,7 +1,8 @@
 //! The field registry: each of the tree's per-sample fields is defined once, in
 //! `sample.rs` (`tree_fields!`), and that one definition gives its JSON key and type
-//! (the struct serde writes), its CSV column, its place in the Python package's
-//! table, its text in docs/schema.md, and how a recorded file's value is read back.
+//! (the struct serde writes), its CSV column, its text in docs/schema.md, and how a
+//! recorded file's value is read back; the Python package's tables take every field
+//! of the JSON that fills none of the 0.5.0 columns (`python_csv`) as a column.
 //! The writers and readers iterate the registry; none lists the fields by hand.
 //! This module is the registry's machinery, generic over the struct it describes;
 //! the fields themselves are in `sample.rs`.
@@ -174,11 +175,6 @@ pub struct TreeField<S: 'static> {
     /// The Python package's CSV column (its first 32) this field is read back from;
     /// the writer of those frozen columns is csv.rs's own.
     pub python_csv: Option<&'static str>,
-    /// Its place in the Python package's table of the tree beyond the 0.5.0
-    /// columns (`PROCESS_EXTRA`, 1 first); None: not there. Read by the test that
-    /// writes the Python package's `_fields.py` (`check_file`).
-    #[cfg_attr(not(test), allow(dead_code))]
-    pub py: Option<u8>,
     /// The texts a text field may hold.
     pub names: &'static [&'static str],
     pub ty: fn() -> String,
@@ -195,7 +191,6 @@ impl<S> TreeField<S> {
         doc: "",
         csv: None,
         python_csv: None,
-        py: None,
         names: &[],
         ty: String::new,
         get: |_| Cell::Null,
@@ -256,14 +251,6 @@ pub fn csv_columns<S>(prefix: &str, all: &'static [TreeField<S>]) -> Vec<String>
         .collect()
 }
 
-/// The Python package's extra columns of `all`, in its order.
-#[cfg(test)]
-pub fn python_columns<S>(all: &'static [TreeField<S>]) -> Vec<&'static str> {
-    let mut v: Vec<&TreeField<S>> = all.iter().filter(|f| f.py.is_some()).collect();
-    v.sort_by_key(|f| f.py);
-    v.iter().map(|f| f.name).collect()
-}
-
 /// A Markdown table row; an empty cell is `| |`, as the docs write it.
 #[cfg(test)]
 fn table_row(cells: &[&str]) -> String {
@@ -306,22 +293,6 @@ pub fn csv_schema_rows<S>(prefix: &str, all: &'static [TreeField<S>]) -> String 
         );
         let _ = writeln!(s, "{}", table_row(&[&col, unit, &json, ""]));
     }
-    s
-}
-
-/// The Python package's generated module of the tree's extra columns.
-#[cfg(test)]
-pub fn python_module<S>(all: &'static [TreeField<S>]) -> String {
-    let mut s = String::from(
-        "\"\"\"The tree's columns beyond the Python package 0.5.0's, in order: generated from\n\
-         the binary's field registry (tracker-agent/src/model/sample.rs) by the test\n\
-         `python_columns_match_the_registry` (TRACKER_BLESS=1 writes it). Do not edit.\"\"\"\n\n\
-         PROCESS_EXTRA = [\n",
-    );
-    for name in python_columns(all) {
-        let _ = writeln!(s, "    \"{name}\",");
-    }
-    s.push_str("]\n");
     s
 }
 
@@ -370,23 +341,9 @@ pub fn check_block(rel: &str, section: &str, is_row: fn(&str) -> bool, last: boo
     panic!("{rel} ({section}) is not the registry's; TRACKER_BLESS=1 writes it:\n{want}");
 }
 
-/// The whole workspace file `rel` against `want`; TRACKER_BLESS=1 writes it.
-#[cfg(test)]
-pub fn check_file(rel: &str, want: &str) {
-    let path = format!("{}/../{rel}", env!("CARGO_MANIFEST_DIR"));
-    if std::fs::read_to_string(&path).unwrap_or_default() == want {
-        return;
-    }
-    if std::env::var_os("TRACKER_BLESS").is_some() {
-        std::fs::write(&path, want).expect("writing the file");
-        return;
-    }
-    panic!("{rel} is not the registry's; TRACKER_BLESS=1 writes it:\n{want}");
-}
-
 /// Defines `ProcessSample` (its fields in JSON order, each with its doc comment,
 /// the line docs/schema.md shows) and `TREE_FIELDS`, the registry, from one list:
-/// `name: Type { unit: …, csv: Some(n), py: Some(n), python_csv: Some(…), names: … }`.
+/// `name: Type { unit: …, csv: Some(n), python_csv: Some(…), names: … }`.
 macro_rules! tree_fields {
     ($(
         $(#[doc = $doc:literal])*

@@ -244,13 +244,13 @@ tree_fields! {
     /// root pid
     pid: u32 { python_csv: Some("process_pid") }
     /// `ebpf` or `procfs`
-    backend: &'static str { csv: Some(1), py: Some(1), names: &["ebpf", "procfs"] }
+    backend: &'static str { csv: Some(1), names: &["ebpf", "procfs"] }
     /// user CPU of the tree in the interval (exact total, split by the kernel's tick ratio)
     utime_secs: f64 { unit: "s", python_csv: Some("process_utime") }
     /// system CPU of the tree in the interval
     stime_secs: f64 { unit: "s", python_csv: Some("process_stime") }
     /// tree CPU since tracking began, exited members included
-    cpu_secs_total: f64 { unit: "s", csv: Some(2), py: Some(2) }
+    cpu_secs_total: f64 { unit: "s", csv: Some(2) }
     /// `cgroup`: under `run`, the command joined a cgroup made for it before exec (a child
     /// of the tracker's own: v2 wherever a v2 hierarchy is mounted, `cpu.stat`'s
     /// `usage_usec`; else v1 `cpuacct.usage`), and the tree's CPU is the scheduler's charge
@@ -265,13 +265,13 @@ tree_fields! {
     cpu_source: &'static str { csv: Some(3), names: &["cgroup", "ebpf", "procfs"] }
     /// processes started in the tree in the interval (the root counts when the tracker
     /// started it)
-    processes_spawned: u64 { unit: "count", csv: Some(5), py: Some(5) }
+    processes_spawned: u64 { unit: "count", csv: Some(5) }
     /// processes of the tree whose last thread exited in the interval
-    processes_exited: u64 { unit: "count", csv: Some(6), py: Some(6) }
+    processes_exited: u64 { unit: "count", csv: Some(6) }
     /// live (non-zombie) processes of the tree, root included
-    live_processes: u64 { unit: "count", csv: Some(4), py: Some(3) }
+    live_processes: u64 { unit: "count", csv: Some(4) }
     /// their threads
-    live_threads: u64 { unit: "count", py: Some(4) }
+    live_threads: u64 { unit: "count" }
     /// the tree's memory now, as a container limit would need it, by `memory_source`:
     /// shared pages count once. With `cgroup`, the charge of a cgroup made for the command
     /// (v1 `memory.usage_in_bytes`, v2 `memory.current`: anonymous memory, page cache and
@@ -289,57 +289,57 @@ tree_fields! {
     /// `cgroup.subtree_control`: said once on stderr), or a member left it (from that
     /// sample on). `rss`: no member's PSS could be read (a kernel without `smaps_rollup`,
     /// members the tracker may not inspect)
-    memory_source: &'static str { csv: Some(8), py: Some(7), names: &["cgroup", "pss", "rss"] }
+    memory_source: &'static str { csv: Some(8), names: &["cgroup", "pss", "rss"] }
     /// the cgroup's own peak since the start (v1 `memory.max_usage_in_bytes`, v2
     /// `memory.peak`), between samples too; null unless `memory_source` is `cgroup`
-    memory_peak_mib: Option<f64> { unit: "MiB", py: Some(8) }
+    memory_peak_mib: Option<f64> { unit: "MiB" }
     /// sum of the live members' RSS (`/proc/PID/stat`): a page shared by N members counts N
     /// times
-    memory_rss_mib: f64 { unit: "MiB", csv: Some(7), py: Some(9) }
+    memory_rss_mib: f64 { unit: "MiB", csv: Some(7) }
     /// sum of the live members' PSS (`smaps_rollup`: a page shared by N processes counts
     /// 1/N in each; a member whose file cannot be read is left out); read when it is the
     /// source, and every sample with `--pss`
-    memory_pss_mib: Option<f64> { unit: "MiB", py: Some(10) }
+    memory_pss_mib: Option<f64> { unit: "MiB" }
     /// largest RSS of any single member so far (`signal->maxrss` at exit for exited ones)
-    max_process_rss_mib: f64 { unit: "MiB", py: Some(11) }
+    max_process_rss_mib: f64 { unit: "MiB" }
     /// anonymous memory of the command's cgroup (v2 `memory.stat` `anon`, v1
     /// `total_rss`): what a limit cannot take back without swap; null unless
     /// `memory_source` is `cgroup`
-    memory_anon_mib: Option<f64> { unit: "MiB", csv: Some(12), py: Some(16) }
+    memory_anon_mib: Option<f64> { unit: "MiB", csv: Some(12) }
     /// page cache charged to the cgroup (v2 `file`, v1 `total_cache`; tmpfs and
     /// shared memory included): a limit reclaims it rather than fail, so it is
     /// reported beside what the job needs, not as part of it; null unless `cgroup`
-    memory_page_cache_mib: Option<f64> { unit: "MiB", csv: Some(13), py: Some(17) }
+    memory_page_cache_mib: Option<f64> { unit: "MiB", csv: Some(13) }
     /// the part of `memory_page_cache_mib` the kernel found in use more than once
     /// lately (v2 `active_file`, v1 `total_active_file`): what the working set keeps
     /// of the page cache; null unless `cgroup`
-    memory_active_page_cache_mib: Option<f64> { unit: "MiB", py: Some(26) }
+    memory_active_page_cache_mib: Option<f64> { unit: "MiB" }
     /// `memory_mib` but the cgroup's inactive page cache (`inactive_file`): the
     /// working set, as the kubelet and the Vertical Pod Autoscaler count it; null
     /// unless `cgroup`
-    memory_working_set_mib: Option<f64> { unit: "MiB", csv: Some(14), py: Some(18) }
+    memory_working_set_mib: Option<f64> { unit: "MiB", csv: Some(14) }
     /// `memory_mib` but anonymous memory and page cache: the kernel's own memory
     /// for the tree (stacks, page tables, slab, sockets); null unless `cgroup`
-    memory_kernel_mib: Option<f64> { unit: "MiB", py: Some(19) }
+    memory_kernel_mib: Option<f64> { unit: "MiB" }
     /// seconds in the interval in which some of the tree's tasks waited for a CPU
     /// (PSI `cpu.pressure` `some` of the v2 cgroup made for the command); null
     /// without one
-    cpu_pressure_secs: Option<f64> { unit: "s", csv: Some(15), py: Some(20) }
+    cpu_pressure_secs: Option<f64> { unit: "s", csv: Some(15) }
     /// seconds in the interval in which all of them did at once (`full`; null
     /// before 5.13, which keeps none for CPU)
-    cpu_pressure_full_secs: Option<f64> { unit: "s", py: Some(21) }
+    cpu_pressure_full_secs: Option<f64> { unit: "s" }
     /// seconds in the interval in which some of the tree's tasks waited for memory
     /// (reclaim, swap-in, refaults of what was reclaimed: `memory.pressure` `some`):
     /// a job that stalls here ran short of memory, and its peak is lower than what
     /// it would take; null without a v2 cgroup
-    memory_pressure_secs: Option<f64> { unit: "s", csv: Some(16), py: Some(22) }
+    memory_pressure_secs: Option<f64> { unit: "s", csv: Some(16) }
     /// seconds in the interval in which all of them did at once (`full`)
-    memory_pressure_full_secs: Option<f64> { unit: "s", py: Some(23) }
+    memory_pressure_full_secs: Option<f64> { unit: "s" }
     /// seconds in the interval in which some of the tree's tasks waited for I/O
     /// (`io.pressure` `some`); null without a v2 cgroup
-    io_pressure_secs: Option<f64> { unit: "s", csv: Some(17), py: Some(24) }
+    io_pressure_secs: Option<f64> { unit: "s", csv: Some(17) }
     /// seconds in the interval in which all of them did at once (`full`)
-    io_pressure_full_secs: Option<f64> { unit: "s", py: Some(25) }
+    io_pressure_full_secs: Option<f64> { unit: "s" }
     /// storage bytes read by the tree in the interval: each thread's own `read_bytes`
     /// (eBPF: `/proc/PID/task/TID/io` while live, `task->ioac` once it is dead and off the
     /// CPU; never a parent's count of reaped children, so nested shells count once)
@@ -348,13 +348,13 @@ tree_fields! {
     write_bytes: u64 { unit: "bytes", python_csv: Some("process_disk_write_bytes") }
     /// bytes the tree read through read-like system calls in the interval (`rchar`:
     /// page-cache hits, pipes and sockets included)
-    rchar_bytes: u64 { unit: "bytes", csv: Some(10), py: Some(13) }
+    rchar_bytes: u64 { unit: "bytes", csv: Some(10) }
     /// bytes the tree wrote through write-like system calls in the interval (`wchar`)
-    wchar_bytes: u64 { unit: "bytes", csv: Some(11), py: Some(14) }
+    wchar_bytes: u64 { unit: "bytes", csv: Some(11) }
     /// whether the root process is still running
-    root_alive: bool { csv: Some(9), py: Some(12) }
+    root_alive: bool { csv: Some(9) }
     /// tasks the kernel map had no room for (0 means exact; raise `--max-tasks`)
-    untracked_tasks: u64 { unit: "count", py: Some(15) }
+    untracked_tasks: u64 { unit: "count" }
     /// Σ over GPUs of the tree's utilisation fraction (0–1 per GPU); null without a GPU.
     /// NVIDIA: per live tree process the latest SM utilisation sample NVML took since the
     /// previous reading (`nvmlDeviceGetProcessUtilization`), summed per GPU (at most 1); no
@@ -426,7 +426,7 @@ mod tests {
 
     use super::*;
     use crate::model::{
-        fields::{check_block, check_file, csv_schema_rows, python_module, schema_rows, Cell},
+        fields::{check_block, csv_schema_rows, schema_rows, Cell},
         BpfProgram, RunStats, StreamReport, Summary, TopCommand,
     };
 
@@ -585,28 +585,38 @@ mod tests {
         );
     }
 
+    /// The Python package fills 0.5.0's process columns from the fields that have
+    /// one (`python_csv`) and makes every other field a column of its own
+    /// (columns.py `PROCESS_MAPPED`): the two lists are one.
     #[test]
-    fn python_columns_match_the_registry() {
-        check_file(
-            "python/src/resource_tracker_ebpf/_fields.py",
-            &python_module(TREE_FIELDS),
+    fn python_maps_the_fields_with_a_python_column() {
+        let path = format!(
+            "{}/../python/src/resource_tracker_ebpf/columns.py",
+            env!("CARGO_MANIFEST_DIR")
         );
+        let py = std::fs::read_to_string(&path).expect("columns.py");
+        let block = py
+            .split("PROCESS_MAPPED = frozenset(")
+            .nth(1)
+            .and_then(|b| b.split(')').next())
+            .expect("columns.py has PROCESS_MAPPED");
+        let mut mapped: Vec<&str> = block.split('"').skip(1).step_by(2).collect();
+        let mut want: Vec<&str> = TREE_FIELDS
+            .iter()
+            .filter(|f| f.python_csv.is_some())
+            .map(|f| f.name)
+            .collect();
+        mapped.sort_unstable();
+        want.sort_unstable();
+        assert_eq!(mapped, want);
     }
 
     #[test]
     fn places_are_one_each() {
-        for (what, places) in [
-            (
-                "csv",
-                TREE_FIELDS.iter().filter_map(|f| f.csv).collect::<Vec<_>>(),
-            ),
-            ("py", TREE_FIELDS.iter().filter_map(|f| f.py).collect()),
-        ] {
-            let mut sorted = places.clone();
-            sorted.sort_unstable();
-            let want: Vec<u8> = (1..=places.len() as u8).collect();
-            assert_eq!(sorted, want, "{what} places are 1..=n, each once");
-        }
+        let mut places: Vec<u8> = TREE_FIELDS.iter().filter_map(|f| f.csv).collect();
+        places.sort_unstable();
+        let want: Vec<u8> = (1..=places.len() as u8).collect();
+        assert_eq!(places, want, "csv places are 1..=n, each once");
         for f in TREE_FIELDS {
             assert!(!f.doc.trim().is_empty(), "{} has no doc", f.name);
             assert_eq!(
