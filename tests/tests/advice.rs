@@ -22,6 +22,10 @@ use serde_json::Value;
 use tracker_tests::{truth::f, *};
 
 const RUNS: usize = 3;
+/// Runs of a storage-bound job: each pair (tracked, then under its advice) is
+/// judged by its ratio, and the median of nine ratios stands against this VM's
+/// disk, which reads one run in three to six at the slow end (docs/advice.md).
+const STORAGE_RUNS: usize = 9;
 /// Wall time under the recommendation ÷ the predicted time, either way.
 const TIME_TOLERANCE: f64 = 0.10;
 /// A limit the job still "runs under" keeps it within this of its own time.
@@ -250,7 +254,8 @@ fn each_job_runs_under_its_own_recommendation() {
         for (backend, extra) in backends() {
             let mut most_memory = 0;
             let (mut walls, mut predicted, mut under) = (Vec::new(), Vec::new(), Vec::new());
-            for i in 0..RUNS {
+            let runs = if job.storage { STORAGE_RUNS } else { RUNS };
+            for i in 0..runs {
                 let (code, s) = one(&job, &data, "advice", &extra);
                 assert_eq!(code, 0, "{} unconstrained: {s}", job.name);
                 assert_eq!(s["backend"], backend, "{s}");
@@ -293,30 +298,34 @@ fn each_job_runs_under_its_own_recommendation() {
             }
             // Within 10 % of the predicted time, the prediction taken with the
             // job's own spread over its runs. A job bound by this VM's storage
-            // reads a cold dataset in 0.32–1.12 s in identical runs, unconstrained
-            // and under its limit alike (one run in three to six at the slow end:
-            // 0.52 s under the limit against predictions of 0.35–0.37 s once, with
-            // no stall on memory; docs/advice.md): no one run of it can be held to
-            // 10 %, so the median of its runs under the limit is held to the
-            // median prediction + 10 %, one-sided. A limit that slowed it would
-            // slow every run.
+            // reads a cold dataset in 0.32–1.12 s in identical runs, tracked and
+            // under its limit alike, one run in three to six at the slow end, with
+            // no stall on memory (docs/advice.md): no one run of it can be held to
+            // 10 %, nor a median of three (two clean-clone runs in five failed
+            // so, 0.51 s under the limit against a median prediction of 0.43 s).
+            // Each run under the limit is taken right after its tracked run and
+            // divided by that run's prediction, and the median of the nine ratios
+            // is held to 1.1, one-sided: a limit that slowed the job would slow
+            // every run under it.
             let lo = predicted.iter().copied().fold(f64::INFINITY, f64::min);
             let hi = predicted.iter().copied().fold(0.0, f64::max);
+            let ratios: Vec<f64> = under.iter().zip(&predicted).map(|(u, p)| u / p).collect();
             let off = if job.storage {
-                median(&under) > median(&predicted) * (1.0 + TIME_TOLERANCE)
+                median(&ratios) > 1.0 + TIME_TOLERANCE
             } else {
                 under
                     .iter()
                     .any(|w| *w > hi * (1.0 + TIME_TOLERANCE) || *w < lo * (1.0 - TIME_TOLERANCE))
             };
             eprintln!(
-                "{} {backend}: predicted {predicted:.2?} s, under the recommendation {under:.2?} s",
+                "{} {backend}: predicted {predicted:.2?} s, under the recommendation {under:.2?} s, ratios {ratios:.2?}",
                 job.name
             );
             if off {
                 failures.push(format!(
-                    "{} {backend}: under the recommendation {under:.2?} s, the predicted {predicted:.2?} s ± 10 % (a storage-bound job: medians)",
-                    job.name
+                    "{} {backend}: under the recommendation {under:.2?} s, the predicted {predicted:.2?} s ± 10 % (a storage-bound job: the median of the runs' ratios, {:.2})",
+                    job.name,
+                    median(&ratios)
                 ));
             }
             let median_wall = median(&walls);
