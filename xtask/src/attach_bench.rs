@@ -161,10 +161,10 @@ pub fn run(dir: &Path, quick: bool) -> anyhow::Result<String> {
         let host = tools.len() - 1;
         for (ti, tool) in tools.iter().enumerate() {
             let (med, lo, hi) = stat(row[ti].clone());
-            let (ours, _, _) = stat(per_round(&row[ti], &row[0]));
+            let (vs_ours, _, _) = stat(per_round(&row[ti], &row[0]));
             let (x, xlo, xhi) = stat(per_round(&row[ti], &row[host]));
             md.push(format!(
-                "| {n} | {} | **{med:.2}** ({lo:.2}–{hi:.2}) | {ours:.2} | {x:.1} ({xlo:.1}–{xhi:.1}) |",
+                "| {n} | {} | **{med:.2}** ({lo:.2}–{hi:.2}) | {vs_ours:.2} | {x:.1} ({xlo:.1}–{xhi:.1}) |",
                 tool.name,
             ));
         }
