@@ -214,16 +214,45 @@ const PF_EXITING: u64 = 0x4;
 /// ("/"), and cgroup.procs no longer lists it; the flag is set before either, and
 /// never cleared, so reading it after the path tells which it was.
 pub fn exiting(pid: u32) -> bool {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+    let Some((state, _, flags)) = stat_of(pid) else {
         return true;
     };
-    let Some((_, rest)) = stat.rsplit_once(')') else {
-        return true;
-    };
+    matches!(state, b'Z' | b'X' | b'x') || flags & PF_EXITING != 0
+}
+
+/// `pid`'s state, parent and flags from /proc/PID/stat; None when it is gone.
+fn stat_of(pid: u32) -> Option<(u8, u32, u64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
     let f: Vec<&str> = rest.split_ascii_whitespace().collect();
-    let dead = matches!(f.first(), Some(&"Z" | &"X" | &"x"));
-    let flags: u64 = f.get(6).and_then(|v| v.parse().ok()).unwrap_or(0);
-    dead || flags & PF_EXITING != 0
+    let state = f.first()?.bytes().next()?;
+    let ppid = f.get(1)?.parse().ok()?;
+    let flags = f.get(6).and_then(|v| v.parse().ok()).unwrap_or(0);
+    Some((state, ppid, flags))
+}
+
+/// Whether `pid` descends from a member of the tree (`member`) or from this
+/// tracker (`me`): a process forked after the backend's last reading of the tree
+/// is in the cgroup before it is in the tree's list, and is no stranger (a
+/// Python job's pipeline forked between the two readings gave up the cgroup
+/// once in a clean-clone run).
+fn of_tree(pid: u32, member: &dyn Fn(u32) -> bool, me: u32) -> bool {
+    let mut p = pid;
+    // Deep enough for any tree's new branch; a cycle cannot form, but a bound
+    // keeps a racing reparent from walking long.
+    for _ in 0..64 {
+        let Some((_, ppid, _)) = stat_of(p) else {
+            return false;
+        };
+        if ppid == me || member(ppid) {
+            return true;
+        }
+        if ppid <= 1 {
+            return false;
+        }
+        p = ppid;
+    }
+    false
 }
 
 /// `usage_usec` of a v2 `cpu.stat`, in ns.
@@ -415,7 +444,8 @@ impl TreeCgroup {
     }
 
     /// The first process in the cgroup or any cgroup below it that is neither one
-    /// of the tree's (`member`) nor this tracker, and is not on its way out; Err
+    /// of the tree's (`member`), a new child of one, nor this tracker or its own,
+    /// and is not on its way out; Err
     /// when a cgroup.procs cannot be read. Notes whether the tracker is inside.
     pub fn strangers(&mut self, member: &dyn Fn(u32) -> bool) -> Result<Option<u32>, String> {
         let me = std::process::id();
@@ -430,7 +460,7 @@ impl TreeCgroup {
             for pid in pids(&self.buf) {
                 if pid == me {
                     inside = true;
-                } else if !member(pid) && !exiting(pid) {
+                } else if !member(pid) && !exiting(pid) && !of_tree(pid, member, me) {
                     return Ok(Some(pid));
                 }
             }
@@ -730,6 +760,28 @@ mod tests {
         let t = crate::collect::testroot::TestRoot::new("memcgnone");
         let e = TreeCgroup::make(&t.roots()).err().expect("nothing mounted");
         assert!(e.0.contains("memory controller"), "{e}");
+    }
+
+    /// A child forked after the tree was listed is the tree's, as is one of this
+    /// process's own; a process elsewhere on the machine is not.
+    #[test]
+    fn a_new_child_of_a_member_is_no_stranger() {
+        let mut kid = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .expect("sleep");
+        let me = std::process::id();
+        let parent = std::os::unix::process::parent_id();
+        let kid_pid = kid.id();
+        // This process as a member, the tracker another process (pid 0: none).
+        assert!(of_tree(kid_pid, &|p| p == me, 0));
+        // This process as the tracker: its own child.
+        assert!(of_tree(kid_pid, &|_| false, me));
+        // No member above it: the test's parent is not a descendant of this one.
+        assert!(!of_tree(parent, &|p| p == me, 0));
+        assert!(!of_tree(kid_pid, &|_| false, 0));
+        let _ = kid.kill();
+        let _ = kid.wait();
     }
 
     /// Where this machine lets the test make cgroups (root, a writable cgroupfs
