@@ -2,8 +2,9 @@
 //! `--memory` of its own recommendation, then under two thirds of that memory.
 //! Under its recommendation it must exit 0 with no OOM kill, its wall time
 //! within 10 % of the predicted one (a job bound by this VM's storage, whose
-//! time varies 3× between identical runs: its median no slower than the median
-//! prediction); under two thirds it must fail or take more than
+//! time varies 3× between identical runs: nine runs, the median of each run's
+//! time under the limit over its own prediction at most 1.1); under two thirds
+//! it must fail or take more than
 //! 1.25× its median time, which is what makes the recommendation at most 1.5×
 //! the smallest limit that runs it (or the 128 MiB floor). Worst of 3, both
 //! backends.
