@@ -86,35 +86,50 @@ pub const GRAVEYARD_KEY: u32 = 1 << 31;
 /// it, at every start; the syscalls per sample shrink.
 pub const PROBE_BATCH: usize = 16;
 
-/// A thread's figures that only grow, as the kernel keeps them; in a tree's totals,
-/// the sum over its retired threads.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Figures {
-    /// Exact CPU time (`se.sum_exec_runtime`), final after the last context switch.
-    pub cpu_ns: u64,
-    /// Tick-sampled user and system time; only used to split `cpu_ns`.
-    pub utime_ns: u64,
-    pub stime_ns: u64,
-    /// Storage bytes read / written: the thread's own `task->ioac`, never
-    /// `signal->ioac` (which also holds reaped children).
-    pub read_bytes: u64,
-    pub write_bytes: u64,
-    /// Bytes passed to read/write-like system calls (`rchar`/`wchar`).
-    pub rchar: u64,
-    pub wchar: u64,
+/// Defines `Figures` from one list, and what is done to each of its fields alike:
+/// a new figure is one line here (plus where it is read), and every sum, floor and
+/// difference over figures takes it.
+macro_rules! figures {
+    ($( $(#[doc = $doc:literal])* $name:ident ),* $(,)?) => {
+        /// A thread's figures that only grow, as the kernel keeps them; in a tree's
+        /// totals, the sum over its retired threads.
+        #[repr(C)]
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+        pub struct Figures {
+            $( $(#[doc = $doc])* pub $name: u64, )*
+        }
+
+        impl Figures {
+            pub fn add(&mut self, o: &Figures) {
+                $( self.$name += o.$name; )*
+            }
+
+            /// Raises each figure to at least `floor`'s.
+            pub fn at_least(&mut self, floor: &Figures) {
+                $( self.$name = self.$name.max(floor.$name); )*
+            }
+
+            /// Each figure's growth since `before` (0 where it is lower).
+            pub fn since(&self, before: &Figures) -> Figures {
+                Figures { $( $name: self.$name.saturating_sub(before.$name), )* }
+            }
+        }
+    };
 }
 
-impl Figures {
-    pub fn add(&mut self, o: &Figures) {
-        self.cpu_ns += o.cpu_ns;
-        self.utime_ns += o.utime_ns;
-        self.stime_ns += o.stime_ns;
-        self.read_bytes += o.read_bytes;
-        self.write_bytes += o.write_bytes;
-        self.rchar += o.rchar;
-        self.wchar += o.wchar;
-    }
+figures! {
+    /// Exact CPU time (`se.sum_exec_runtime`), final after the last context switch.
+    cpu_ns,
+    /// Tick-sampled user and system time; only used to split `cpu_ns`.
+    utime_ns,
+    stime_ns,
+    /// Storage bytes read / written: the thread's own `task->ioac`, never
+    /// `signal->ioac` (which also holds reaped children).
+    read_bytes,
+    write_bytes,
+    /// Bytes passed to read/write-like system calls (`rchar`/`wchar`).
+    rchar,
+    wchar,
 }
 
 /// Per-tree totals of every retired thread, kept per CPU and summed by user space.

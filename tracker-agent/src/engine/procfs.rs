@@ -31,6 +31,16 @@ impl Member {
         self.own_ns + self.child_ns
     }
 
+    /// Its figures: CPU and tick times from its stat, the rest from its io file.
+    fn fig(&self) -> Figures {
+        Figures {
+            cpu_ns: self.cpu(),
+            utime_ns: self.user_ns,
+            stime_ns: self.sys_ns,
+            ..self.io
+        }
+    }
+
     /// Its times from its stat: its own and its reaped children's, `tck` ns a tick.
     fn set_times(&mut self, st: &procread::Stat, tck: u64) {
         self.own_ns = (st.utime + st.stime) * tck;
@@ -49,12 +59,10 @@ pub struct ProcfsEngine {
     reaper: Option<u32>,
     members: HashMap<u32, Member>,
     /// Contributions of vanished members that no live member accounts for.
-    kept_cpu: u64,
-    kept_user: u64,
-    kept_sys: u64,
-    kept_io: Figures,
-    /// Exact usage of processes the tracker reaped itself: pid → (cpu ns, user, sys).
-    reaped: HashMap<u32, (u64, u64, u64)>,
+    kept: Figures,
+    /// Exact usage of processes the tracker reaped itself: pid → its CPU and tick
+    /// times (rusage has no I/O).
+    reaped: HashMap<u32, Figures>,
     /// Members that vanished with the tracker as their parent before the note of
     /// their reap came: their last sighting is in the kept totals until it does.
     awaiting: HashMap<u32, Member>,
@@ -222,10 +230,7 @@ impl ProcfsEngine {
             root_start,
             reaper,
             members: HashMap::new(),
-            kept_cpu: 0,
-            kept_user: 0,
-            kept_sys: 0,
-            kept_io: Figures::default(),
+            kept: Figures::default(),
             reaped: HashMap::new(),
             awaiting: HashMap::new(),
             seen: 0,
@@ -247,15 +252,24 @@ impl ProcfsEngine {
     /// descendant it waited for.
     pub fn note_reaped(&mut self, pid: u32, user_ns: u64, sys_ns: u64, maxrss_kib: u64) {
         self.max_rss_kib = self.max_rss_kib.max(maxrss_kib);
+        let exact = Figures {
+            cpu_ns: user_ns + sys_ns,
+            utime_ns: user_ns,
+            stime_ns: sys_ns,
+            ..Figures::default()
+        };
         if let Some(m) = self.awaiting.remove(&pid) {
             // Vanished before this note came: its last sighting was kept meanwhile,
-            // and the exact figures replace it (they are never smaller).
-            self.kept_cpu = (self.kept_cpu + user_ns + sys_ns).saturating_sub(m.cpu());
-            self.kept_user = (self.kept_user + user_ns).saturating_sub(m.user_ns);
-            self.kept_sys = (self.kept_sys + sys_ns).saturating_sub(m.sys_ns);
+            // and the exact times replace its times (they are never smaller); its
+            // I/O stays.
+            let k = &mut self.kept;
+            k.add(&exact);
+            k.cpu_ns = k.cpu_ns.saturating_sub(m.cpu());
+            k.utime_ns = k.utime_ns.saturating_sub(m.user_ns);
+            k.stime_ns = k.stime_ns.saturating_sub(m.sys_ns);
             return;
         }
-        self.reaped.insert(pid, (user_ns + sys_ns, user_ns, sys_ns));
+        self.reaped.insert(pid, exact);
     }
 
     /// Whether a child of the tracker (the subreaper) is a zombie: the reaper
@@ -459,10 +473,7 @@ impl ProcfsEngine {
 
     /// A vanished member's last sighting counts from now on.
     fn keep(&mut self, m: &Member) {
-        self.kept_cpu += m.cpu();
-        self.kept_user += m.user_ns;
-        self.kept_sys += m.sys_ns;
-        self.kept_io.add(&m.io);
+        self.kept.add(&m.fig());
     }
 
     /// Whether a vanished member's figures reached a member's own account: a reaped
@@ -582,12 +593,10 @@ impl ProcfsEngine {
         for (pid, m) in gone {
             self.members.remove(&pid);
             self.exited += 1;
-            if let Some((cpu, user, sys)) = self.reaped.remove(&pid) {
-                // Exact, replaces the last sighting.
-                self.kept_cpu += cpu;
-                self.kept_user += user;
-                self.kept_sys += sys;
-                self.kept_io.add(&m.io);
+            if let Some(exact) = self.reaped.remove(&pid) {
+                // Exact times, which replace the last sighting's; its I/O stays.
+                self.kept.add(&exact);
+                self.kept.add(&m.io);
             } else if self.reaper == Some(m.ppid) {
                 // The tracker reaps it, and its exact figures are on their way: the
                 // last sighting stands in until they come.
@@ -607,13 +616,7 @@ impl ProcfsEngine {
         self.retire_gone(&all, &set);
         self.live.clear();
         let mut t = TreeTotals {
-            cpu_ns: self.kept_cpu,
-            user_ticks_ns: self.kept_user,
-            sys_ticks_ns: self.kept_sys,
-            read_bytes: self.kept_io.read_bytes,
-            write_bytes: self.kept_io.write_bytes,
-            rchar: self.kept_io.rchar,
-            wchar: self.kept_io.wchar,
+            fig: self.kept,
             ..Default::default()
         };
         for &pid in &set {
@@ -636,13 +639,7 @@ impl ProcfsEngine {
             {
                 entry.io = io;
             }
-            t.cpu_ns += entry.cpu();
-            t.user_ticks_ns += entry.user_ns;
-            t.sys_ticks_ns += entry.sys_ns;
-            t.read_bytes += entry.io.read_bytes;
-            t.write_bytes += entry.io.write_bytes;
-            t.rchar += entry.io.rchar;
-            t.wchar += entry.io.wchar;
+            t.fig.add(&entry.fig());
             if st.state != b'Z' && st.state != b'X' {
                 self.live.insert(pid, st);
                 t.live_procs += 1;
@@ -656,11 +653,9 @@ impl ProcfsEngine {
             }
         }
         // Reaped by the tracker but never seen alive by a poll: still exact CPU.
-        for (&pid, &(cpu, user, sys)) in &self.reaped {
-            if !self.members.contains_key(&pid) {
-                t.cpu_ns += cpu;
-                t.user_ticks_ns += user;
-                t.sys_ticks_ns += sys;
+        for (pid, exact) in &self.reaped {
+            if !self.members.contains_key(pid) {
+                t.fig.add(exact);
             }
         }
         let unseen_reaped = self
@@ -752,7 +747,7 @@ mod tests {
         let st = procread::stat(root, &mut buf).expect("its stat");
         let tck = 1_000_000_000 / crate::sys::clk_tck();
         assert_eq!(
-            t.cpu_ns,
+            t.fig.cpu_ns,
             (st.utime + st.stime + st.cutime + st.cstime) * tck,
             "{st:?}"
         );

@@ -343,16 +343,26 @@ pub fn check_block(rel: &str, section: &str, is_row: fn(&str) -> bool, last: boo
 
 /// Defines `ProcessSample` (its fields in JSON order, each with its doc comment,
 /// the line docs/schema.md shows) and `TREE_FIELDS`, the registry, from one list:
-/// `name: Type { unit: …, csv: Some(n), python_csv: Some(…), names: … }`.
+/// `name: Type { unit: …, csv: Some(n), python_csv: Some(…), names: … }`; a field
+/// that is a kernel figure's growth over the interval says which after its type
+/// (`name: u64 = per_interval(figure) { … }`), and `set_interval` fills it.
 macro_rules! tree_fields {
     ($(
         $(#[doc = $doc:literal])*
-        $name:ident: $ty:ty { $($key:ident: $val:expr),* $(,)? }
+        $name:ident: $ty:ty $(= per_interval($fig:ident))? { $($key:ident: $val:expr),* $(,)? }
     )*) => {
         /// The tracked tree in one sample (`process`).
         #[derive(Clone, Debug, Default, Serialize)]
         pub struct ProcessSample {
             $( $(#[doc = $doc])* pub $name: $ty, )*
+        }
+
+        impl ProcessSample {
+            /// Sets each field given as `= per_interval(figure)`: that figure of
+            /// the tree's (`tracker_common::Figures`), its growth over the interval.
+            pub fn set_interval(&mut self, d: &::tracker_common::Figures) {
+                $( $( self.$name = d.$fig; )? )*
+            }
         }
 
         /// The tree's fields, in the order of its JSON object.

@@ -4,6 +4,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use super::sample::{CpuSample, DiskSample, GpuSample, MemorySample, NetworkSample};
 use serde::Serialize;
+use tracker_common::Figures;
 
 use super::degraded::Degradations;
 
@@ -117,17 +118,12 @@ impl Backend {
 /// (except the `live_*` gauges), so interval values are plain differences.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct TreeTotals {
-    /// Exact CPU time (ns) of the tree, exited members included.
-    pub cpu_ns: u64,
-    /// Tick-sampled user/system time (ns), used only to split `cpu_ns`.
-    pub user_ticks_ns: u64,
-    pub sys_ticks_ns: u64,
-    /// Storage bytes (`read_bytes`/`write_bytes` of /proc's io files).
-    pub read_bytes: u64,
-    pub write_bytes: u64,
-    /// Bytes through read/write-like system calls, cached I/O included.
-    pub rchar: u64,
-    pub wchar: u64,
+    /// The figures the kernel keeps per thread, summed over the tree, exited
+    /// members included: exact CPU (ns), the tick times that split it, storage
+    /// bytes and bytes through read/write-like calls. Both backends fill the
+    /// kernel↔user ABI's own struct, so a figure added there reaches the model
+    /// with no copy field by field.
+    pub fig: Figures,
     pub procs_spawned: u64,
     pub procs_exited: u64,
     pub threads_spawned: u64,

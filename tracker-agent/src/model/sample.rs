@@ -343,14 +343,14 @@ tree_fields! {
     /// storage bytes read by the tree in the interval: each thread's own `read_bytes`
     /// (eBPF: `/proc/PID/task/TID/io` while live, `task->ioac` once it is dead and off the
     /// CPU; never a parent's count of reaped children, so nested shells count once)
-    read_bytes: u64 { unit: "bytes", python_csv: Some("process_disk_read_bytes") }
+    read_bytes: u64 = per_interval(read_bytes) { unit: "bytes", python_csv: Some("process_disk_read_bytes") }
     /// storage bytes written by the tree in the interval; 0 for writes that stay in a tmpfs
-    write_bytes: u64 { unit: "bytes", python_csv: Some("process_disk_write_bytes") }
+    write_bytes: u64 = per_interval(write_bytes) { unit: "bytes", python_csv: Some("process_disk_write_bytes") }
     /// bytes the tree read through read-like system calls in the interval (`rchar`:
     /// page-cache hits, pipes and sockets included)
-    rchar_bytes: u64 { unit: "bytes", csv: Some(10) }
+    rchar_bytes: u64 = per_interval(rchar) { unit: "bytes", csv: Some(10) }
     /// bytes the tree wrote through write-like system calls in the interval (`wchar`)
-    wchar_bytes: u64 { unit: "bytes", csv: Some(11) }
+    wchar_bytes: u64 = per_interval(wchar) { unit: "bytes", csv: Some(11) }
     /// whether the root process is still running
     root_alive: bool { csv: Some(9) }
     /// tasks the kernel map had no room for (0 means exact; raise `--max-tasks`)

@@ -173,7 +173,8 @@ impl Sampler {
             backend: backend.as_str(),
             utime_secs: d_user as f64 / 1e9,
             stime_secs: d_sys as f64 / 1e9,
-            cpu_secs_total: now.cpu_ns.saturating_sub(self.stats.origin.cpu_ns) as f64 / 1e9,
+            cpu_secs_total: now.fig.cpu_ns.saturating_sub(self.stats.origin.fig.cpu_ns) as f64
+                / 1e9,
             cpu_source: if cpu_cgroup {
                 "cgroup"
             } else {
@@ -189,10 +190,6 @@ impl Sampler {
             memory_rss_mib: rss_mib,
             memory_pss_mib: pss_mib,
             max_process_rss_mib: now.max_rss_kib as f64 / 1024.0,
-            read_bytes: now.read_bytes.saturating_sub(self.prev.read_bytes),
-            write_bytes: now.write_bytes.saturating_sub(self.prev.write_bytes),
-            rchar_bytes: now.rchar.saturating_sub(self.prev.rchar),
-            wchar_bytes: now.wchar.saturating_sub(self.prev.wchar),
             root_alive: now.root_alive,
             untracked_tasks: now.untracked_tasks,
             gpu_usage: host.process_gpu.map(|g| g.gpu_usage),
@@ -201,6 +198,7 @@ impl Sampler {
             ..Default::default()
         });
         if let Some(p) = &mut process {
+            p.set_interval(&now.fig.since(&self.prev.fig));
             memory_parts(p, memcg);
             if let Some(now) = &pressure {
                 stalled(p, now, &self.prev_pressure);
@@ -268,13 +266,14 @@ fn stalled(p: &mut ProcessSample, now: &Pressure, prev: &Pressure) {
 /// ratio of the interval, or of the whole run when the interval saw no tick (short
 /// tasks), or all to user as the kernel does.
 fn split_cpu(now: &TreeTotals, prev: &TreeTotals) -> (u64, u64, u64) {
+    let (now, prev) = (&now.fig, &prev.fig);
     let d_cpu = now.cpu_ns.saturating_sub(prev.cpu_ns);
-    let d_user_t = now.user_ticks_ns.saturating_sub(prev.user_ticks_ns);
-    let d_sys_t = now.sys_ticks_ns.saturating_sub(prev.sys_ticks_ns);
+    let d_user_t = now.utime_ns.saturating_sub(prev.utime_ns);
+    let d_sys_t = now.stime_ns.saturating_sub(prev.stime_ns);
     let (u, s) = if d_user_t + d_sys_t > 0 {
         (d_user_t, d_sys_t)
     } else {
-        (now.user_ticks_ns, now.sys_ticks_ns)
+        (now.utime_ns, now.stime_ns)
     };
     let d_sys = if u + s > 0 {
         ((d_cpu as u128 * s as u128) / (u + s) as u128) as u64
@@ -313,10 +312,13 @@ mod tests {
 
     fn tree(cpu_ns: u64, user_t: u64, sys_t: u64, write: u64) -> TreeTotals {
         TreeTotals {
-            cpu_ns,
-            user_ticks_ns: user_t,
-            sys_ticks_ns: sys_t,
-            write_bytes: write,
+            fig: tracker_common::Figures {
+                cpu_ns,
+                utime_ns: user_t,
+                stime_ns: sys_t,
+                write_bytes: write,
+                ..Default::default()
+            },
             procs_spawned: cpu_ns / S,
             live_procs: 2,
             root_alive: true,
@@ -548,7 +550,7 @@ mod tests {
             (p.cpu_secs_total, p.utime_secs, p.write_bytes),
             (1.0, 1.0, 0)
         );
-        assert_eq!(s.stats.origin.cpu_ns, 50 * S);
+        assert_eq!(s.stats.origin.fig.cpu_ns, 50 * S);
         // Host only: no process part, no tree figures in cpu.
         let mut h = Sampler::new(None, None, start, 0.0);
         let x = h.step(at(start, 1.0, TreeTotals::default(), 0.0, None));

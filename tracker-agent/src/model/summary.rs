@@ -244,7 +244,7 @@ impl Summary {
     ) -> Self {
         let t = &stats.last;
         let o = &stats.origin;
-        let cpu_total = t.cpu_ns.saturating_sub(o.cpu_ns) as f64 / 1e9;
+        let cpu_total = t.fig.cpu_ns.saturating_sub(o.fig.cpu_ns) as f64 / 1e9;
         Summary {
             wall_secs,
             cpu_user_secs: stats.user_ns as f64 / 1e9,
@@ -267,10 +267,10 @@ impl Summary {
             },
             peak_cores: stats.peak_cores,
             max_process_rss_mib: t.max_rss_kib as f64 / 1024.0,
-            read_bytes: t.read_bytes.saturating_sub(o.read_bytes),
-            write_bytes: t.write_bytes.saturating_sub(o.write_bytes),
-            rchar_bytes: t.rchar.saturating_sub(o.rchar),
-            wchar_bytes: t.wchar.saturating_sub(o.wchar),
+            read_bytes: t.fig.read_bytes.saturating_sub(o.fig.read_bytes),
+            write_bytes: t.fig.write_bytes.saturating_sub(o.fig.write_bytes),
+            rchar_bytes: t.fig.rchar.saturating_sub(o.fig.rchar),
+            wchar_bytes: t.fig.wchar.saturating_sub(o.fig.wchar),
             execs: t.execs.saturating_sub(o.execs),
             threads_spawned: t.threads_spawned,
             still_running: t.live_procs,

@@ -191,7 +191,7 @@ impl Loop {
     }
 
     /// The tree's CPU from its cgroup: the scheduler's charge of every member,
-    /// however it ended (`tree.cpu_ns` becomes it). Whether it did.
+    /// however it ended (`tree.fig.cpu_ns` becomes it). Whether it did.
     ///
     /// The cgroup holds only members, and both it and the backend's reads take
     /// `sum_exec_runtime` as the scheduler last brought it up to date, the cgroup
@@ -203,12 +203,12 @@ impl Loop {
     /// no per-sample check of the cgroup's members is needed (one measured ~0.1 ms
     /// a sample for 50 processes). A cgroup that can no longer be read is given up.
     fn tree_cpu(&mut self, tree: &mut TreeTotals, live: &mut LivePids) -> bool {
-        let backend_ns = tree.cpu_ns;
+        let backend_ns = tree.fig.cpu_ns;
         if self.cpucg.as_ref().is_some_and(|c| c.adopted) {
             return self.adopted_cpu(tree, live);
         }
         let Some(c) = self.cpucg.as_mut() else {
-            tree.cpu_ns = backend_ns.max(self.cpu_floor);
+            tree.fig.cpu_ns = backend_ns.max(self.cpu_floor);
             return false;
         };
         let read = match c.own.as_mut() {
@@ -227,13 +227,13 @@ impl Loop {
             if let Some(mut cg) = self.cpucg.take().and_then(|c| c.own) {
                 cg.remove();
             }
-            tree.cpu_ns = backend_ns.max(self.cpu_floor);
+            tree.fig.cpu_ns = backend_ns.max(self.cpu_floor);
             return false;
         };
         let total = ns + c.pre_join_ns;
         log::trace!("tree CPU: cgroup {total} ns, backend {backend_ns} ns");
         self.cpu_floor = self.cpu_floor.max(total);
-        tree.cpu_ns = backend_ns.max(self.cpu_floor);
+        tree.fig.cpu_ns = backend_ns.max(self.cpu_floor);
         // v2 counts whole microseconds (`usage_usec`), and so do rusage's times:
         // a backend ahead by less than one is the same figure.
         total + 1_000 >= backend_ns
@@ -247,12 +247,12 @@ impl Loop {
     /// CPU cgroup; with v2 the memory one is the same) and given up, with the
     /// memory one, once anything else is in it.
     fn adopted_cpu(&mut self, tree: &mut TreeTotals, live: &mut LivePids) -> bool {
-        let backend_ns = tree.cpu_ns;
+        let backend_ns = tree.fig.cpu_ns;
         let Some(counted) = self.adopted_counted(live) else {
             if self.cpucg.take().is_some() {
                 log::info!("the attached tree's CPU cgroup holds more than the tree, or cannot be read: its CPU is the backend's from here on");
             }
-            tree.cpu_ns = backend_ns.max(self.cpu_floor);
+            tree.fig.cpu_ns = backend_ns.max(self.cpu_floor);
             return false;
         };
         let offset = *self
@@ -260,7 +260,7 @@ impl Loop {
             .get_or_insert(i128::from(backend_ns) - counted);
         let total = u64::try_from((counted + offset).max(0)).unwrap_or(0);
         self.cpu_floor = self.cpu_floor.max(total);
-        tree.cpu_ns = self.cpu_floor;
+        tree.fig.cpu_ns = self.cpu_floor;
         true
     }
 
@@ -630,7 +630,7 @@ impl Loop {
             }
             self.cpu_offset = self
                 .adopted_counted(&mut live)
-                .map(|counted| i128::from(b.cpu_ns) - counted);
+                .map(|counted| i128::from(b.fig.cpu_ns) - counted);
         }
         let bpf = self.engine.as_ref().and_then(Engine::bpf_stats);
         self.sampler.baseline(base, bpf);

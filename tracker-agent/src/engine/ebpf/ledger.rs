@@ -5,17 +5,6 @@ use tracker_common::{Event, Figures, EVENT_FLAG_GROUP_DEAD, EVENT_FLAG_SHARED_TI
 
 use super::ids::IdMap;
 
-/// Raises each figure of `f` to at least `floor`'s.
-pub(super) fn at_least(f: &mut Figures, floor: &Figures) {
-    f.cpu_ns = f.cpu_ns.max(floor.cpu_ns);
-    f.utime_ns = f.utime_ns.max(floor.utime_ns);
-    f.stime_ns = f.stime_ns.max(floor.stime_ns);
-    f.read_bytes = f.read_bytes.max(floor.read_bytes);
-    f.write_bytes = f.write_bytes.max(floor.write_bytes);
-    f.rchar = f.rchar.max(floor.rchar);
-    f.wchar = f.wchar.max(floor.wchar);
-}
-
 /// Retired threads' figures from their EXIT records, and each live thread's last
 /// reading until its record arrives.
 #[derive(Debug, Default)]

@@ -51,7 +51,7 @@ use crate::model::{
     ProcEvent,
 };
 use ids::IdMap;
-use ledger::{at_least, Ledger};
+use ledger::Ledger;
 use load::{EbpfUnavailable, PROBE};
 pub use load::{Knobs, LoadArgs};
 use records::{decode, proc_event, Record};
@@ -651,8 +651,8 @@ impl EbpfEngine {
             }
             let Some(st) = st else { continue };
             // A zombie is not live, but until it retires its figures are read here.
-            t.user_ticks_ns += st.utime * self.tck_ns;
-            t.sys_ticks_ns += st.stime * self.tck_ns;
+            t.fig.utime_ns += st.utime * self.tck_ns;
+            t.fig.stime_ns += st.stime * self.tck_ns;
             if st.state == b'Z' || st.state == b'X' {
                 continue;
             }
@@ -813,15 +813,14 @@ impl EbpfEngine {
             f.add(&k.fig);
             f
         };
-        at_least(&mut f, &self.reported);
+        f.at_least(&self.reported);
         self.reported = f;
-        t.cpu_ns = f.cpu_ns;
-        t.read_bytes = f.read_bytes;
-        t.write_bytes = f.write_bytes;
-        t.rchar = f.rchar;
-        t.wchar = f.wchar;
-        t.user_ticks_ns += f.utime_ns;
-        t.sys_ticks_ns += f.stime_ns;
+        // Members read from /proc have their tick times from /proc/PID/stat (above);
+        // the probe's readings and the records carry their own.
+        let (utime_ns, stime_ns) = (t.fig.utime_ns, t.fig.stime_ns);
+        t.fig = f;
+        t.fig.utime_ns += utime_ns;
+        t.fig.stime_ns += stime_ns;
         t.procs_spawned = k.procs_spawned + self.root_spawned;
         t.procs_exited = k.procs_exited;
         t.threads_spawned = k.threads_spawned;
