@@ -130,6 +130,9 @@ figures! {
     /// Bytes passed to read/write-like system calls (`rchar`/`wchar`).
     rchar,
     wchar,
+    /// Read-like and write-like system calls made (`syscr`/`syscw`).
+    syscr,
+    syscw,
 }
 
 /// Per-tree totals of every retired thread, kept per CPU and summed by user space.

@@ -227,6 +227,8 @@ pub(crate) unsafe fn thread_figures(task: *const u8) -> Figures {
         write_bytes: io[5],
         rchar: io[0],
         wchar: io[1],
+        syscr: io[2],
+        syscw: io[3],
     }
 }
 

@@ -132,6 +132,8 @@ pub fn parse_io(s: &str) -> Option<Figures> {
         match k {
             "rchar" => io.rchar = v,
             "wchar" => io.wchar = v,
+            "syscr" => io.syscr = v,
+            "syscw" => io.syscw = v,
             "read_bytes" => (io.read_bytes, rd) = (v, true),
             "write_bytes" => (io.write_bytes, wr) = (v, true),
             _ => {}
@@ -262,6 +264,8 @@ mod tests {
             Some(Figures {
                 rchar: 12,
                 wchar: 34,
+                syscr: 1,
+                syscw: 2,
                 read_bytes: 4096,
                 write_bytes: 8192,
                 ..Figures::default()

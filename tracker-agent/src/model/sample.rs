@@ -351,6 +351,11 @@ tree_fields! {
     rchar_bytes: u64 = per_interval(rchar) { unit: "bytes", csv: Some(10) }
     /// bytes the tree wrote through write-like system calls in the interval (`wchar`)
     wchar_bytes: u64 = per_interval(wchar) { unit: "bytes", csv: Some(11) }
+    /// read-like system calls of the tree in the interval (`syscr`: read, pread,
+    /// readv, sendfile and the like, on files, pipes and sockets alike)
+    read_calls: u64 = per_interval(syscr) { unit: "count" }
+    /// write-like system calls of the tree in the interval (`syscw`)
+    write_calls: u64 = per_interval(syscw) { unit: "count" }
     /// whether the root process is still running
     root_alive: bool { csv: Some(9) }
     /// tasks the kernel map had no room for (0 means exact; raise `--max-tasks`)
