@@ -1000,3 +1000,61 @@ fn a_tracker_in_a_time_namespace_follows_the_tree() {
     assert_eq!(u(&s, "processes_exited"), 6, "{s}");
     assert_eq!(u(&s, "execs"), 6, "{s}");
 }
+
+/// The tree's read-like and write-like system calls (`read_calls`, `write_calls`,
+/// summed over the samples) against the kernel's own count: the root shell runs dd
+/// through a nested shell (2,000 one-byte reads and writes) and another dd beside
+/// it, waits, then execs `cat /proc/self/io`. That file's `syscr`/`syscw` then
+/// hold every member's calls: the root's own before and after its exec (a task's
+/// counts survive exec) and those of the children it reaped. Only cat's last few
+/// calls, after it read the file, come after it; eBPF within those. procfs reads
+/// /proc/PID/io at its polls, and the tracker reaps the root (whose rusage has no
+/// I/O counts): the root's calls after the last poll, cat's start-up here (10
+/// reads measured), are not seen, so the shell sleeps past a poll before its exec
+/// and procfs is held to 16 calls below. Both backends, three runs each.
+#[test]
+fn read_and_write_calls_equal_the_kernels_count() {
+    let backends: &[&[&str]] = if ebpf_available() {
+        &[&[], &["--no-ebpf"]]
+    } else {
+        &[&["--no-ebpf"]]
+    };
+    let key = |io: &str, k: &str| -> u64 {
+        io.lines()
+            .find_map(|l| l.strip_prefix(k)?.strip_prefix(':')?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {k} in {io}"))
+    };
+    for extra in backends {
+        for i in 0..3 {
+            let file = std::env::temp_dir().join(format!("rt-calls-{}-{i}", std::process::id()));
+            let script = format!(
+                "sh -c 'dd if=/dev/zero of=/dev/null bs=1 count=2000 status=none' & \
+                 dd if=/dev/zero of=/dev/null bs=1 count=500 status=none; wait; \
+                 sleep {}; exec cat /proc/self/io > {}",
+                if extra.is_empty() { 0.0 } else { 0.5 },
+                file.display()
+            );
+            let t = track_cmd(&format!("calls{i}"), extra, &[&script], true, true);
+            assert_eq!(t.code, 0, "{}", t.stderr);
+            let io = std::fs::read_to_string(&file).expect("cat's /proc/self/io");
+            let _ = std::fs::remove_file(&file);
+            let sum = |k: &str| -> u64 {
+                t.samples
+                    .iter()
+                    .filter_map(|s| s["process"][k].as_u64())
+                    .sum()
+            };
+            let backend = t.summary["backend"].as_str().unwrap_or("?").to_string();
+            for (field, k) in [("read_calls", "syscr"), ("write_calls", "syscw")] {
+                let (got, kernel) = (sum(field), key(&io, k));
+                eprintln!("{backend} run {i}: {field} {got}, the kernel's {k} {kernel}");
+                assert!(kernel >= 2500, "{backend}: {k} {kernel} in {io}");
+                let below = if extra.is_empty() { 0 } else { 16 };
+                assert!(
+                    (kernel - below..=kernel + 8).contains(&got),
+                    "{backend} run {i}: {field} {got} against the kernel's {k} {kernel}"
+                );
+            }
+        }
+    }
+}
