@@ -61,8 +61,8 @@ pub struct ProcfsEngine {
     /// Contributions of vanished members that no live member accounts for.
     kept: Figures,
     /// Exact usage of processes the tracker reaped itself: pid → its CPU and tick
-    /// times (rusage has no I/O).
-    reaped: HashMap<u32, Figures>,
+    /// times, and whether its I/O (read as a zombie) is in them too.
+    reaped: HashMap<u32, (Figures, bool)>,
     /// Members that vanished with the tracker as their parent before the note of
     /// their reap came: their last sighting is in the kept totals until it does.
     awaiting: HashMap<u32, Member>,
@@ -249,27 +249,28 @@ impl ProcfsEngine {
     }
 
     /// The tracker reaped `pid` itself (wait4): its rusage is exact and includes every
-    /// descendant it waited for.
-    pub fn note_reaped(&mut self, pid: u32, user_ns: u64, sys_ns: u64, maxrss_kib: u64) {
+    /// descendant it waited for; with `io_read`, `exact` holds its I/O as its zombie
+    /// had it, which likewise holds theirs.
+    pub fn note_reaped(&mut self, pid: u32, exact: Figures, io_read: bool, maxrss_kib: u64) {
         self.max_rss_kib = self.max_rss_kib.max(maxrss_kib);
-        let exact = Figures {
-            cpu_ns: user_ns + sys_ns,
-            utime_ns: user_ns,
-            stime_ns: sys_ns,
-            ..Figures::default()
-        };
         if let Some(m) = self.awaiting.remove(&pid) {
             // Vanished before this note came: its last sighting was kept meanwhile,
-            // and the exact times replace its times (they are never smaller); its
-            // I/O stays.
-            let k = &mut self.kept;
-            k.add(&exact);
-            k.cpu_ns = k.cpu_ns.saturating_sub(m.cpu());
-            k.utime_ns = k.utime_ns.saturating_sub(m.user_ns);
-            k.stime_ns = k.stime_ns.saturating_sub(m.sys_ns);
+            // and the exact figures replace it (they are never smaller); without
+            // its I/O as a zombie, its I/O as last seen stays.
+            let sighting = if io_read {
+                m.fig()
+            } else {
+                Member {
+                    io: Figures::default(),
+                    ..m
+                }
+                .fig()
+            };
+            self.kept.add(&exact);
+            self.kept = self.kept.since(&sighting);
             return;
         }
-        self.reaped.insert(pid, exact);
+        self.reaped.insert(pid, (exact, io_read));
     }
 
     /// Whether a child of the tracker (the subreaper) is a zombie: the reaper
@@ -593,10 +594,13 @@ impl ProcfsEngine {
         for (pid, m) in gone {
             self.members.remove(&pid);
             self.exited += 1;
-            if let Some(exact) = self.reaped.remove(&pid) {
-                // Exact times, which replace the last sighting's; its I/O stays.
+            if let Some((exact, io_read)) = self.reaped.remove(&pid) {
+                // Exact, which replaces the last sighting; its I/O stays where its
+                // zombie's was not read.
                 self.kept.add(&exact);
-                self.kept.add(&m.io);
+                if !io_read {
+                    self.kept.add(&m.io);
+                }
             } else if self.reaper == Some(m.ppid) {
                 // The tracker reaps it, and its exact figures are on their way: the
                 // last sighting stands in until they come.
@@ -653,7 +657,7 @@ impl ProcfsEngine {
             }
         }
         // Reaped by the tracker but never seen alive by a poll: still exact CPU.
-        for (pid, exact) in &self.reaped {
+        for (pid, (exact, _)) in &self.reaped {
             if !self.members.contains_key(pid) {
                 t.fig.add(exact);
             }

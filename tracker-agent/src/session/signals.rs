@@ -1,13 +1,19 @@
 //! The command's life cycle around the tracker: forwarded signals, reaped children.
 
 use tokio::sync::mpsc;
+use tracker_common::Figures;
+
+use crate::engine::procread;
 
 /// A child the reaper thread collected.
 pub struct Reaped {
     pub pid: u32,
     pub status: i32,
-    pub user_ns: u64,
-    pub sys_ns: u64,
+    /// Its CPU and tick times (rusage); with `io_read`, its I/O too, read from
+    /// its /proc/PID/io while a zombie: its own and its reaped children's, up to
+    /// its exit, which rusage does not count.
+    pub fig: Figures,
+    pub io_read: bool,
     pub maxrss_kib: u64,
 }
 
@@ -66,28 +72,79 @@ pub fn spawn_signal_thread(tx: mpsc::UnboundedSender<(i32, bool)>) {
     });
 }
 
-pub fn spawn_reaper(tx: mpsc::UnboundedSender<Reaped>) {
-    std::thread::spawn(move || loop {
-        let mut status = 0;
-        // SAFETY: rusage is plain data filled by the kernel.
-        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-        let pid = unsafe { libc::wait4(-1, &mut status, 0, &mut ru) };
-        if pid < 0 {
-            match std::io::Error::last_os_error().raw_os_error() {
-                Some(libc::EINTR) => continue,
-                _ => return, // ECHILD: nothing left to wait for
+/// A child that has exited, left a zombie (not reaped); None when there is none
+/// to wait for, or on EINTR with `Some(None)`.
+fn next_zombie() -> Option<Option<libc::pid_t>> {
+    // SAFETY: siginfo_t is plain data filled by the kernel.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid out pointer; WNOWAIT leaves the child waitable.
+    let rc = unsafe { libc::waitid(libc::P_ALL, 0, &mut info, libc::WEXITED | libc::WNOWAIT) };
+    if rc < 0 {
+        return match std::io::Error::last_os_error().raw_os_error() {
+            Some(libc::EINTR) => Some(None),
+            _ => None,
+        };
+    }
+    // SAFETY: si_pid is set by waitid for the child it reports.
+    Some(Some(unsafe { info.si_pid() }))
+}
+
+/// Reaps the tracker's children as they exit. With `read_io` (the procfs
+/// backend, which sees a process's I/O only in /proc) each zombie's
+/// /proc/PID/io is read before it is reaped: what it did after the last poll,
+/// a job's whole read-back phase in one measured case, is otherwise lost.
+pub fn spawn_reaper(tx: mpsc::UnboundedSender<Reaped>, read_io: bool) {
+    std::thread::spawn(move || {
+        let mut buf = String::new();
+        loop {
+            let (wanted, io) = if read_io {
+                match next_zombie() {
+                    Some(Some(pid)) => (pid, procread::io(pid as u32, &mut buf)),
+                    Some(None) => continue,
+                    None => return,
+                }
+            } else {
+                (-1, None)
+            };
+            let mut status = 0;
+            // SAFETY: rusage is plain data filled by the kernel.
+            let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+            // SAFETY: valid out pointers.
+            let pid = unsafe { libc::wait4(wanted, &mut status, 0, &mut ru) };
+            if pid < 0 {
+                match std::io::Error::last_os_error().raw_os_error() {
+                    Some(libc::EINTR) => continue,
+                    _ => return, // ECHILD: nothing left to wait for
+                }
+            }
+            if !reaped(&tx, pid, status, &ru, io) {
+                return;
             }
         }
-        let ns = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000;
-        let r = Reaped {
-            pid: pid as u32,
-            status,
-            user_ns: ns(ru.ru_utime),
-            sys_ns: ns(ru.ru_stime),
-            maxrss_kib: ru.ru_maxrss.max(0) as u64,
-        };
-        if tx.send(r).is_err() {
-            return;
-        }
     });
+}
+
+/// Sends one reap; false once nobody listens.
+fn reaped(
+    tx: &mpsc::UnboundedSender<Reaped>,
+    pid: libc::pid_t,
+    status: i32,
+    ru: &libc::rusage,
+    io: Option<Figures>,
+) -> bool {
+    let ns = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000;
+    let (user_ns, sys_ns) = (ns(ru.ru_utime), ns(ru.ru_stime));
+    let r = Reaped {
+        pid: pid as u32,
+        status,
+        fig: Figures {
+            cpu_ns: user_ns + sys_ns,
+            utime_ns: user_ns,
+            stime_ns: sys_ns,
+            ..io.unwrap_or_default()
+        },
+        io_read: io.is_some(),
+        maxrss_kib: ru.ru_maxrss.max(0) as u64,
+    };
+    tx.send(r).is_ok()
 }

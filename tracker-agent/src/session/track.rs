@@ -642,7 +642,7 @@ impl Loop {
     /// tail to wait for).
     fn reaped(&mut self, r: &Reaped, ends: &Ends, st: &Settings, pr: &mut Progress) -> bool {
         if let Some(Engine::Procfs(p)) = &mut self.engine {
-            p.note_reaped(r.pid, r.user_ns, r.sys_ns, r.maxrss_kib);
+            p.note_reaped(r.pid, r.fig, r.io_read, r.maxrss_kib);
         }
         if Some(r.pid) == ends.command_root {
             pr.status = Some(r.status);
@@ -708,7 +708,7 @@ impl Loop {
         let until = Instant::now() + REAP_WAIT;
         loop {
             match tokio::time::timeout(Duration::from_millis(20), reap_rx.recv()).await {
-                Ok(Some(r)) => p.note_reaped(r.pid, r.user_ns, r.sys_ns, r.maxrss_kib),
+                Ok(Some(r)) => p.note_reaped(r.pid, r.fig, r.io_read, r.maxrss_kib),
                 // The reaper is gone: it had no child left to wait for.
                 Ok(None) => break,
                 Err(_) if p.zombie_children() && Instant::now() < until => {}
@@ -730,9 +730,11 @@ fn ticker(next: tokio::time::Instant, period: Duration) -> Option<Ticker> {
     }
 }
 
-/// The signals the tracker gets, and with a command of its own, its reaps.
+/// The signals the tracker gets, and with a command of its own, its reaps (with
+/// each zombie's I/O on procfs).
 fn listeners(
     command: bool,
+    procfs: bool,
 ) -> (
     mpsc::UnboundedReceiver<(i32, bool)>,
     mpsc::UnboundedReceiver<Reaped>,
@@ -741,7 +743,7 @@ fn listeners(
     signals::spawn_signal_thread(sig_tx);
     let (reap_tx, reap_rx) = mpsc::unbounded_channel();
     if command {
-        signals::spawn_reaper(reap_tx);
+        signals::spawn_reaper(reap_tx, procfs);
     }
     (sig_rx, reap_rx)
 }
@@ -804,7 +806,8 @@ async fn run_loop(
     started: Instant,
     sinks: &mut Sinks,
 ) -> anyhow::Result<Ended> {
-    let (mut sig_rx, mut reap_rx) = listeners(t.command_root.is_some());
+    let procfs = matches!(t.engine, Some(Engine::Procfs(_)));
+    let (mut sig_rx, mut reap_rx) = listeners(t.command_root.is_some(), procfs);
     let (mut lp, mut ends) = start_loop(t, st, started);
     let mut ring = ring_of(&mut lp.engine);
     lp.baseline(
