@@ -2,15 +2,16 @@
 //! `--memory` of its own recommendation, then under two thirds of that memory.
 //! Under its recommendation it must exit 0 with no OOM kill, its wall time
 //! within 10 % of the predicted one (a job bound by this VM's storage, whose
-//! time varies 3× between identical runs: nine runs, the median of each run's
-//! time under the limit over its own prediction at most 1.1); under two thirds
-//! it must fail or take more than
+//! time varies up to 3× between identical runs, in streaks: nine runs, and its
+//! fastest run under the limit within 10 % of its fastest prediction); under two
+//! thirds it must fail or take more than
 //! 1.25× its median time, which is what makes the recommendation at most 1.5×
 //! the smallest limit that runs it (or the 128 MiB floor). Worst of 3, both
 //! backends.
 //!
 //! The jobs are the classes users size: page-cache-heavy I/O (a dataset read
-//! once from storage: 570 MiB charged, 58 MiB needed), a C build, a
+//! once from storage: 570 MiB charged, 58 MiB needed; a file written, synced and
+//! read back: 848 MiB charged, all of it read back from the cache), a C build, a
 //! multiprocessing pool, a bursty job (two cores, then one), and the seed's
 //! Metaflow example step (a 500 MiB array and a loop). They are scaled to
 //! seconds; the interval is scaled with them (0.25 s), as a user's minutes-long
@@ -23,9 +24,10 @@ use serde_json::Value;
 use tracker_tests::{truth::f, *};
 
 const RUNS: usize = 3;
-/// Runs of a storage-bound job: each pair (tracked, then under its advice) is
-/// judged by its ratio, and the median of nine ratios stands against this VM's
-/// disk, which reads one run in three to six at the slow end (docs/advice.md).
+/// Runs of a storage-bound job, tracked and under its advice: this VM's disk
+/// makes one run in two to six slow, in streaks that fall on either kind of run
+/// (docs/advice.md), and never makes one faster, so the fastest of nine of each
+/// kind is the job's own time.
 const STORAGE_RUNS: usize = 9;
 /// Wall time under the recommendation ÷ the predicted time, either way.
 const TIME_TOLERANCE: f64 = 0.10;
@@ -45,6 +47,26 @@ with open(sys.argv[1], "rb") as f:
 
 /// The dataset's size, MiB.
 const DATASET_MIB: usize = 512;
+
+/// Writes 768 MiB, syncs it and reads it back, with 50 MiB held: its working set
+/// is ~80 MiB, and it reads back from the page cache what a limit short of it
+/// would send back to storage (docs/advice.md).
+const WRITE_READ: &str = r#"
+import os, sys
+held = bytearray(50 << 20)
+for i in range(0, len(held), 4096):
+    held[i] = 1
+block = bytes(range(256)) * 4096
+path = os.path.join(sys.argv[1], "written")
+with open(path, "wb") as f:
+    for _ in range(768):
+        f.write(block)
+    f.flush()
+    os.fsync(f.fileno())
+with open(path, "rb") as f:
+    while f.read(1 << 20):
+        pass
+"#;
 
 const POOL: &str = r#"
 import multiprocessing as mp
@@ -123,6 +145,11 @@ fn jobs() -> Vec<Job> {
             name: "a dataset read once",
             storage: true,
             cmd: |d, data| python_job(d, READ_ONCE, data),
+        },
+        Job {
+            name: "a file written, synced and read back",
+            storage: true,
+            cmd: |d, _| python_job(d, WRITE_READ, d),
         },
         Job {
             name: "C build",
@@ -251,7 +278,12 @@ fn each_job_runs_under_its_own_recommendation() {
     let mut failures = Vec::new();
     let data_dir = Scratch::new("advice-data");
     let data = dataset(&data_dir);
-    for job in jobs() {
+    // `ADVICE_JOBS=word` runs only the jobs whose name holds it (to look at one).
+    let only = std::env::var("ADVICE_JOBS").unwrap_or_default();
+    for job in jobs()
+        .into_iter()
+        .filter(|j| j.name.contains(only.as_str()))
+    {
         for (backend, extra) in backends() {
             let mut most_memory = 0;
             let (mut walls, mut predicted, mut under) = (Vec::new(), Vec::new(), Vec::new());
@@ -299,34 +331,33 @@ fn each_job_runs_under_its_own_recommendation() {
             }
             // Within 10 % of the predicted time, the prediction taken with the
             // job's own spread over its runs. A job bound by this VM's storage
-            // reads a cold dataset in 0.32–1.12 s in identical runs, tracked and
-            // under its limit alike, one run in three to six at the slow end, with
-            // no stall on memory (docs/advice.md): no one run of it can be held to
-            // 10 %, nor a median of three (two clean-clone runs in five failed
-            // so, 0.51 s under the limit against a median prediction of 0.43 s).
-            // Each run under the limit is taken right after its tracked run and
-            // divided by that run's prediction, and the median of the nine ratios
-            // is held to 1.1, one-sided: a limit that slowed the job would slow
-            // every run under it.
+            // reads or writes the same data in 0.32–1.12 s (or 0.59–0.95 s) in
+            // identical runs, tracked and under its limit alike, in streaks: six
+            // runs under the limit in a row at the slow end while every tracked
+            // run was at the fast one, and the other way round in the next series
+            // (docs/advice.md); no one run of it can be held to 10 %, nor a median
+            // of runs. The disk only ever adds time, and a limit that held too
+            // little would slow every run under it, the fastest too (under ⅔ of
+            // its advice the written file's job took 1.3–2.2 s against 0.6): the
+            // fastest run under the limit is held to 1.1 × the fastest prediction.
             let lo = predicted.iter().copied().fold(f64::INFINITY, f64::min);
             let hi = predicted.iter().copied().fold(0.0, f64::max);
-            let ratios: Vec<f64> = under.iter().zip(&predicted).map(|(u, p)| u / p).collect();
+            let fastest = under.iter().copied().fold(f64::INFINITY, f64::min);
             let off = if job.storage {
-                median(&ratios) > 1.0 + TIME_TOLERANCE
+                fastest > lo * (1.0 + TIME_TOLERANCE)
             } else {
                 under
                     .iter()
                     .any(|w| *w > hi * (1.0 + TIME_TOLERANCE) || *w < lo * (1.0 - TIME_TOLERANCE))
             };
             eprintln!(
-                "{} {backend}: predicted {predicted:.2?} s, under the recommendation {under:.2?} s, ratios {ratios:.2?}",
+                "{} {backend}: predicted {predicted:.2?} s, under the recommendation {under:.2?} s",
                 job.name
             );
             if off {
                 failures.push(format!(
-                    "{} {backend}: under the recommendation {under:.2?} s, the predicted {predicted:.2?} s ± 10 % (a storage-bound job: the median of the runs' ratios, {:.2})",
+                    "{} {backend}: under the recommendation {under:.2?} s, the predicted {predicted:.2?} s ± 10 % (a storage-bound job: its fastest run under the limit, {fastest:.2} s, against its fastest prediction)",
                     job.name,
-                    median(&ratios)
                 ));
             }
             let median_wall = median(&walls);
