@@ -4,10 +4,10 @@
 //! within 10 % of the predicted one (a job bound by this VM's storage, whose
 //! time varies up to 3× between identical runs, in streaks: nine runs, and its
 //! fastest run under the limit within 10 % of its fastest prediction); under two
-//! thirds it must fail or take more than
-//! 1.25× its median time, which is what makes the recommendation at most 1.5×
-//! the smallest limit that runs it (or the 128 MiB floor). Worst of 3, both
-//! backends.
+//! thirds it must fail or take more than 1.25× its own time (the median of its
+//! tracked runs; a storage-bound job's fastest), which makes the recommendation
+//! at most 1.5× the smallest limit that runs it (or the 128 MiB floor). Worst
+//! of 3, both backends.
 //!
 //! The jobs are the classes users size: page-cache-heavy I/O (a dataset read
 //! once from storage: 570 MiB charged, 58 MiB needed; a file written, synced and
@@ -360,7 +360,15 @@ fn each_job_runs_under_its_own_recommendation() {
                     job.name,
                 ));
             }
-            let median_wall = median(&walls);
+            // The job's own time: the median of its tracked runs, or for a job
+            // bound by this VM's storage, which only ever adds time in streaks
+            // (a clean-clone run had five of nine tracked runs at 1.41–1.64 s and
+            // four at 0.63–0.70), the fastest.
+            let own_time = if job.storage {
+                walls.iter().copied().fold(f64::INFINITY, f64::min)
+            } else {
+                median(&walls)
+            };
             // Two thirds of the most it recommended: the job must not fit, unless
             // the recommendation is the floor.
             if most_memory > 128 {
@@ -369,12 +377,12 @@ fn each_job_runs_under_its_own_recommendation() {
                 args.extend(["--memory".into(), format!("{below}M")]);
                 let (code, s) = one(&job, &data, "advice-below", &args);
                 eprintln!(
-                    "{} {backend} under {below} MiB: exit {code}, OOM kills {}, {:.2} s (unconstrained median {median_wall:.2} s)",
+                    "{} {backend} under {below} MiB: exit {code}, OOM kills {}, {:.2} s (its own time unconstrained {own_time:.2} s)",
                     job.name,
                     s["limits"]["oom_kills"],
                     f(&s, "wall_secs")
                 );
-                if fit(code, &s, median_wall) {
+                if fit(code, &s, own_time) {
                     failures.push(format!(
                         "{} {backend}: runs under {below} MiB, so {most_memory} MiB is more than 1.5× what it needs",
                         job.name
