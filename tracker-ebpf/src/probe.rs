@@ -300,8 +300,12 @@ pub(crate) fn unread_entry(key: u32, info: &Held) -> Option<Held> {
 }
 
 /// A member freed unread whose exit no program saw (the kernel skipped it too):
-/// its entry goes, counted; it keeps its last reading. One whose exit was seen
-/// retires through the sweep, with its figures at exit.
+/// its entry goes, counted; it keeps its last reading. A process's leader is freed
+/// only once its whole process is gone (reaped after its last thread), so where no
+/// other thread's exit counted the process's end, it is counted here: a swarm run
+/// with every fifth exit ignored lost one process end to a leader the kernel also
+/// freed without the free program. One whose exit was seen retires through the
+/// sweep, with its figures at exit.
 #[inline(always)]
 pub(crate) fn drop_unexited(key: u32, info: &Held) {
     let Some(now) = unread_entry(key, info) else {
@@ -313,6 +317,10 @@ pub(crate) fn drop_unexited(key: u32, info: &Held) {
     if TASKS.remove(key).is_ok() {
         if let Some(s) = stats(now.tree) {
             s.lost_exits += 1;
+            if adopting() && key == now.tgid && now.flags & TASK_FLAG_PROC_ENDED == 0 {
+                s.procs_exited += 1;
+                s.exits_unseen += 1;
+            }
         }
     }
 }
