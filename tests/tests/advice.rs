@@ -331,7 +331,7 @@ fn each_job_runs_under_its_own_recommendation() {
             }
             // Within 10 % of the predicted time, the prediction taken with the
             // job's own spread over its runs. A job bound by this VM's storage
-            // reads or writes the same data in 0.32–1.12 s (or 0.59–0.95 s) in
+            // reads or writes the same data in 0.32–1.16 s (or 0.58–1.9 s) in
             // identical runs, tracked and under its limit alike, in streaks: six
             // runs under the limit in a row at the slow end while every tracked
             // run was at the fast one, and the other way round in the next series
