@@ -1,5 +1,5 @@
 //! The system's constants every layer reads: clock ticks and the page size; the
-//! monotonic clock; and the open-file limit.
+//! monotonic clock and a process's CPU clock; and the open-file limit.
 
 /// `sysconf(name)`, or `default` where the system does not say.
 fn sysconf(name: libc::c_int, default: u64) -> u64 {
@@ -28,6 +28,29 @@ pub fn monotonic_ns() -> u64 {
     // SAFETY: a valid out-pointer for the call.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// The CPU time of process `pid` so far, ns: every thread's run time by the
+/// scheduler's clock, live threads' and exited ones', as far as the kernel has
+/// added it up (at the process's last switch or tick). Read through its process
+/// CPU clock, which the kernel lets any process read, as it does
+/// /proc/PID/schedstat: a system call without a file, a seq_file or formatting
+/// (0.13 µs against a held schedstat file's 0.28 µs here, and its per-member
+/// share of an attached procfs sample was the largest part, docs/cost.md).
+/// None once the pid names no process.
+pub fn process_cpu_ns(pid: u32) -> Option<u64> {
+    // The kernel's MAKE_PROCESS_CPUCLOCK(pid, CPUCLOCK_SCHED): !pid above three
+    // bits that say "process" and "scheduler's clock" (2).
+    let pid = libc::clockid_t::try_from(pid).ok()?;
+    let id = (!pid << 3) | 2;
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid out-pointer for the call; an id that names no process is
+    // an error (EINVAL), not undefined behaviour.
+    let rc = unsafe { libc::clock_gettime(id, &mut ts) };
+    (rc == 0).then(|| ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
 }
 
 /// Raises this process's soft limit of open files to its hard limit (at most

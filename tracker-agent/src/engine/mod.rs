@@ -4,6 +4,7 @@
 
 pub mod btf;
 pub mod ebpf;
+pub(crate) mod ids;
 pub mod procfs;
 pub mod procread;
 pub mod pss;

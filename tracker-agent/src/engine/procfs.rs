@@ -3,12 +3,13 @@
 //! (when a tree member reaps them) or through the tracker's own `wait4` (when the
 //! tracker is their subreaper, as under `run`). Counts of processes are lower bounds.
 
-use std::collections::{HashMap, HashSet};
-
 use tracker_common::Figures;
 
-use super::procread;
-use crate::model::reading::TreeTotals;
+use super::{
+    ids::{IdMap, IdSet},
+    procread,
+};
+use crate::model::{degraded, reading::TreeTotals};
 
 #[derive(Clone, Copy, Debug, Default)]
 struct Member {
@@ -21,9 +22,9 @@ struct Member {
     sys_ns: u64,
     /// The process's /proc/PID/io: its threads' and its reaped children's I/O.
     io: Figures,
-    /// Its leader's schedstat (run time, times put on a CPU), read before the
-    /// last stat of it: the same now means it has not run since (`unchanged`).
-    sched: Option<(u64, u64)>,
+    /// Its CPU clock (every thread's run time, ns), read before the stat of it
+    /// that `live` holds: the same now means it has not run since (`unchanged`).
+    ran_ns: Option<u64>,
 }
 
 impl Member {
@@ -57,15 +58,15 @@ pub struct ProcfsEngine {
     /// The tracker's pid when it is the subreaper of the tree (`run`): its other
     /// children are orphans of the tree.
     reaper: Option<u32>,
-    members: HashMap<u32, Member>,
+    members: IdMap<Member>,
     /// Contributions of vanished members that no live member accounts for.
     kept: Figures,
     /// Exact usage of processes the tracker reaped itself: pid → its CPU and tick
     /// times, and whether its I/O (read as a zombie) is in them too.
-    reaped: HashMap<u32, (Figures, bool)>,
+    reaped: IdMap<(Figures, bool)>,
     /// Members that vanished with the tracker as their parent before the note of
     /// their reap came: their last sighting is in the kept totals until it does.
-    awaiting: HashMap<u32, Member>,
+    awaiting: IdMap<Member>,
     seen: u64,
     exited: u64,
     max_rss_kib: u64,
@@ -73,7 +74,7 @@ pub struct ProcfsEngine {
     page: u64,
     buf: String,
     /// Live (non-zombie) members at the last reading, with their stat of it.
-    live: HashMap<u32, procread::Stat>,
+    live: IdMap<procread::Stat>,
     /// Walk the tree through `children` files instead of scanning all of /proc.
     children_files: bool,
     /// The members' stat and io, held open and read again with `pread`: an open
@@ -82,11 +83,36 @@ pub struct ProcfsEngine {
     /// Each member's threads as last listed, with their number then: listed again
     /// only when its stat shows another number, or a thread's `children` file is
     /// gone (one exited, another came).
-    threads: HashMap<u32, (u64, Vec<u32>)>,
+    threads: IdMap<(u64, Vec<u32>)>,
     /// Members this poll found unchanged since the last (`unchanged`): their last
     /// stat, io and children stand.
-    idle: HashSet<u32>,
+    idle: IdSet,
+    /// The members' CPU clocks read this poll, before their stats: they become
+    /// `Member::ran_ns` with those stats in `read`, and only there (a poll for
+    /// `tree_alive` reads stats that `live` never holds).
+    ran_now: IdMap<u64>,
     polls: u64,
+    /// Attached: the root's parent (outside the tree) as it was read just before
+    /// the root's last sighting (`ParentAccount`).
+    parent: Option<ParentAccount>,
+    /// The root's figures came from its parent's account (`root_from_parent`):
+    /// what to say of it.
+    root_bound: Option<String>,
+}
+
+/// The account of the attached root's parent: its reaped children's CPU
+/// (`cutime`, `cstime`), read before the root's stat in the same poll. A parent
+/// that reaps the root at once (a shell, a job runner blocked in `wait`) leaves
+/// no zombie to read: the root's figures since its last sighting (its own, and
+/// the children it reaped meanwhile, often the whole job) are then in the
+/// parent's account alone, which grew by at least the root's whole total
+/// (`root_from_parent`).
+#[derive(Clone, Copy, Debug)]
+struct ParentAccount {
+    pid: u32,
+    starttime: u64,
+    cutime: u64,
+    cstime: u64,
 }
 
 /// Every this many polls the stat of each member that has not run is read again:
@@ -108,8 +134,8 @@ fn ignores_sigchld(pid: u32) -> bool {
 }
 
 /// Reads all processes of the host: pid → stat.
-fn scan() -> HashMap<u32, procread::Stat> {
-    let mut out = HashMap::new();
+fn scan() -> IdMap<procread::Stat> {
+    let mut out = IdMap::default();
     let mut buf = String::new();
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return out;
@@ -125,15 +151,15 @@ fn scan() -> HashMap<u32, procread::Stat> {
     out
 }
 
-fn children_index(all: &HashMap<u32, procread::Stat>) -> HashMap<u32, Vec<u32>> {
-    let mut kids: HashMap<u32, Vec<u32>> = HashMap::new();
+fn children_index(all: &IdMap<procread::Stat>) -> IdMap<Vec<u32>> {
+    let mut kids: IdMap<Vec<u32>> = IdMap::default();
     for (&pid, st) in all {
         kids.entry(st.ppid).or_default().push(pid);
     }
     kids
 }
 
-fn walk(from: &[u32], kids: &HashMap<u32, Vec<u32>>, into: &mut HashSet<u32>) {
+fn walk(from: &[u32], kids: &IdMap<Vec<u32>>, into: &mut IdSet) {
     let mut stack: Vec<u32> = from.to_vec();
     while let Some(p) = stack.pop() {
         if into.insert(p) {
@@ -192,7 +218,7 @@ fn have_children_files() -> bool {
 pub fn descendants_with_threads(root: u32) -> Vec<(u32, Vec<u32>)> {
     let all = scan();
     let kids = children_index(&all);
-    let mut set = HashSet::new();
+    let mut set = IdSet::default();
     if all.contains_key(&root) {
         walk(&[root], &kids, &mut set);
     }
@@ -229,22 +255,25 @@ impl ProcfsEngine {
             root,
             root_start,
             reaper,
-            members: HashMap::new(),
+            members: IdMap::default(),
             kept: Figures::default(),
-            reaped: HashMap::new(),
-            awaiting: HashMap::new(),
+            reaped: IdMap::default(),
+            awaiting: IdMap::default(),
             seen: 0,
             exited: 0,
             max_rss_kib: 0,
             tck_ns: 1_000_000_000 / crate::sys::clk_tck(),
             page: crate::sys::page_size(),
             buf,
-            live: HashMap::new(),
+            live: IdMap::default(),
             children_files: have_children_files(),
             files: procread::FileCache::default(),
-            threads: HashMap::new(),
-            idle: HashSet::new(),
+            threads: IdMap::default(),
+            idle: IdSet::default(),
+            ran_now: IdMap::default(),
             polls: 0,
+            parent: None,
+            root_bound: None,
         }
     }
 
@@ -307,24 +336,25 @@ impl ProcfsEngine {
     }
 
     /// A member's stat where it has not run since the last: the process had one
-    /// thread and was not running then, and its schedstat (read here before any
+    /// thread and was not running then, and its CPU clock (read here before any
     /// stat of this poll, and kept for the next) is what it was before that stat
     /// was read. Its CPU, children's CPU, faults, I/O, threads and children each
     /// move only while it runs (a fork, a wait, a fault, a read), and a second
     /// thread only comes from one that runs: its io and `children` are not read
-    /// again, nor its stat but every `RESTAT_EVERY` polls (`restat`). One `pread`
-    /// instead of a stat, an io and a `children` file (open, read, close).
+    /// again, nor its stat but every `RESTAT_EVERY` polls (`restat`). One
+    /// `clock_gettime` instead of a stat, an io and a `children` file (open, read,
+    /// close).
     fn unchanged(&mut self, pid: u32, restat: bool) -> Option<procread::Stat> {
         let last = *self.live.get(&pid)?;
         if last.num_threads != 1 {
             return None;
         }
-        let now = self
-            .files
-            .read(pid, pid, procread::Kind::Schedstat, &mut self.buf)
-            .and_then(|_| procread::parse_schedstat(&self.buf));
-        let m = self.members.get_mut(&pid)?;
-        let before = std::mem::replace(&mut m.sched, now);
+        // A process that never ran has nothing to compare: it is read whole.
+        let now = crate::sys::process_cpu_ns(pid).filter(|&ns| ns > 0);
+        if let Some(ns) = now {
+            self.ran_now.insert(pid, ns);
+        }
+        let before = self.members.get(&pid)?.ran_ns;
         if now.is_none() || before != now || last.state == b'R' {
             return None;
         }
@@ -367,9 +397,9 @@ impl ProcfsEngine {
     fn tree_from(
         &mut self,
         roots: &[u32],
-        mut known: HashMap<u32, procread::Stat>,
-    ) -> HashMap<u32, procread::Stat> {
-        let mut out = HashMap::new();
+        mut known: IdMap<procread::Stat>,
+    ) -> IdMap<procread::Stat> {
+        let mut out = IdMap::default();
         let mut stack = roots.to_vec();
         let mut kids = Vec::new();
         while let Some(p) = stack.pop() {
@@ -404,7 +434,7 @@ impl ProcfsEngine {
     /// The tree now: every process read (pid → stat) and the members among them.
     /// Roots: the root, known members that are still the same process (orphans keep
     /// membership) and the tracker's other children when it is the subreaper.
-    fn find_tree(&mut self) -> (HashMap<u32, procread::Stat>, HashSet<u32>) {
+    fn find_tree(&mut self) -> (IdMap<procread::Stat>, IdSet) {
         // The root while it is still the process first seen with its pid.
         let root_start = self.root_start;
         let same_root = |st: &procread::Stat| Some(st.starttime) == root_start;
@@ -414,13 +444,14 @@ impl ProcfsEngine {
             self.files.sweep();
             // Once a member, the root is checked with the members below.
             let mut roots = Vec::new();
-            let mut known = HashMap::new();
+            let mut known = IdMap::default();
             if !self.members.contains_key(&self.root) {
                 if let Some(st) = self.stat_of(self.root).filter(same_root) {
                     roots.push(self.root);
                     known.insert(self.root, st);
                 }
             }
+            let parent = self.parent_account();
             let members: Vec<(u32, u64)> = self
                 .members
                 .iter()
@@ -429,6 +460,7 @@ impl ProcfsEngine {
             let restat = self.polls.is_multiple_of(RESTAT_EVERY);
             self.polls += 1;
             self.idle.clear();
+            self.ran_now.clear();
             for (pid, start) in members {
                 if let Some(st) = self.unchanged(pid, restat) {
                     roots.push(pid);
@@ -441,8 +473,9 @@ impl ProcfsEngine {
             if let Some(me) = self.reaper {
                 children_of(me, &mut self.buf, &mut roots);
             }
+            self.note_parent(parent, known.get(&self.root));
             let all = self.tree_from(&roots, known);
-            let mut set: HashSet<u32> = all.keys().copied().collect();
+            let mut set: IdSet = all.keys().copied().collect();
             set.remove(&std::process::id());
             return (all, set);
         }
@@ -464,12 +497,83 @@ impl ProcfsEngine {
             }
         }
         roots.retain(|p| all.contains_key(p));
-        let mut set = HashSet::new();
+        let mut set = IdSet::default();
         walk(&roots, &kids, &mut set);
         // Attached to an ancestor of the tracker (a Python process tracking itself
         // starts the tracker as its child): the observer is not part of the job.
         set.remove(&std::process::id());
         (all, set)
+    }
+
+    /// Attached, with the root a member: its parent's account now (the parent
+    /// its last stat named), to read before the root's stat.
+    fn parent_account(&mut self) -> Option<ParentAccount> {
+        if self.reaper.is_some() {
+            return None;
+        }
+        let pid = match self.members.get(&self.root) {
+            Some(m) => m.ppid,
+            // The first reading: the root is not a member yet.
+            None => {
+                procread::stat(self.root, &mut self.buf)
+                    .filter(|st| Some(st.starttime) == self.root_start)?
+                    .ppid
+            }
+        };
+        let st = procread::stat(pid, &mut self.buf)?;
+        Some(ParentAccount {
+            pid,
+            starttime: st.starttime,
+            cutime: st.cutime,
+            cstime: st.cstime,
+        })
+    }
+
+    /// Keeps `parent` as the account before the root's sighting `root` when the
+    /// root is still its child; a root not seen this poll keeps the last one.
+    fn note_parent(&mut self, parent: Option<ParentAccount>, root: Option<&procread::Stat>) {
+        if let Some(st) = root {
+            self.parent = parent.filter(|p| p.pid == st.ppid);
+        }
+    }
+
+    /// The vanished root `m` as its parent's account has it: what the account
+    /// gained since the root's last sighting, where that is more than the
+    /// sighting holds (the root's zombie was never read: its parent reaped it at
+    /// once). The gain is the root's whole total, plus any other child the
+    /// parent reaped in the same stretch: a bound from above, as the sighting is
+    /// one from below.
+    fn root_from_parent(&mut self, m: Member) -> Member {
+        let Some(p) = self.parent.take() else {
+            return m;
+        };
+        let Some(st) =
+            procread::stat(p.pid, &mut self.buf).filter(|st| st.starttime == p.starttime)
+        else {
+            return m;
+        };
+        let (user, sys) = (
+            st.cutime.saturating_sub(p.cutime) * self.tck_ns,
+            st.cstime.saturating_sub(p.cstime) * self.tck_ns,
+        );
+        if user + sys <= m.cpu() {
+            return m;
+        }
+        let detail = format!(
+            "the root {} was reaped by its parent {} before its last figures were read: its CPU since its last sighting is what the parent's account gained ({} ms), at most that",
+            self.root,
+            p.pid,
+            (user + sys) / 1_000_000
+        );
+        log::info!("{detail}");
+        self.root_bound = Some(detail);
+        Member {
+            own_ns: 0,
+            child_ns: user + sys,
+            user_ns: user,
+            sys_ns: sys,
+            ..m
+        }
     }
 
     /// A vanished member's last sighting counts from now on.
@@ -484,9 +588,9 @@ impl ProcfsEngine {
     fn in_a_members_account(
         &self,
         m: &Member,
-        live: &HashSet<u32>,
-        gone: &HashMap<u32, Member>,
-        gone_reaped: &HashSet<u32>,
+        live: &IdSet,
+        gone: &IdMap<Member>,
+        gone_reaped: &IdSet,
     ) -> bool {
         let mut m = *m;
         // A chain of members that vanished together (a shell and the pipeline it
@@ -549,7 +653,7 @@ impl ProcfsEngine {
             return;
         }
         let buf = &mut self.buf;
-        let gone: HashMap<u32, Member> = self
+        let gone: IdMap<Member> = self
             .members
             .iter()
             .filter(|(&pid, _)| pid != self.root)
@@ -560,10 +664,10 @@ impl ProcfsEngine {
             .collect();
         // The root as the one member left: a chain of vanished members that reaches
         // it is in its account.
-        let root = HashSet::from([self.root]);
+        let root = IdSet::from_iter([self.root]);
         let in_root: Vec<u32> = gone
             .iter()
-            .filter(|(_, m)| self.in_a_members_account(m, &root, &gone, &HashSet::new()))
+            .filter(|(_, m)| self.in_a_members_account(m, &root, &gone, &IdSet::default()))
             .map(|(&pid, _)| pid)
             .collect();
         for pid in in_root {
@@ -575,7 +679,7 @@ impl ProcfsEngine {
     /// Members that vanished since the last poll: each counted once, with its
     /// exact figures where the tracker reaped it, else its last sighting, unless
     /// a member's account (its reaper's cutime and I/O) holds it already.
-    fn retire_gone(&mut self, all: &HashMap<u32, procread::Stat>, set: &HashSet<u32>) {
+    fn retire_gone(&mut self, all: &IdMap<procread::Stat>, set: &IdSet) {
         // Members that vanished since the last poll.
         let gone: Vec<(u32, Member)> = self
             .members
@@ -585,15 +689,28 @@ impl ProcfsEngine {
             .collect();
         // Vanished members the tracker reaped itself: their exact rusage already holds
         // every child they waited for, including children that vanished with them.
-        let gone_reaped: HashSet<u32> = gone
+        let gone_reaped: IdSet = gone
             .iter()
             .map(|(p, _)| *p)
             .filter(|p| self.reaped.contains_key(p))
             .collect();
-        let gone_map: HashMap<u32, Member> = gone.iter().copied().collect();
-        for (pid, m) in gone {
+        let mut gone_map: IdMap<Member> = gone.iter().copied().collect();
+        // Attached, a root its parent reaped at once counts as that parent's
+        // account gained (`root_from_parent`): that holds every member that
+        // vanished into the root's account since its last sighting, as a live
+        // root's `cutime` would.
+        let mut accounts = std::borrow::Cow::Borrowed(set);
+        if let Some(&m) = gone_map.get(&self.root).filter(|_| self.reaper.is_none()) {
+            let r = self.root_from_parent(m);
+            if r.cpu() != m.cpu() {
+                gone_map.insert(self.root, r);
+                accounts.to_mut().insert(self.root);
+            }
+        }
+        for (pid, _) in gone {
             self.members.remove(&pid);
             self.exited += 1;
+            let m = gone_map[&pid];
             if let Some((exact, io_read)) = self.reaped.remove(&pid) {
                 // Exact, which replaces the last sighting; its I/O stays where its
                 // zombie's was not read.
@@ -606,7 +723,9 @@ impl ProcfsEngine {
                 // last sighting stands in until they come.
                 self.keep(&m);
                 self.awaiting.insert(pid, m);
-            } else if self.in_a_members_account(&m, set, &gone_map, &gone_reaped) {
+            } else if pid != self.root
+                && self.in_a_members_account(&m, &accounts, &gone_map, &gone_reaped)
+            {
                 // Its figures are in its reaper's cutime/cstime and I/O, which count.
             } else {
                 self.keep(&m);
@@ -625,14 +744,17 @@ impl ProcfsEngine {
         };
         for &pid in &set {
             let st = all[&pid];
+            // An attached root is not a process the tree started.
+            let started = pid != self.root || self.reaper.is_some();
             let entry = self.members.entry(pid).or_insert_with(|| {
-                self.seen += 1;
+                self.seen += u64::from(started);
                 Member {
                     starttime: st.starttime,
                     ..Default::default()
                 }
             });
             entry.ppid = st.ppid;
+            entry.ran_ns = self.ran_now.get(&pid).copied();
             entry.set_times(&st, self.tck_ns);
             if self.idle.contains(&pid) {
                 // Its io as last read stands.
@@ -671,6 +793,9 @@ impl ProcfsEngine {
         t.procs_exited = self.exited + unseen_reaped;
         t.threads_spawned = t.live_threads;
         t.max_rss_kib = self.max_rss_kib;
+        if let Some(d) = &self.root_bound {
+            t.degraded.set(degraded::ROOT_FROM_PARENT, d.clone());
+        }
         Ok(t)
     }
 }
@@ -718,7 +843,7 @@ mod tests {
     }
 
     /// A member that has not run since its last reading is not read again (its
-    /// schedstat says so); one that ran is read whole, its new child found, and
+    /// CPU clock says so); one that ran is read whole, its new child found, and
     /// the tree's CPU is what the members' stats say, to the tick.
     #[test]
     fn a_member_is_read_again_once_it_has_run() {

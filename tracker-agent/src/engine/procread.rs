@@ -2,9 +2,11 @@
 //! Every reader returns `None` when the process vanished or the file is unreadable:
 //! members come and go between listing and reading.
 
-use std::{collections::HashMap, fs::File, os::unix::fs::FileExt};
+use std::{collections::HashMap, fs::File, hash::BuildHasherDefault, os::unix::fs::FileExt};
 
 use tracker_common::Figures;
+
+use super::ids::IdHasher;
 
 /// Reads a small /proc file into `buf` (cleared first). One `read` usually returns
 /// the whole file: unlike `read_to_string`, no `statx` for a size hint (always 0 on
@@ -96,18 +98,18 @@ pub fn parse_stat(s: &str) -> Option<Stat> {
     })
 }
 
-/// A task's run time (ns) and the number of times it was put on a CPU, from its
-/// schedstat; `None` where the kernel keeps no scheduler info (it prints zeros).
-pub fn parse_schedstat(s: &str) -> Option<(u64, u64)> {
-    let mut it = s.split_ascii_whitespace();
-    let run_ns = it.next()?.parse().ok()?;
-    let pcount = it.nth(1)?.parse().ok()?;
-    (pcount > 0).then_some((run_ns, pcount))
-}
-
 pub fn stat(pid: u32, buf: &mut String) -> Option<Stat> {
     read_into(&format!("/proc/{pid}/stat"), buf)?;
     parse_stat(buf)
+}
+
+/// A process's high-water mark of resident memory (`VmHWM`, KiB): the most it
+/// ever held, between any two samples too, since it began (an exec begins anew).
+pub fn hwm_kib(pid: u32, buf: &mut String) -> Option<u64> {
+    read_into(&format!("/proc/{pid}/status"), buf)?;
+    buf.lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
 }
 
 /// I/O of a process: its threads, live and dead, and its reaped children.
@@ -231,29 +233,21 @@ mod tests {
             unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
             ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
         };
-        c.read(me, tid, Kind::Schedstat, &mut buf).unwrap();
-        let a: u64 = buf.split_whitespace().next().unwrap().parse().unwrap();
+        let ticks = |buf: &str| parse_stat(buf).map(|st| st.utime + st.stime).unwrap();
+        c.read(me, tid, Kind::Stat, &mut buf).unwrap();
+        let a = ticks(&buf);
         let start = thread_cpu_ns();
-        while thread_cpu_ns() < start + 20_000_000 {}
-        c.read(me, tid, Kind::Schedstat, &mut buf).unwrap();
-        let b: u64 = buf.split_whitespace().next().unwrap().parse().unwrap();
-        assert!(
-            b >= a + 10_000_000,
-            "pread at 0 must regenerate: {a} then {b}"
-        );
+        while thread_cpu_ns() < start + 60_000_000 {}
+        c.read(me, tid, Kind::Stat, &mut buf).unwrap();
+        let b = ticks(&buf);
+        // 60 ms is six ticks at 100 Hz: more than three however they fall.
+        assert!(b >= a + 3, "pread at 0 must regenerate: {a} then {b} ticks");
         assert!(c
             .read(u32::MAX - 1, u32::MAX - 1, Kind::Stat, &mut buf)
             .is_none());
         c.sweep();
         c.sweep();
         assert!(c.files.is_empty());
-    }
-
-    #[test]
-    fn schedstat_run_time_and_runs() {
-        assert_eq!(parse_schedstat("123456 789 42\n"), Some((123456, 42)));
-        assert_eq!(parse_schedstat("0 0 0\n"), None);
-        assert_eq!(parse_schedstat("12"), None);
     }
 
     #[test]
@@ -281,6 +275,11 @@ mod tests {
         let st = stat(me, &mut buf).unwrap();
         assert!(st.num_threads >= 1 && st.rss_pages > 0);
         assert!(io(me, &mut buf).is_some());
+        let hwm = hwm_kib(me, &mut buf).unwrap();
+        assert!(
+            hwm * 1024 >= st.rss_pages * crate::sys::page_size(),
+            "{hwm} KiB"
+        );
         assert!(stat(u32::MAX - 1, &mut buf).is_none());
     }
 }
@@ -299,9 +298,12 @@ pub fn task_path(tgid: u32, tid: u32, name: &str) -> String {
 /// and no path lookup. Bounded, so a huge tree cannot exhaust descriptors.
 #[derive(Default)]
 pub struct FileCache {
-    files: HashMap<(u32, u32, Kind), File>,
-    /// Keys used since the last `sweep`.
-    used: HashMap<(u32, u32, Kind), ()>,
+    /// (tid, kind) → the file and the sweep it was last used in. A tid names one
+    /// live task, so the tgid need not be in the key; keyed as one integer, hashed
+    /// as it is (SipHash of the tuple and a second map of the keys used showed in
+    /// an attached sample's profile).
+    files: HashMap<u64, (File, u64), BuildHasherDefault<IdHasher>>,
+    sweeps: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -322,17 +324,21 @@ pub enum Kind {
 
 const MAX_CACHED: usize = 3000;
 
+fn key(tid: u32, kind: Kind) -> u64 {
+    (u64::from(tid) << 3) | kind as u64
+}
+
 impl FileCache {
     /// Reads the file for (tgid, tid, kind) into `buf`.
     pub fn read(&mut self, tgid: u32, tid: u32, kind: Kind, buf: &mut String) -> Option<()> {
-        let key = (tgid, tid, kind);
-        self.used.insert(key, ());
-        if let Some(f) = self.files.get(&key) {
+        let k = key(tid, kind);
+        if let Some((f, used)) = self.files.get_mut(&k) {
+            *used = self.sweeps;
             if pread_into(f, buf).is_some() {
                 return Some(());
             }
             // The process is gone (or the pid was reused): open afresh.
-            self.files.remove(&key);
+            self.files.remove(&k);
         }
         let path = match kind {
             Kind::Stat => task_path(tgid, tid, "stat"),
@@ -344,21 +350,24 @@ impl FileCache {
         let f = File::open(path).ok()?;
         pread_into(&f, buf)?;
         if self.files.len() < MAX_CACHED {
-            self.files.insert(key, f);
+            self.files.insert(k, (f, self.sweeps));
         }
         Some(())
     }
 
     /// Keeps the file for (tgid, tid, kind) open through the next sweep without
     /// reading it: what it says is known not to have moved.
-    pub fn touch(&mut self, tgid: u32, tid: u32, kind: Kind) {
-        self.used.insert((tgid, tid, kind), ());
+    pub fn touch(&mut self, _tgid: u32, tid: u32, kind: Kind) {
+        if let Some((_, used)) = self.files.get_mut(&key(tid, kind)) {
+            *used = self.sweeps;
+        }
     }
 
     /// Closes the files not read since the last sweep (members that left).
     pub fn sweep(&mut self) {
-        let used = std::mem::take(&mut self.used);
-        self.files.retain(|k, _| used.contains_key(k));
+        let now = self.sweeps;
+        self.files.retain(|_, (_, used)| *used == now);
+        self.sweeps += 1;
     }
 }
 

@@ -28,6 +28,9 @@ pub const NO_SECOND_COPIES: &str = "no_second_copies";
 pub const EXIT_UNREAD: &str = "exit_unread";
 /// Members that had exited were still on a CPU when the final sample was due.
 pub const SETTLE_TIMEOUT: &str = "settle_timeout";
+/// Attached on procfs, the root's parent reaped it before its last figures were
+/// read: its CPU since its last sighting is what the parent's account gained.
+pub const ROOT_FROM_PARENT: &str = "root_from_parent";
 
 /// Sentinel's spool file failed (full, read-only): batches past the memory limit
 /// went to kept files or memory instead.
@@ -44,7 +47,7 @@ pub const EBPF_LOAD_FAILED: &str = "ebpf_load_failed";
 
 /// Every name, for the documentation's check.
 #[cfg(test)]
-pub const ALL: [&str; 16] = [
+pub const ALL: [&str; 17] = [
     MAP_FULL,
     EXIT_UNREAD,
     RING_FULL,
@@ -53,6 +56,7 @@ pub const ALL: [&str; 16] = [
     MISSED_RUNS,
     NO_SECOND_COPIES,
     SETTLE_TIMEOUT,
+    ROOT_FROM_PARENT,
     NO_TASK_IO,
     NO_ON_CPU,
     NO_GROUP_DEAD,

@@ -23,7 +23,7 @@ use crate::{
         memcg::{TreeCgroup, TreeCpu},
         SystemCollector,
     },
-    engine::{pss::PssSum, Engine, ReadOpts, Ring},
+    engine::{procread, pss::PssSum, Engine, ReadOpts, Ring},
     model::{
         degraded::Degradations,
         reading::{unix_now, MemcgReading, Pressure, TreeTotals},
@@ -89,6 +89,8 @@ struct Loop {
     pss: PssSum,
     /// Σ PSS beside the cgroup too (`--pss`).
     pss_always: bool,
+    /// The run's last sample is being taken.
+    last: bool,
 }
 
 impl Loop {
@@ -298,6 +300,17 @@ impl Loop {
         let memcg = self.tree_memcg(&tree, &mut live);
         let cpu_cgroup = self.tree_cpu(&mut tree, &mut live);
         let pressure = self.tree_pressure();
+        if memcg.is_none() && self.last {
+            // Σ PSS is seen at samples only, the largest member's RSS at its exit:
+            // a live member's peak between samples (the tracked interpreter's own
+            // array, held for half an interval) is in its high-water mark.
+            let mut buf = String::new();
+            for &p in live.get(&self.engine) {
+                if let Some(kib) = procread::hwm_kib(p, &mut buf) {
+                    tree.max_rss_kib = tree.max_rss_kib.max(kib);
+                }
+            }
+        }
         if memcg.is_none() || self.pss_always {
             if let Some(e) = &self.engine {
                 let live = live.get(&self.engine);
@@ -583,6 +596,7 @@ fn start_loop(t: Tracked, st: &Settings, started: Instant) -> (Loop, Ends) {
         // Beside a cgroup, Σ PSS only when asked for; without one it is the source.
         pss: PssSum::default(),
         pss_always: st.engine.pss,
+        last: false,
     };
     let ends = Ends {
         root: t.root,
@@ -885,6 +899,7 @@ async fn run_loop(
         e.settle();
     }
     lp.last_reaps(&mut reap_rx).await;
+    lp.last = true;
     emit(&mut lp, ring.as_mut().map(|r| r.get_mut()), sinks);
     if let Some(e) = &mut lp.engine {
         let events = &mut lp.events;

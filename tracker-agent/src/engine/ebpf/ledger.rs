@@ -3,7 +3,7 @@
 
 use tracker_common::{Event, Figures, EVENT_FLAG_GROUP_DEAD, EVENT_FLAG_SHARED_TID};
 
-use super::ids::IdMap;
+use crate::engine::ids::IdMap;
 
 /// Retired threads' figures from their EXIT records, and each live thread's last
 /// reading until its record arrives.

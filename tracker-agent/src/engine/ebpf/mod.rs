@@ -32,7 +32,6 @@ use tracker_common::{
     TASK_FLAG_ROOT,
 };
 
-mod ids;
 mod ledger;
 mod load;
 pub(crate) use load::in_host_pid_ns;
@@ -42,6 +41,7 @@ mod records;
 mod roster;
 
 use super::{
+    ids::IdMap,
     procread::{self, Kind, MemSig},
     ReadOpts,
 };
@@ -50,7 +50,6 @@ use crate::model::{
     reading::TreeTotals,
     ProcEvent,
 };
-use ids::IdMap;
 use ledger::Ledger;
 use load::{EbpfUnavailable, PROBE};
 pub use load::{Knobs, LoadArgs};

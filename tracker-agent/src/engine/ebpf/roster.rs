@@ -6,7 +6,7 @@ use std::collections::hash_map::Entry;
 
 use tracker_common::Event;
 
-use super::ids::IdMap;
+use crate::engine::ids::IdMap;
 
 /// A member user space reads, by its key in the task map.
 #[derive(Clone, Copy, Debug)]

@@ -8,7 +8,7 @@ use std::{
 /// Tids and tgids are small, distinct integers: hashing them as they are is enough
 /// (SipHash showed in the per-sample profile).
 #[derive(Default)]
-pub(super) struct IdHasher(u64);
+pub(crate) struct IdHasher(u64);
 
 impl Hasher for IdHasher {
     fn finish(&self) -> u64 {
@@ -23,6 +23,11 @@ impl Hasher for IdHasher {
     fn write_u32(&mut self, n: u32) {
         self.0 = u64::from(n);
     }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
 }
 
-pub(super) type IdMap<V> = StdHashMap<u32, V, BuildHasherDefault<IdHasher>>;
+pub(crate) type IdMap<V> = StdHashMap<u32, V, BuildHasherDefault<IdHasher>>;
+
+pub(crate) type IdSet = std::collections::HashSet<u32, BuildHasherDefault<IdHasher>>;
