@@ -423,6 +423,29 @@ pub fn run(dir: &Path, args: &[String]) -> anyhow::Result<()> {
     if args.iter().any(|a| a == "--only-real") {
         return only_real(dir, args, quick, &path);
     }
+    if args.iter().any(|a| a == "--only-attach-exact") {
+        let val = |k: &str| {
+            args.iter()
+                .position(|a| a == k)
+                .and_then(|i| args.get(i + 1))
+                .cloned()
+        };
+        let cond = val("--conditions").unwrap_or_else(|| "both".into());
+        let plan = crate::attach_exact::Plan {
+            runs: match val("--runs") {
+                Some(n) => n.parse().context("--runs N")?,
+                None if quick => 1,
+                None => 5,
+            },
+            only: val("--workload"),
+            quiet: cond != "churn",
+            churn: cond != "quiet",
+        };
+        let md = crate::attach_exact::run(dir, &plan)?;
+        crate::attach_exact::write(&path, &md)?;
+        eprintln!("xtask: wrote {}", path.display());
+        return Ok(());
+    }
     if args.iter().any(|a| a == "--only-attach") {
         // Keep every other section as it is; replace (or add) the attach one.
         let md = crate::attach_bench::run(dir, quick)?;

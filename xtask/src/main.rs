@@ -5,6 +5,7 @@
 
 mod arm64;
 mod attach_bench;
+mod attach_exact;
 mod bench;
 mod benchdoc;
 mod dist;
@@ -218,6 +219,6 @@ fn run() -> anyhow::Result<()> {
             let dir = build_release()?;
             soak::run(&dir, &args[1..])
         }
-        _ => bail!("usage: cargo xtask setup | test | wheel [--release] | install [--prefix DIR] [--binary FILE] | old-glibc | arm64 | run -- ARGS | bench [--quick] [--peers | --only-peers | --only-cost | --only-startup | --only-exact | --only-attach | --only-real [--runs N] [--peer-runs N] [--workload NAME] [--skip NAME] [--conditions quiet|churn|both] [--from-raw FILE] | --node] | soak [--minutes N] | kernels [LINE…] [--timeout SECS] [--only CHECK]"),
+        _ => bail!("usage: cargo xtask setup | test | wheel [--release] | install [--prefix DIR] [--binary FILE] | old-glibc | arm64 | run -- ARGS | bench [--quick] [--peers | --only-peers | --only-cost | --only-startup | --only-exact | --only-attach | --only-attach-exact [--runs N] [--workload NAME] [--conditions quiet|churn|both] | --only-real [--runs N] [--peer-runs N] [--workload NAME] [--skip NAME] [--conditions quiet|churn|both] [--from-raw FILE] | --node] | soak [--minutes N] | kernels [LINE…] [--timeout SECS] [--only CHECK]"),
     }
 }

@@ -70,7 +70,11 @@ pub struct Bg(pub Child);
 impl Drop for Bg {
     fn drop(&mut self) {
         let pgid = format!("-{}", self.0.id());
-        let _ = Command::new("kill").args(["-TERM", "--", &pgid]).status();
+        // Quiet: the group may be gone already.
+        let _ = Command::new("kill")
+            .args(["-TERM", "--", &pgid])
+            .stderr(Stdio::null())
+            .status();
         let _ = self.0.wait();
     }
 }

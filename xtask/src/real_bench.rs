@@ -101,13 +101,13 @@ fn workloads() -> Vec<Workload> {
 /// Unrelated work on the host beside the workload, in a cgroup of its own (as
 /// tests/src/churn.rs): two shell loops forking `/bin/true` and `grep` (pid churn)
 /// and a loop of short CPU-heavy processes (`workload spin 3000`).
-struct Churn {
+pub(crate) struct Churn {
     cg: Option<Truth>,
     kids: Vec<Child>,
 }
 
 impl Churn {
-    fn start(w: &Path) -> anyhow::Result<Churn> {
+    pub(crate) fn start(w: &Path) -> anyhow::Result<Churn> {
         let cg = Truth::cpu_only("real-churn")?;
         let forks = "while :; do /bin/true; grep -q x /etc/hostname; done";
         let cpu = format!("while :; do {} spin 3000 >/dev/null; done", w.display());
@@ -143,12 +143,12 @@ impl Drop for Churn {
 
 /// An ftrace instance counting the processes (non-thread `task_newtask`) created
 /// by the task whose pid is written into `set_event_pid` and its descendants.
-struct Ftrace {
+pub(crate) struct Ftrace {
     dir: PathBuf,
 }
 
 impl Ftrace {
-    fn new() -> anyhow::Result<Ftrace> {
+    pub(crate) fn new() -> anyhow::Result<Ftrace> {
         let base = Path::new("/sys/kernel/tracing");
         if !base.join("instances").exists() {
             let _ = Command::new("mount")
@@ -173,7 +173,7 @@ impl Ftrace {
             .with_context(|| format!("writing {v:?} to {}", self.dir.join(file).display()))
     }
 
-    fn reset(&self) -> anyhow::Result<()> {
+    pub(crate) fn reset(&self) -> anyhow::Result<()> {
         self.put("events/task/task_newtask/enable", "0")?;
         self.put("set_event_pid", "")?;
         self.put("trace", "")
@@ -181,7 +181,7 @@ impl Ftrace {
 
     /// The root's prefix: it puts its own pid into the filter and turns the event
     /// on, then execs the rest.
-    fn prefix(&self) -> Vec<OsString> {
+    pub(crate) fn prefix(&self) -> Vec<OsString> {
         let d = self.dir.display();
         vec![
             "/bin/sh".into(),
@@ -196,7 +196,7 @@ impl Ftrace {
 
     /// Processes in the tree (its root + the processes it created), None when the
     /// buffer overran.
-    fn count(&self) -> anyhow::Result<Option<u64>> {
+    pub(crate) fn count(&self) -> anyhow::Result<Option<u64>> {
         self.put("events/task/task_newtask/enable", "0")?;
         let mut overrun = 0u64;
         for d in std::fs::read_dir(self.dir.join("per_cpu"))?.flatten() {

@@ -100,6 +100,12 @@ impl Truth {
         dirs.join(":")
     }
 
+    /// The file `cpu_secs` reads: v1 `cpuacct.usage` (ns) or v2 `cpu.stat`.
+    pub fn cpu_file(&self) -> PathBuf {
+        self.cpu
+            .join(if self.v2 { "cpu.stat" } else { "cpuacct.usage" })
+    }
+
     pub fn cpu_secs(&self) -> f64 {
         let (file, key, div) = if self.v2 {
             ("cpu.stat", Some("usage_usec "), 1e6)
