@@ -28,7 +28,7 @@ use serde_json::{json, Value};
 
 use crate::{
     measure::{Bg, Machine},
-    real_bench::{Churn, Ftrace},
+    real_bench::{Churn, Ftrace, POOL_PY},
     truth::Truth,
 };
 
@@ -92,17 +92,6 @@ print(json.dumps({
     # A run that counted nothing keeps its samples' tree blocks, to see why.
     "samples": [x.get("process") for x in t.samples] if not s["cpu_total_secs"] else None,
 }))
-"#;
-
-const POOL_PY: &str = r#"import hashlib, multiprocessing as mp
-def work(i):
-    h = str(i).encode()
-    for _ in range(60000):
-        h = hashlib.sha256(h).digest()
-    return h
-if __name__ == "__main__":
-    with mp.Pool(2, maxtasksperchild=2) as p:
-        p.map(work, range(40), chunksize=1)
 "#;
 
 /// 33 C files for `make -j2`, each 150 statements gcc -O2 takes a while over

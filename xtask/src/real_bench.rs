@@ -36,7 +36,8 @@ const LUA_PKG: &str = "lua5.4";
 const LUA_ORIG: &str = "lua5.4_5.4.4.orig.tar.gz";
 const LUA_DIR: &str = "lua-5.4.4";
 
-const POOL_PY: &str = r#"import hashlib, multiprocessing as mp
+/// The multiprocessing pool both real-workload benches run.
+pub(crate) const POOL_PY: &str = r#"import hashlib, multiprocessing as mp
 def work(i):
     h = str(i).encode()
     for _ in range(60000):

@@ -442,6 +442,8 @@ impl ProcfsEngine {
             // Files of members that left: neither read nor kept since the last
             // poll began (its io is read after its walk).
             self.files.sweep();
+            // The root's parent before any sighting of the root.
+            let parent = self.parent_account();
             // Once a member, the root is checked with the members below.
             let mut roots = Vec::new();
             let mut known = IdMap::default();
@@ -451,7 +453,6 @@ impl ProcfsEngine {
                     known.insert(self.root, st);
                 }
             }
-            let parent = self.parent_account();
             let members: Vec<(u32, u64)> = self
                 .members
                 .iter()
@@ -540,10 +541,10 @@ impl ProcfsEngine {
     /// The vanished root `m` as its parent's account has it: what the account
     /// gained since the root's last sighting, where that is more than the
     /// sighting holds (the root's zombie was never read: its parent reaped it at
-    /// once). The gain is the root's whole total, plus any other child the
-    /// parent reaped in the same stretch: a bound from above, as the sighting is
-    /// one from below.
-    fn root_from_parent(&mut self, m: Member) -> Member {
+    /// once), and more than `at_least`. The gain is the root's whole total, plus
+    /// any other child the parent reaped in the same stretch: a bound from above,
+    /// as the sighting is one from below.
+    fn root_from_parent(&mut self, m: Member, at_least: u64) -> Member {
         let Some(p) = self.parent.take() else {
             return m;
         };
@@ -556,7 +557,7 @@ impl ProcfsEngine {
             st.cutime.saturating_sub(p.cutime) * self.tck_ns,
             st.cstime.saturating_sub(p.cstime) * self.tck_ns,
         );
-        if user + sys <= m.cpu() {
+        if user + sys <= at_least {
             return m;
         }
         let detail = format!(
@@ -699,9 +700,19 @@ impl ProcfsEngine {
         // account gained (`root_from_parent`): that holds every member that
         // vanished into the root's account since its last sighting, as a live
         // root's `cutime` would.
+        // Taken only where the gain holds the root's sighting and those of the
+        // members that would otherwise be kept: an orphan that died elsewhere in
+        // the same stretch is not in it, and is kept as before.
         let mut accounts = std::borrow::Cow::Borrowed(set);
         if let Some(&m) = gone_map.get(&self.root).filter(|_| self.reaper.is_none()) {
-            let r = self.root_from_parent(m);
+            let others: u64 = gone
+                .iter()
+                .filter(|(p, o)| {
+                    *p != self.root && !self.in_a_members_account(o, set, &gone_map, &gone_reaped)
+                })
+                .map(|(_, o)| o.cpu())
+                .sum();
+            let r = self.root_from_parent(m, m.cpu() + others);
             if r.cpu() != m.cpu() {
                 gone_map.insert(self.root, r);
                 accounts.to_mut().insert(self.root);
