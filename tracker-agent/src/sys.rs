@@ -35,9 +35,8 @@ pub fn monotonic_ns() -> u64 {
 /// added it up (at the process's last switch or tick). Read through its process
 /// CPU clock, which the kernel lets any process read, as it does
 /// /proc/PID/schedstat: a system call without a file, a seq_file or formatting
-/// (0.13 µs against a held schedstat file's 0.28 µs here, and its per-member
-/// share of an attached procfs sample was the largest part, docs/cost.md).
-/// None once the pid names no process.
+/// (the schedstat read was the largest part of an attached procfs sample,
+/// docs/cost.md). None once the pid names no process.
 pub fn process_cpu_ns(pid: u32) -> Option<u64> {
     // The kernel's MAKE_PROCESS_CPUCLOCK(pid, CPUCLOCK_SCHED): !pid above three
     // bits that say "process" and "scheduler's clock" (2).

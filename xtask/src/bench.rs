@@ -208,24 +208,50 @@ fn replace_section(
     Ok(())
 }
 
-/// `--only-real`: every other section kept as it is; the real workloads' replaced
-/// (or added), measured now or rendered again from an earlier run's raw file.
-fn only_real(dir: &Path, args: &[String], quick: bool, path: &Path) -> anyhow::Result<()> {
-    // Keep every other section as it is; replace (or add) the real workloads'.
-    let val = |k: &str| {
-        args.iter()
-            .position(|a| a == k)
-            .and_then(|i| args.get(i + 1))
-            .cloned()
-    };
-    let runs = match val("--runs") {
+/// The value after flag `k` in `args`.
+fn flag_value(args: &[String], k: &str) -> Option<String> {
+    args.iter()
+        .position(|a| a == k)
+        .and_then(|i| args.get(i + 1))
+        .cloned()
+}
+
+/// What the real-workload benches share: `--runs N` (1 with `--quick`, else 5)
+/// and `--conditions quiet|churn|both` as (runs, quiet, churn).
+fn runs_and_conditions(args: &[String], quick: bool) -> anyhow::Result<(usize, bool, bool)> {
+    let runs = match flag_value(args, "--runs") {
         Some(n) => n.parse().context("--runs N")?,
         None if quick => 1,
         None => 5,
     };
+    let cond = flag_value(args, "--conditions").unwrap_or_else(|| "both".into());
+    Ok((runs, cond != "churn", cond != "quiet"))
+}
+
+/// `--only-attach-exact`: every other section kept as it is; the attach path's
+/// exactness replaced (or added).
+fn only_attach_exact(dir: &Path, args: &[String], quick: bool, path: &Path) -> anyhow::Result<()> {
+    let (runs, quiet, churn) = runs_and_conditions(args, quick)?;
+    let plan = crate::attach_exact::Plan {
+        runs,
+        only: flag_value(args, "--workload"),
+        quiet,
+        churn,
+    };
+    let md = crate::attach_exact::run(dir, &plan)?;
+    crate::attach_exact::write(path, &md)?;
+    eprintln!("xtask: wrote {}", path.display());
+    Ok(())
+}
+
+/// `--only-real`: every other section kept as it is; the real workloads' replaced
+/// (or added), measured now or rendered again from an earlier run's raw file.
+fn only_real(dir: &Path, args: &[String], quick: bool, path: &Path) -> anyhow::Result<()> {
+    // Keep every other section as it is; replace (or add) the real workloads'.
+    let val = |k: &str| flag_value(args, k);
+    let (runs, quiet, churn) = runs_and_conditions(args, quick)?;
     let only = val("--workload");
     let skip = val("--skip");
-    let cond = val("--conditions").unwrap_or_else(|| "both".into());
     let peer_runs = match val("--peer-runs") {
         Some(n) => n.parse().context("--peer-runs N")?,
         None => runs,
@@ -235,8 +261,8 @@ fn only_real(dir: &Path, args: &[String], quick: bool, path: &Path) -> anyhow::R
         peer_runs,
         only: only.as_deref(),
         skip: skip.as_deref(),
-        quiet: cond != "churn",
-        churn: cond != "quiet",
+        quiet,
+        churn,
     };
     let raw = crate::root().join("target/realbench/raw.jsonl");
     let m = match val("--from-raw") {
@@ -424,27 +450,7 @@ pub fn run(dir: &Path, args: &[String]) -> anyhow::Result<()> {
         return only_real(dir, args, quick, &path);
     }
     if args.iter().any(|a| a == "--only-attach-exact") {
-        let val = |k: &str| {
-            args.iter()
-                .position(|a| a == k)
-                .and_then(|i| args.get(i + 1))
-                .cloned()
-        };
-        let cond = val("--conditions").unwrap_or_else(|| "both".into());
-        let plan = crate::attach_exact::Plan {
-            runs: match val("--runs") {
-                Some(n) => n.parse().context("--runs N")?,
-                None if quick => 1,
-                None => 5,
-            },
-            only: val("--workload"),
-            quiet: cond != "churn",
-            churn: cond != "quiet",
-        };
-        let md = crate::attach_exact::run(dir, &plan)?;
-        crate::attach_exact::write(&path, &md)?;
-        eprintln!("xtask: wrote {}", path.display());
-        return Ok(());
+        return only_attach_exact(dir, args, quick, &path);
     }
     if args.iter().any(|a| a == "--only-attach") {
         // Keep every other section as it is; replace (or add) the attach one.

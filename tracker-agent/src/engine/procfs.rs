@@ -521,7 +521,8 @@ impl ProcfsEngine {
                     .ppid
             }
         };
-        let st = procread::stat(pid, &mut self.buf)?;
+        // Through the held file: read every poll.
+        let st = self.stat_of(pid)?;
         Some(ParentAccount {
             pid,
             starttime: st.starttime,
