@@ -553,3 +553,84 @@ fn a_cgroup_that_holds_only_the_tree_is_its_source() {
         }
     }
 }
+
+/// Twelve members alive from before the attach to after the tracker's end, each
+/// having run a fraction of a clock tick more than whole ticks at both ends:
+/// /proc's utime and stime, each floored, would leave every member's baseline
+/// and last sighting short by up to two ticks (±20 ms a member here, ±240 ms in
+/// all). Attached on procfs beside an idle stranger (so the cgroup is not the
+/// source), the tree's CPU is its members' CPU clocks: the cgroup's own count.
+#[test]
+fn attached_procfs_reads_live_members_to_the_nanosecond() {
+    if !e2e::require(e2e::is_root(), "making cgroups needs root") {
+        return;
+    }
+    let script = "import os, sys, time\n\
+        for d in sys.argv[1].split(':'):\n\
+        \x20   open(os.path.join(d, 'cgroup.procs'), 'w').write(str(os.getpid()))\n\
+        n = 12\n\
+        def burn(ms):\n\
+        \x20   t = time.process_time()\n\
+        \x20   while time.process_time() - t < ms / 1000: pass\n\
+        a_r, a_w = os.pipe(); b_r, b_w = os.pipe(); c_r, c_w = os.pipe()\n\
+        for i in range(n):\n\
+        \x20   if os.fork() == 0:\n\
+        \x20       os.close(a_w); os.close(c_r)\n\
+        \x20       burn(15 + 7 * i); os.write(c_w, b'x')\n\
+        \x20       os.read(a_r, 1)\n\
+        \x20       burn(25 + 11 * i); os.write(c_w, b'x')\n\
+        \x20       os.read(b_r, 1)\n\
+        \x20       os._exit(0)\n\
+        os.close(a_r); os.close(c_w)\n\
+        def wait_all():\n\
+        \x20   got = 0\n\
+        \x20   while got < n: got += len(os.read(c_r, n))\n\
+        wait_all(); open(sys.argv[2], 'w').close()\n\
+        open(sys.argv[3]).read(); os.close(a_w)\n\
+        wait_all(); open(sys.argv[4], 'w').close()\n\
+        os.read(b_r, 1)\n";
+    let mut worst: f64 = 0.0;
+    for round in 0..3 {
+        let cg = Cgroup::new("clock");
+        let s = Scratch::new("attach-clock");
+        let (ready, go, done) = (s.path("ready"), s.path("go"), s.path("done"));
+        let path = std::ffi::CString::new(go.display().to_string()).unwrap();
+        // SAFETY: a valid C string; the test's own scratch directory.
+        assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0, "mkfifo");
+        let _stranger = e2e::Bg::spawn(
+            Command::new(workload()).args(["incgroup", &cg.join_arg(), "--", "sleep", "120"]),
+            "stranger",
+        );
+        let work = e2e::Bg::spawn(
+            Command::new("python3")
+                .args(["-c", script, &cg.join_arg()])
+                .arg(&ready)
+                .arg(&go)
+                .arg(&done),
+            "members",
+        );
+        wait_for_file(&ready);
+        let mut tr = attached(work.pid() as u32, "1", &["--no-ebpf"], &s);
+        let before = cg.usage_ns();
+        std::fs::write(&go, "go\n").expect("the fifo");
+        wait_for_file(&done);
+        std::thread::sleep(Duration::from_millis(300));
+        let truth = (cg.usage_ns() - before) as f64 / 1e9;
+        tr.signal(libc::SIGTERM);
+        assert!(tr.wait_for(Duration::from_secs(10)).success());
+        work.signal(libc::SIGKILL);
+        let sum = read_json(&s.path("summary.json"));
+        let cpu = cpu_total(&sum);
+        eprintln!(
+            "round {round}: 13 live members on procfs: {cpu:.4} s ({}) vs the cgroup's {truth:.4} s ({:+.2} ms)",
+            sum["cpu_source"],
+            1e3 * (cpu - truth)
+        );
+        assert_eq!(sum["cpu_source"], "procfs", "{sum}");
+        assert!(truth > 0.9, "the members ran: {truth} s");
+        worst = worst.max((cpu - truth).abs());
+    }
+    // The cgroup's clock and the members' are the same scheduler's: a tick's
+    // fraction of a single member would be 10 ms.
+    assert!(worst <= 0.002, "off by {worst} s");
+}

@@ -15,7 +15,9 @@ use crate::model::{degraded, reading::TreeTotals};
 struct Member {
     ppid: u32,
     starttime: u64,
-    /// utime+stime and cutime+cstime, in ns (tick resolution).
+    /// Its own CPU (ns): its CPU clock where that could be read, to the
+    /// nanosecond, else utime+stime (whole ticks, each floored). Its reaped
+    /// children's, cutime+cstime, exist in ticks only.
     own_ns: u64,
     child_ns: u64,
     user_ns: u64,
@@ -42,9 +44,13 @@ impl Member {
         }
     }
 
-    /// Its times from its stat: its own and its reaped children's, `tck` ns a tick.
-    fn set_times(&mut self, st: &procread::Stat, tck: u64) {
-        self.own_ns = (st.utime + st.stime) * tck;
+    /// Its times from its stat, `tck` ns a tick, its own CPU from its CPU clock
+    /// `clock` where there is one: whole ticks, each floored, leave a sighting
+    /// short by up to two ticks a process (20 ms at USER_HZ 100), which an
+    /// attached tree's baseline turns into an excess of as much; the clock is
+    /// the scheduler's own sum, which utime+stime are that sum split and floored.
+    fn set_times(&mut self, st: &procread::Stat, tck: u64, clock: Option<u64>) {
+        self.own_ns = clock.unwrap_or((st.utime + st.stime) * tck);
         self.child_ns = (st.cutime + st.cstime) * tck;
         self.user_ns = (st.utime + st.cutime) * tck;
         self.sys_ns = (st.stime + st.cstime) * tck;
@@ -328,6 +334,15 @@ impl ProcfsEngine {
         self.live.get(&pid).map(procread::MemSig::of)
     }
 
+    /// A process's CPU clock now, kept for this poll (`ran_now`): read before its
+    /// stat, so that the same clock at the next poll means it has not run since
+    /// that stat (`unchanged`).
+    fn clock(&mut self, pid: u32) {
+        if let Some(ns) = crate::sys::process_cpu_ns(pid) {
+            self.ran_now.insert(pid, ns);
+        }
+    }
+
     /// A member's stat through the held file.
     fn stat_of(&mut self, pid: u32) -> Option<procread::Stat> {
         self.files
@@ -350,10 +365,7 @@ impl ProcfsEngine {
             return None;
         }
         // A process that never ran has nothing to compare: it is read whole.
-        let now = crate::sys::process_cpu_ns(pid).filter(|&ns| ns > 0);
-        if let Some(ns) = now {
-            self.ran_now.insert(pid, ns);
-        }
+        let now = self.ran_now.get(&pid).copied().filter(|&ns| ns > 0);
         let before = self.members.get(&pid)?.ran_ns;
         if now.is_none() || before != now || last.state == b'R' {
             return None;
@@ -406,7 +418,10 @@ impl ProcfsEngine {
             if out.contains_key(&p) {
                 continue;
             }
-            let Some(st) = known.remove(&p).or_else(|| self.stat_of(p)) else {
+            let Some(st) = known.remove(&p).or_else(|| {
+                self.clock(p);
+                self.stat_of(p)
+            }) else {
                 continue;
             };
             out.insert(p, st);
@@ -447,7 +462,10 @@ impl ProcfsEngine {
             // Once a member, the root is checked with the members below.
             let mut roots = Vec::new();
             let mut known = IdMap::default();
+            self.idle.clear();
+            self.ran_now.clear();
             if !self.members.contains_key(&self.root) {
+                self.clock(self.root);
                 if let Some(st) = self.stat_of(self.root).filter(same_root) {
                     roots.push(self.root);
                     known.insert(self.root, st);
@@ -460,9 +478,8 @@ impl ProcfsEngine {
                 .collect();
             let restat = self.polls.is_multiple_of(RESTAT_EVERY);
             self.polls += 1;
-            self.idle.clear();
-            self.ran_now.clear();
             for (pid, start) in members {
+                self.clock(pid);
                 if let Some(st) = self.unchanged(pid, restat) {
                     roots.push(pid);
                     known.insert(pid, st);
@@ -638,11 +655,13 @@ impl ProcfsEngine {
             return;
         }
         let io = procread::io(self.root, &mut self.buf);
+        // A zombie's CPU clock holds its threads' whole run time until the reap.
+        let clock = crate::sys::process_cpu_ns(self.root);
         let tck = self.tck_ns;
         let Some(m) = self.members.get_mut(&self.root) else {
             return;
         };
-        m.set_times(&st, tck);
+        m.set_times(&st, tck, clock);
         if let Some(io) = io {
             m.io = io;
         }
@@ -766,8 +785,12 @@ impl ProcfsEngine {
                 }
             });
             entry.ppid = st.ppid;
-            entry.ran_ns = self.ran_now.get(&pid).copied();
-            entry.set_times(&st, self.tck_ns);
+            let clock = self.ran_now.get(&pid).copied();
+            entry.ran_ns = clock;
+            // Without `children` files the stats came first: the clock after them
+            // is exact for its CPU, never a sign that it has not run.
+            let clock = clock.or_else(|| crate::sys::process_cpu_ns(pid));
+            entry.set_times(&st, self.tck_ns, clock);
             if self.idle.contains(&pid) {
                 // Its io as last read stands.
             } else if let Some(io) = self
@@ -856,7 +879,8 @@ mod tests {
 
     /// A member that has not run since its last reading is not read again (its
     /// CPU clock says so); one that ran is read whole, its new child found, and
-    /// the tree's CPU is what the members' stats say, to the tick.
+    /// the tree's CPU is its CPU clock, to the nanosecond, and its reaped
+    /// children's time, to the tick.
     #[test]
     fn a_member_is_read_again_once_it_has_run() {
         let mut child = std::process::Command::new("sh")
@@ -887,11 +911,15 @@ mod tests {
         assert!(!e.idle.contains(&root), "it ran, yet was kept");
         let st = procread::stat(root, &mut buf).expect("its stat");
         let tck = 1_000_000_000 / crate::sys::clk_tck();
+        let clock = crate::sys::process_cpu_ns(root).expect("its CPU clock");
         assert_eq!(
             t.fig.cpu_ns,
-            (st.utime + st.stime + st.cutime + st.cstime) * tck,
+            clock + (st.cutime + st.cstime) * tck,
             "{st:?}"
         );
+        // The clock is the sum that utime and stime split and floor.
+        assert!(clock >= (st.utime + st.stime) * tck, "{clock} {st:?}");
+        assert!(clock < (st.utime + st.stime + 2) * tck, "{clock} {st:?}");
         child.kill().ok();
         child.wait().ok();
     }
