@@ -157,10 +157,22 @@ pub fn output_within(cmd: &mut Command, secs: u64) -> Output {
 /// Runs a fixture with a venv's python (at most `secs` seconds); panics with its
 /// stderr when it fails.
 pub fn run_fixture(py: &Path, script: &str, args: &[&str], cwd: &Path) -> Output {
+    run_fixture_env(py, script, args, cwd, &[])
+}
+
+/// The same with more environment variables.
+pub fn run_fixture_env(
+    py: &Path,
+    script: &str,
+    args: &[&str],
+    cwd: &Path,
+    env: &[(&str, &str)],
+) -> Output {
     let o = output_within(
         Command::new(py)
             .arg(fixture(script))
             .args(args)
+            .envs(env.iter().copied())
             .current_dir(cwd),
         240,
     );

@@ -19,7 +19,9 @@ use serde_json::Value;
 use tracker_tests::{
     e2e::{have, is_root, py_peers_python, require},
     ebpf_available,
-    python::{fresh_venv, fresh_venv_of, output_within, py_build, run_fixture, wheel},
+    python::{
+        fresh_venv, fresh_venv_of, output_within, py_build, run_fixture, run_fixture_env, wheel,
+    },
     read_json, read_jsonl, tracker, Scratch,
 };
 
@@ -824,6 +826,102 @@ fn metaflow_flow_with_track_resources_makes_a_card_that_opens_in_chromium() {
         2,
         "two earlier runs: {table}"
     );
+}
+
+/// The seed's own Metaflow example step, and a 0.5 s, 500 MiB spike that falls
+/// between the tracker's first reading and its first 1 s sample, on both
+/// backends: the card asks for at least the peak, which holds the 500 MiB,
+/// and the summary's peak, its stats and the card say the same.
+#[test]
+fn metaflow_card_of_the_seeds_step_asks_for_its_peak_on_both_backends() {
+    let Some(whl) = wheel() else { return };
+    if !py_build_ready() {
+        return;
+    }
+    let s = Scratch::new("py-metaflow-seed");
+    let py = fresh_venv(&s, "mf", &whl, &[py_build()]);
+    let flow_dir = s.path("flow");
+    std::fs::create_dir_all(&flow_dir).unwrap();
+    let flow = flow_dir.join("seed_flow.py");
+    std::fs::copy(tracker_tests::python::fixture("seed_flow.py"), &flow).unwrap();
+    let cards = s.path("cards");
+    std::fs::create_dir_all(&cards).unwrap();
+    let mut backends = vec![("0", "procfs")];
+    if ebpf_available() {
+        backends.push(("1", "ebpf"));
+    } else {
+        assert!(!tracker_tests::e2e::ci(), "CI runs as root with BPF");
+    }
+    for (ebpf, backend) in backends {
+        for mode in ["seed", "spike"] {
+            let o = output_within(
+                Command::new(&py)
+                    .arg(&flow)
+                    .args(["--no-pylint", "run"])
+                    .current_dir(&flow_dir)
+                    .env("USERNAME", "tester")
+                    .env("METAFLOW_DEFAULT_DATASTORE", "local")
+                    .env("METAFLOW_DEFAULT_METADATA", "local")
+                    .env("TRACK_EBPF", ebpf)
+                    .env("SPIKE", mode),
+                240,
+            );
+            let all = format!(
+                "{}{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            );
+            assert!(o.status.success(), "{backend} {mode}: {all}");
+            assert!(!all.contains("*WARNING* [@track_resources]"), "{all}");
+            let run = all
+                .split("run-id ")
+                .nth(1)
+                .and_then(|r| r.split(|c: char| !c.is_ascii_alphanumeric()).next())
+                .unwrap_or_else(|| panic!("no run id in: {all}"))
+                .to_string();
+            let out = stdout_json(&run_fixture_env(
+                &py,
+                "card_get.py",
+                &[cards.to_str().unwrap(), &run],
+                &flow_dir,
+                &[
+                    ("CARD_FLOW", "MinimalFlow"),
+                    ("CARD_STEP", "do_heavy_computation"),
+                ],
+            ));
+            let c = &out[run.as_str()];
+            assert!(c["error"].is_null(), "{backend} {mode}: {c}");
+            assert_eq!(c["backend"], backend, "{c}");
+            let rec = c["recommendation"].as_str().expect("recommendation");
+            let mem: f64 = rec
+                .split("memory=")
+                .nth(1)
+                .and_then(|m| m.split(|ch: char| !ch.is_ascii_digit()).next())
+                .and_then(|m| m.parse().ok())
+                .expect("memory=");
+            let peak = c["peak_memory_mib"].as_f64().expect("peak_memory_mib");
+            let stats_max = c["stats_memory_max"].as_f64().expect("stats max");
+            eprintln!("{backend} {mode}: {rec}, peak {peak:.1} MiB, stats max {stats_max:.1} MiB");
+            assert!(
+                peak >= 500.0,
+                "{backend} {mode}: the 500 MiB are not in the peak: {c}"
+            );
+            assert!(
+                (stats_max - peak).abs() < 0.5,
+                "{backend} {mode}: stats max {stats_max} vs peak {peak}"
+            );
+            assert!(
+                mem >= peak,
+                "{backend} {mode}: {rec} is below the peak {peak} MiB"
+            );
+            assert_eq!(c["summary_recommendation"]["metaflow"], rec, "{c}");
+            let html = std::fs::read_to_string(c["card"].as_str().unwrap()).unwrap();
+            assert!(
+                html.contains(&format!("id=\"recommendation\">{rec}<")),
+                "{backend} {mode}: the card does not show {rec}"
+            );
+        }
+    }
 }
 
 #[test]

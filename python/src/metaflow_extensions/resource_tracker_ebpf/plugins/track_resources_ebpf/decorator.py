@@ -25,6 +25,19 @@ def _error(e: BaseException) -> Dict[str, str]:
     }
 
 
+def _ebpf_choice(value: Any) -> Optional[bool]:
+    """The `ebpf` attribute: None lets the binary choose. A `--with` spec may
+    give it as a string ("False" is not true)."""
+    if value is None or isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"ebpf={value!r}: not true or false")
+
+
 class TrackResourcesEbpfDecorator(StepDecorator):
     """Track the resources a step uses with resource-tracker-ebpf."""
 
@@ -34,12 +47,15 @@ class TrackResourcesEbpfDecorator(StepDecorator):
         "artifact_name": {"type": str},
         "create_card": {"type": bool},
         "pss": {"type": bool},
+        "ebpf": {"type": bool},
     }
     defaults = {
         "interval": 1.0,
         "artifact_name": "resource_tracker_data",
         "create_card": True,
         "pss": False,
+        # None: the binary chooses (eBPF where it may, else procfs); False: procfs.
+        "ebpf": None,
     }
 
     def __init__(self, attributes=None, statically_defined=False, inserted_by=None):
@@ -94,6 +110,7 @@ class TrackResourcesEbpfDecorator(StepDecorator):
             self.tracker = ResourceTracker(
                 interval=float(self.attributes["interval"]),
                 pss=bool(self.attributes["pss"]),
+                ebpf=_ebpf_choice(self.attributes["ebpf"]),
                 job_name=f"{flow.name}/{step_name}",
                 tags={"run_id": str(run_id), "task_id": str(task_id)},
                 autostart=True,
