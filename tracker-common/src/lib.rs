@@ -60,6 +60,11 @@ pub struct TaskInfo {
     pub comm: [u8; 16],
     pub exit_code: u32,
     pub ppid: u32,
+    /// `se.sum_exec_runtime` in the probe's last READING of this thread (0: none
+    /// sent yet). A thread whose run time is still that, and that is not on a
+    /// run queue, has not run since: its CPU, I/O and faults stand, and the probe
+    /// sends its key in an IDLE record instead of reading it again.
+    pub probe_runtime: u64,
 }
 
 /// Set at `sched_process_exit` when this thread was the last of its process.
@@ -241,6 +246,27 @@ pub const READING_FLAG_MEMCG_KNOWN: u32 = 4;
 /// READING of a leader whose memory cgroup is another: `memcg_id` and `memcg_css`
 /// say which.
 pub const READING_FLAG_MEMCG_ID: u32 = 8;
+
+/// Members of one probe run that have not run since their last READING (see
+/// [`IdleBatch`]).
+pub const EVENT_IDLE: u32 = 5;
+
+/// The probe's arguments: keys two per argument in the first `PROBE_BATCH / 2`,
+/// then the tree's memory cgroup's css, then this: non-zero to read every member
+/// whole, idle or not (user space asks for it every few passes: a member's RSS
+/// moves without it running, when the kernel reclaims its pages).
+pub const PROBE_ARG_FULL: usize = PROBE_BATCH / 2 + 1;
+
+/// The keys of one probe run whose threads have not run since their last READING
+/// (`TaskInfo::probe_runtime`): user space takes that reading again. 0: no key.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IdleBatch {
+    /// `EVENT_IDLE`.
+    pub kind: u32,
+    pub _pad: u32,
+    pub keys: [u32; PROBE_BATCH],
+}
 
 /// One member's figures, read by the probe program at user space's demand: what
 /// /proc/PID/task/TID/schedstat, /proc/PID/task/TID/io and (for a leader)

@@ -55,7 +55,8 @@ use tracker_common::{
     EngineMode, Event, Figures, LiveReading, Offsets, TaskInfo, TreeStats, ADOPT_CHILDREN,
     ADOPT_DEPTH, DEFAULT_MAX_TASKS, EVENTS_BYTES, EVENT_EXEC, EVENT_EXIT, EVENT_FLAG_ADOPTED,
     EVENT_FLAG_AT_EXIT, EVENT_FLAG_GROUP_DEAD, EVENT_FLAG_SHARED_TID, EVENT_FLAG_THREAD,
-    EVENT_FORK, EVENT_READING, GRAVEYARD_KEY, MAX_TREES, NO_FIELD, PROBE_BATCH,
+    EVENT_FORK, EVENT_IDLE, EVENT_READING, GRAVEYARD_KEY, IdleBatch, MAX_TREES, NO_FIELD,
+    PROBE_BATCH,
     READING_FLAG_EXITED, READING_FLAG_MEMCG_ID, READING_FLAG_MEMCG_KNOWN, READING_FLAG_ZOMBIE,
     TASK_DEAD, TASK_FLAG_EXITED, TASK_FLAG_GROUP_DEAD, TASK_FLAG_PROC_ENDED, TASK_FLAG_RETIRED,
     TASK_FLAG_ROOT,
@@ -260,6 +261,7 @@ struct Held {
     flags: u32,
     task: u64,
     exit_ns: u64,
+    probe_runtime: u64,
 }
 
 #[inline(always)]
@@ -271,6 +273,7 @@ fn held(key: u32) -> Option<Held> {
         flags: v.flags,
         task: v.task,
         exit_ns: v.exit_ns,
+        probe_runtime: v.probe_runtime,
     })
 }
 

@@ -28,6 +28,13 @@ pub fn probe(ctx: RawTracePointContext) -> u32 {
     ];
     // The tree's memory cgroup as user space last learned it (0: not yet).
     let memcg_css: u64 = ctx.arg(8);
+    let full: u64 = ctx.arg(9);
+    let mut idle = IdleBatch {
+        kind: EVENT_IDLE,
+        _pad: 0,
+        keys: [0; PROBE_BATCH],
+    };
+    let mut any: u32 = 0;
     for i in 0..PROBE_BATCH {
         let pair = args[i / 2];
         let key = if i % 2 == 0 {
@@ -38,7 +45,18 @@ pub fn probe(ctx: RawTracePointContext) -> u32 {
         if key == 0 {
             continue;
         }
-        probe_member(key, memcg_css);
+        // 1 where the member is idle: kept without a branch on it, so that the
+        // verifier walks the batch once, not once per combination of results.
+        let is_idle = probe_member(key, memcg_css, full) & 1;
+        idle.keys[i] = key * is_idle;
+        any |= is_idle;
+    }
+    if any != 0 {
+        // A full ring: the idle members are read from /proc this time.
+        if let Some(mut entry) = EVENTS.reserve::<IdleBatch>(0) {
+            entry.write(idle);
+            entry.submit(BPF_RB_NO_WAKEUP);
+        }
     }
     0
 }
@@ -47,44 +65,65 @@ pub fn probe(ctx: RawTracePointContext) -> u32 {
 /// once, for any key, where inlined it walked it again for each of the batch's
 /// keys (38 ms of every start on a 2-vCPU host, against 3 ms; docs/engine.md,
 /// "Start-up"). Exported by the link (build.rs), so that its BTF linkage is global.
+/// 1 where the member has not run since its last READING (`full` 0 only).
 #[no_mangle]
 #[inline(never)]
-pub extern "C" fn probe_member(key: u32, memcg_css: u64) -> u32 {
-    probe_one(key, memcg_css);
-    0
+pub extern "C" fn probe_member(key: u32, memcg_css: u64, full: u64) -> u32 {
+    u32::from(probe_one(key, memcg_css, full))
 }
 
+/// Whether the member was idle: not read, its key for the IDLE record.
 #[inline(always)]
-pub(crate) fn probe_one(key: u32, memcg_css: u64) {
+pub(crate) fn probe_one(key: u32, memcg_css: u64, full: u64) -> bool {
     let Some(info) = held(key) else {
-        return;
+        return false;
     };
     if info.flags & TASK_FLAG_RETIRED != 0 {
         let _ = TASKS.remove(key);
-        return;
+        return false;
     }
     // A registered root before its exec: user space reads it from /proc.
     if info.task == 0 {
-        return;
+        return false;
     }
     let exited = info.flags & TASK_FLAG_EXITED != 0;
     // Where exits can go unseen (`adopting`), a member not marked exited may be dead.
     if (exited || adopting()) && sweep_one(key) {
-        return;
+        return false;
     }
     // A displaced old leader is dead: nothing to read until it retires.
     if key & GRAVEYARD_KEY != 0 {
-        return;
+        return false;
+    }
+    let task = info.task as *const u8;
+    let o = off();
+    // Idle: its run time is what the last READING said, and it is not on a run
+    // queue (a running task's time since its last tick or switch is not in
+    // `sum_exec_runtime` yet). CPU, I/O and faults are charged to the task that
+    // runs, a fork, exec or exit needs it to run: two reads instead of some
+    // fifteen, and no record of its own. What moves without it running (its RSS,
+    // when the kernel reclaims pages) waits for the next `full` run.
+    if full == 0 && !exited && info.probe_runtime != 0 {
+        // SAFETY: reads through the fault-tolerant helper; a freed task's memory
+        // reads as another value than the member's last run time, and is then read
+        // whole and checked below.
+        let (runtime, state) = unsafe {
+            (
+                field::<u64>(task, o.task_sum_exec_runtime),
+                field::<u32>(task, o.task_state),
+            )
+        };
+        if runtime == info.probe_runtime && state != 0 {
+            return true;
+        }
     }
     // Reserved before the reads: if the entry is still there after them, a retirement
     // (which removes the entry first) sends its EXIT record after this reading, so
     // user space never takes a reading after the final figures.
     // A full ring: user space reads this member from /proc.
     let Some(mut entry) = EVENTS.reserve::<LiveReading>(0) else {
-        return;
+        return false;
     };
-    let task = info.task as *const u8;
-    let o = off();
     // SAFETY: reads through the fault-tolerant helper; they are kept only if the task
     // still is the member afterwards and the entry still there (the free, when it
     // runs, removes the entry first).
@@ -110,17 +149,21 @@ pub(crate) fn probe_one(key: u32, memcg_css: u64) {
     if !unsafe { still_member(task, key, &info) } {
         entry.discard(BPF_RB_NO_WAKEUP);
         drop_unexited(key, &info);
-        return;
+        return false;
     }
-    // SAFETY: the value is read at once.
-    match unsafe { TASKS.get(key) } {
-        Some(now) if now.task == info.task => {
+    match TASKS.get_ptr_mut(key) {
+        // SAFETY: a map value's pointer, read and written at once.
+        Some(now) if unsafe { (*now).task } == info.task => {
+            let runtime = r.fig.cpu_ns;
             entry.write(r);
             // User space drains the ring right after the run: no wake-up.
             entry.submit(BPF_RB_NO_WAKEUP);
+            // SAFETY: as above.
+            unsafe { (*now).probe_runtime = runtime };
         }
         _ => entry.discard(BPF_RB_NO_WAKEUP),
     }
+    false
 }
 
 /// The memory cgroup the leader `task` is charged to: known (the `cgroup_subsys_state`

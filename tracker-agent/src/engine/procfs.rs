@@ -101,9 +101,26 @@ pub struct ProcfsEngine {
     /// Attached: the root's parent (outside the tree) as it was read just before
     /// the root's last sighting (`ParentAccount`).
     parent: Option<ParentAccount>,
+    /// The maps and lists of a poll, kept with their capacity for the next:
+    /// rebuilt each poll, they were a tenth of an attached sample of 300 idle
+    /// members (rehashing, zeroing and freeing; docs/cost.md).
+    scratch: Scratch,
     /// The root's figures came from its parent's account (`root_from_parent`):
     /// what to say of it.
     root_bound: Option<String>,
+}
+
+/// A poll's working sets (`ProcfsEngine::scratch`): `all` and `set` are the tree
+/// the last `find_tree` found.
+#[derive(Default)]
+struct Scratch {
+    all: IdMap<procread::Stat>,
+    set: IdSet,
+    known: IdMap<procread::Stat>,
+    members: Vec<(u32, u64)>,
+    roots: Vec<u32>,
+    stack: Vec<u32>,
+    kids: Vec<u32>,
 }
 
 /// The account of the attached root's parent: its reaped children's CPU
@@ -280,6 +297,7 @@ impl ProcfsEngine {
             polls: 0,
             parent: None,
             root_bound: None,
+            scratch: Scratch::default(),
         }
     }
 
@@ -403,17 +421,20 @@ impl ProcfsEngine {
         self.threads.insert(pid, (num_threads, tids));
     }
 
-    /// The processes under `roots` (roots included), reading only those: pid →
-    /// stat (`known`: stats read this poll already). Costs O(tree) instead of a
-    /// scan of every process of the host.
+    /// The processes under `roots` (roots included), reading only those, into
+    /// `out`: pid → stat (`known`: stats read this poll already). Costs O(tree)
+    /// instead of a scan of every process of the host.
     fn tree_from(
         &mut self,
         roots: &[u32],
-        mut known: IdMap<procread::Stat>,
-    ) -> IdMap<procread::Stat> {
-        let mut out = IdMap::default();
-        let mut stack = roots.to_vec();
-        let mut kids = Vec::new();
+        known: &mut IdMap<procread::Stat>,
+        out: &mut IdMap<procread::Stat>,
+    ) {
+        out.clear();
+        let mut stack = std::mem::take(&mut self.scratch.stack);
+        let mut kids = std::mem::take(&mut self.scratch.kids);
+        stack.clear();
+        stack.extend_from_slice(roots);
         while let Some(p) = stack.pop() {
             if out.contains_key(&p) {
                 continue;
@@ -434,22 +455,25 @@ impl ProcfsEngine {
             stack.extend(kids.iter().copied());
         }
         self.threads.retain(|p, _| out.contains_key(p));
-        out
+        self.scratch.stack = stack;
+        self.scratch.kids = kids;
     }
 
     /// Whether a process of the tree is running (not a zombie) now.
     pub fn tree_alive(&mut self) -> bool {
-        let (all, set) = self.find_tree();
+        self.find_tree();
+        let Scratch { all, set, .. } = &self.scratch;
         set.iter().any(|p| {
             all.get(p)
                 .is_some_and(|st| st.state != b'Z' && st.state != b'X')
         })
     }
 
-    /// The tree now: every process read (pid → stat) and the members among them.
-    /// Roots: the root, known members that are still the same process (orphans keep
-    /// membership) and the tracker's other children when it is the subreaper.
-    fn find_tree(&mut self) -> (IdMap<procread::Stat>, IdSet) {
+    /// The tree now, in `scratch`: every process read (`all`: pid → stat) and the
+    /// members among them (`set`). Roots: the root, known members that are still
+    /// the same process (orphans keep membership) and the tracker's other children
+    /// when it is the subreaper.
+    fn find_tree(&mut self) {
         // The root while it is still the process first seen with its pid.
         let root_start = self.root_start;
         let same_root = |st: &procread::Stat| Some(st.starttime) == root_start;
@@ -460,8 +484,12 @@ impl ProcfsEngine {
             // The root's parent before any sighting of the root.
             let parent = self.parent_account();
             // Once a member, the root is checked with the members below.
-            let mut roots = Vec::new();
-            let mut known = IdMap::default();
+            let mut roots = std::mem::take(&mut self.scratch.roots);
+            let mut known = std::mem::take(&mut self.scratch.known);
+            let mut members = std::mem::take(&mut self.scratch.members);
+            roots.clear();
+            known.clear();
+            members.clear();
             self.idle.clear();
             self.ran_now.clear();
             if !self.members.contains_key(&self.root) {
@@ -471,14 +499,10 @@ impl ProcfsEngine {
                     known.insert(self.root, st);
                 }
             }
-            let members: Vec<(u32, u64)> = self
-                .members
-                .iter()
-                .map(|(&p, m)| (p, m.starttime))
-                .collect();
+            members.extend(self.members.iter().map(|(&p, m)| (p, m.starttime)));
             let restat = self.polls.is_multiple_of(RESTAT_EVERY);
             self.polls += 1;
-            for (pid, start) in members {
+            for &(pid, start) in &members {
                 self.clock(pid);
                 if let Some(st) = self.unchanged(pid, restat) {
                     roots.push(pid);
@@ -492,10 +516,17 @@ impl ProcfsEngine {
                 children_of(me, &mut self.buf, &mut roots);
             }
             self.note_parent(parent, known.get(&self.root));
-            let all = self.tree_from(&roots, known);
-            let mut set: IdSet = all.keys().copied().collect();
+            let mut all = std::mem::take(&mut self.scratch.all);
+            self.tree_from(&roots, &mut known, &mut all);
+            let set = &mut self.scratch.set;
+            set.clear();
+            set.extend(all.keys().copied());
             set.remove(&std::process::id());
-            return (all, set);
+            self.scratch.all = all;
+            self.scratch.roots = roots;
+            self.scratch.known = known;
+            self.scratch.members = members;
+            return;
         }
         let all = scan();
         let kids = children_index(&all);
@@ -520,7 +551,8 @@ impl ProcfsEngine {
         // Attached to an ancestor of the tracker (a Python process tracking itself
         // starts the tracker as its child): the observer is not part of the job.
         set.remove(&std::process::id());
-        (all, set)
+        self.scratch.all = all;
+        self.scratch.set = set;
     }
 
     /// Attached, with the root a member: its parent's account now (the parent
@@ -765,7 +797,9 @@ impl ProcfsEngine {
     }
 
     pub fn read(&mut self) -> anyhow::Result<TreeTotals> {
-        let (all, set) = self.find_tree();
+        self.find_tree();
+        let all = std::mem::take(&mut self.scratch.all);
+        let set = std::mem::take(&mut self.scratch.set);
 
         self.retire_gone(&all, &set);
         self.live.clear();
@@ -831,6 +865,8 @@ impl ProcfsEngine {
         if let Some(d) = &self.root_bound {
             t.degraded.set(degraded::ROOT_FROM_PARENT, d.clone());
         }
+        self.scratch.all = all;
+        self.scratch.set = set;
         Ok(t)
     }
 }

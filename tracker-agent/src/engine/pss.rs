@@ -21,8 +21,9 @@
 //! in for a smaps_rollup (15 µs for an idle `sleep`, 56 µs for an idle Python, and
 //! more with its mapped memory; docs/cost.md).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
+use super::ids::IdMap;
 use super::procread::{self, FileCache, Kind, MemSig, Rollup, Stat, PF_EXITING};
 
 /// Samples between two settled passes when nothing in the tree moved: the pass
@@ -50,7 +51,9 @@ pub struct PssCounts {
 
 #[derive(Default)]
 pub struct PssSum {
-    cache: HashMap<u32, Entry>,
+    /// Keyed by pid, hashed as it is (`IdMap`): looked up for every member every
+    /// sample.
+    cache: IdMap<Entry>,
     since_settled: u32,
     buf: String,
     /// The members' smaps_rollup and stat, held open: a settled pass of an idle
@@ -152,11 +155,11 @@ impl PssSum {
     ) -> Option<u64> {
         self.since_settled = 0;
         self.counts.settled_passes += 1;
-        let mut best: Option<(u64, HashMap<u32, Entry>)> = None;
+        let mut best: Option<(u64, IdMap<Entry>)> = None;
         let mut prev: Option<u64> = live.iter().map(|p| self.cache.get(p).map(|e| e.pss)).sum();
         for _ in 0..PASSES {
             let mut sum = 0;
-            let mut read = HashMap::with_capacity(live.len());
+            let mut read = IdMap::with_capacity_and_hasher(live.len(), Default::default());
             let mut any_live = false;
             for &pid in live {
                 // The signature before the rollup: a fault in between makes the next

@@ -27,7 +27,8 @@ use aya::{
 };
 use tracker_common::{
     Event, Figures, LiveReading, TaskInfo, TreeStats, EVENT_EXEC, EVENT_EXIT,
-    EVENT_FLAG_SHARED_TID, EVENT_FORK, GRAVEYARD_KEY, PROBE_BATCH, READING_FLAG_EXITED,
+    EVENT_FLAG_SHARED_TID, EVENT_FORK, GRAVEYARD_KEY, PROBE_ARG_FULL, PROBE_BATCH,
+    READING_FLAG_EXITED,
     READING_FLAG_MEMCG_ID, READING_FLAG_MEMCG_KNOWN, READING_FLAG_ZOMBIE, TASK_FLAG_EXITED,
     TASK_FLAG_ROOT,
 };
@@ -81,6 +82,12 @@ struct ProcGauge {
 /// Readings between two looks at the kernel's skipped runs where tracepoints are
 /// not preemptible.
 const MISSES_EVERY: u32 = 8;
+
+/// Every this many passes the probe reads every member whole, idle or not: an
+/// idle member's RSS falls when the kernel reclaims its pages, and its memory
+/// cgroup changes when it is moved, neither of which it need run for (the procfs
+/// engine's `RESTAT_EVERY`).
+const FULL_EVERY: u32 = 10;
 
 /// The low 32 bits of a thread's start time in ticks as the kernel keeps it
 /// (`task->start_boottime`), which the programs check before they take a registered
@@ -143,6 +150,8 @@ pub struct EbpfEngine {
     ready: Vec<(Event, u64)>,
     /// Bumped at each reading pass.
     pass: u32,
+    /// The next pass reads every member whole (`PROBE_ARG_FULL`), idle or not.
+    full_next: bool,
     /// This pass's READING records.
     readings: Vec<LiveReading>,
     /// Scratch: the roster's keys for this pass.
@@ -155,10 +164,10 @@ pub struct EbpfEngine {
     /// Processes live at the last reading (for the GPU collector).
     live_pids: HashSet<u32>,
     /// The /proc/PID/stat of the live processes the last reading read from /proc.
-    proc_stats: StdHashMap<u32, procread::Stat>,
+    proc_stats: IdMap<procread::Stat>,
     /// The memory signatures of the live processes the probe read whole (every
     /// thread in the kernel).
-    kernel_sigs: StdHashMap<u32, MemSig>,
+    kernel_sigs: IdMap<MemSig>,
     /// The running kernel's `min_flt`/`maj_flt` are known: the probe reads faults.
     faults_in_kernel: bool,
     /// The running kernel's `mm->rss_stat` layout is known: the probe reads RSS.
@@ -204,6 +213,7 @@ impl EbpfEngine {
             roster: Default::default(),
             ready: Vec::new(),
             pass: 0,
+            full_next: false,
             readings: Vec::new(),
             keys: Vec::new(),
             procs: Default::default(),
@@ -356,6 +366,7 @@ impl EbpfEngine {
     /// Records were lost (FORKs among them, perhaps): the members are listed again
     /// from the task map.
     fn relist(&mut self) {
+        self.full_next = true;
         let l = self.listing();
         for (tgid, tids) in l.live {
             for tid in tids {
@@ -392,8 +403,9 @@ impl EbpfEngine {
     }
 
     /// Runs the probe over `keys` (at most `PROBE_BATCH`): retires those dead and off
-    /// the CPU, sends READING records for the others.
-    fn probe(&mut self, keys: &[u32]) -> anyhow::Result<()> {
+    /// the CPU, sends READING records for the others, and one IDLE record with
+    /// those that have not run since their last (unless `full`).
+    fn probe(&mut self, keys: &[u32], full: bool) -> anyhow::Result<()> {
         let prog: &mut RawTracePoint = self
             .bpf
             .program_mut(PROBE)
@@ -404,6 +416,7 @@ impl EbpfEngine {
             opts.args[i / 2] |= u64::from(k) << (32 * (i % 2));
         }
         opts.args[PROBE_BATCH / 2] = self.memcg_css;
+        opts.args[PROBE_ARG_FULL] = u64::from(full);
         prog.test_run(opts)?;
         Ok(())
     }
@@ -459,7 +472,7 @@ impl EbpfEngine {
                 break;
             }
             for batch in exited.chunks(PROBE_BATCH) {
-                if let Err(e) = self.probe(batch) {
+                if let Err(e) = self.probe(batch, true) {
                     self.probe_failed(&e);
                     return t0.elapsed();
                 }
@@ -497,6 +510,11 @@ impl EbpfEngine {
                     }
                 }
                 Some(Record::Reading(r)) => self.take_reading(r),
+                Some(Record::Idle(b)) => {
+                    for &key in b.keys.iter().filter(|&&k| k != 0) {
+                        self.take_idle(key);
+                    }
+                }
                 None => {}
             }
         }
@@ -526,6 +544,11 @@ impl EbpfEngine {
                 return proc_event(&whole, Some(cpu));
             }
             EVENT_EXEC => {
+                // What a reading said of the process before its exec never stands
+                // for it after (the probe reads it whole: it ran).
+                if let Some(m) = self.roster.get_mut(ev.pid) {
+                    m.last = None;
+                }
                 // A non-leader exec: the exec'ing thread's entry moved to the
                 // leader's tid, and the old leader waits under a key of its own.
                 if ev.tid != ev.pid {
@@ -546,8 +569,23 @@ impl EbpfEngine {
         // which the ring orders after it.
         if let Some(m) = self.roster.get_mut(r.tid) {
             m.read_in = self.pass;
+            m.last = Some(r);
             self.ledger.reading(r.tid, r.fig);
             self.readings.push(r);
+        }
+    }
+
+    /// A member the probe found idle: its last reading stands (the ledger holds
+    /// it already). Without one here (listed again after lost records), it is
+    /// read from /proc this pass and whole by the probe at the next.
+    fn take_idle(&mut self, key: u32) {
+        match self.roster.get_mut(key) {
+            Some(m) if m.last.is_some() => {
+                m.read_in = self.pass;
+                self.readings.extend(m.last);
+            }
+            Some(_) => self.full_next = true,
+            None => {}
         }
     }
 
@@ -564,9 +602,10 @@ impl EbpfEngine {
         let mut keys = std::mem::take(&mut self.keys);
         keys.clear();
         keys.extend(self.roster.keys());
+        let full = std::mem::take(&mut self.full_next) || self.pass % FULL_EVERY == 0;
         let mut ok = true;
         for batch in keys.chunks(PROBE_BATCH) {
-            match self.probe(batch) {
+            match self.probe(batch, full) {
                 Ok(()) => {}
                 Err(e) => {
                     self.probe_failed(&e);

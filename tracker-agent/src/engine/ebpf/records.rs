@@ -1,7 +1,8 @@
 //! The event ring's records and their shown form.
 
 use tracker_common::{
-    Event, LiveReading, EVENT_EXEC, EVENT_EXIT, EVENT_FLAG_THREAD, EVENT_FORK, EVENT_READING,
+    Event, IdleBatch, LiveReading, EVENT_EXEC, EVENT_EXIT, EVENT_FLAG_THREAD, EVENT_FORK,
+    EVENT_IDLE, EVENT_READING,
 };
 
 use crate::model::ProcEvent;
@@ -11,6 +12,7 @@ use crate::model::ProcEvent;
 pub(super) enum Record {
     Event(Event),
     Reading(LiveReading),
+    Idle(IdleBatch),
 }
 
 /// Decodes one ring-buffer record by its leading kind; `None` for a record of the
@@ -28,6 +30,11 @@ pub(super) fn decode(bytes: &[u8]) -> Option<Record> {
             // SAFETY: as above, for LiveReading.
             let r = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<LiveReading>()) };
             Some(Record::Reading(r))
+        }
+        EVENT_IDLE if bytes.len() >= std::mem::size_of::<IdleBatch>() => {
+            // SAFETY: as above, for IdleBatch.
+            let b = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<IdleBatch>()) };
+            Some(Record::Idle(b))
         }
         _ => None,
     }

@@ -4,7 +4,7 @@
 
 use std::collections::hash_map::Entry;
 
-use tracker_common::Event;
+use tracker_common::{Event, LiveReading};
 
 use crate::engine::ids::IdMap;
 
@@ -12,8 +12,10 @@ use crate::engine::ids::IdMap;
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Member {
     pub tgid: u32,
-    /// The reading pass that last got a READING record for it.
+    /// The reading pass that last got a READING record for it (or an IDLE one).
     pub read_in: u32,
+    /// Its last READING, which an IDLE record says still holds.
+    pub last: Option<LiveReading>,
 }
 
 /// A process whose last thread exited while others had not retired: its event and
@@ -43,7 +45,11 @@ impl Roster {
                 }
             }
             Entry::Vacant(e) => {
-                e.insert(Member { tgid, read_in: 0 });
+                e.insert(Member {
+                    tgid,
+                    read_in: 0,
+                    last: None,
+                });
                 *self.threads.entry(tgid).or_default() += 1;
             }
         }
