@@ -121,9 +121,13 @@ fn io_sum(text: &str, v2_key: &str, v1_key: &str) -> u64 {
     sum
 }
 
+static CGROUP_SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 impl Cgroup {
     pub fn new(tag: &str) -> Cgroup {
-        let name = format!("rt-{tag}-{}", std::process::id());
+        // Numbered: two tests of one binary may ask for the same tag at once.
+        let n = CGROUP_SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = format!("rt-{tag}-{}-{n}", std::process::id());
         let (base, v2) = if Path::new("/sys/fs/cgroup/cpuacct/cpuacct.usage").exists() {
             (PathBuf::from("/sys/fs/cgroup/cpuacct"), false)
         } else if Path::new("/sys/fs/cgroup/unified/cgroup.procs").exists() {

@@ -257,15 +257,20 @@ pub const EVENT_IDLE: u32 = 5;
 /// moves without it running, when the kernel reclaims its pages).
 pub const PROBE_ARG_FULL: usize = PROBE_BATCH / 2 + 1;
 
-/// The keys of one probe run whose threads have not run since their last READING
-/// (`TaskInfo::probe_runtime`): user space takes that reading again. 0: no key.
+/// The members of one probe run whose threads have not run since their last
+/// READING (`TaskInfo::probe_runtime`): bit i of `mask` for the run's i-th key
+/// (user space drains the ring after each run, so it knows the run's keys; `first`
+/// is the run's first key, checked). User space takes their last reading again.
+/// A bit mask, not the keys: the probe's stack and its members' together must
+/// stay under 512 bytes, which 5.10 and 6.1 refused with the 64 bytes of keys.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct IdleBatch {
     /// `EVENT_IDLE`.
     pub kind: u32,
+    pub mask: u32,
+    pub first: u32,
     pub _pad: u32,
-    pub keys: [u32; PROBE_BATCH],
 }
 
 /// One member's figures, read by the probe program at user space's demand: what

@@ -29,12 +29,7 @@ pub fn probe(ctx: RawTracePointContext) -> u32 {
     // The tree's memory cgroup as user space last learned it (0: not yet).
     let memcg_css: u64 = ctx.arg(8);
     let full: u64 = ctx.arg(9);
-    let mut idle = IdleBatch {
-        kind: EVENT_IDLE,
-        _pad: 0,
-        keys: [0; PROBE_BATCH],
-    };
-    let mut any: u32 = 0;
+    let mut mask: u32 = 0;
     for i in 0..PROBE_BATCH {
         let pair = args[i / 2];
         let key = if i % 2 == 0 {
@@ -48,13 +43,17 @@ pub fn probe(ctx: RawTracePointContext) -> u32 {
         // 1 where the member is idle: kept without a branch on it, so that the
         // verifier walks the batch once, not once per combination of results.
         let is_idle = probe_member(key, memcg_css, full) & 1;
-        idle.keys[i] = key * is_idle;
-        any |= is_idle;
+        mask |= is_idle << i;
     }
-    if any != 0 {
+    if mask != 0 {
         // A full ring: the idle members are read from /proc this time.
         if let Some(mut entry) = EVENTS.reserve::<IdleBatch>(0) {
-            entry.write(idle);
+            entry.write(IdleBatch {
+                kind: EVENT_IDLE,
+                mask,
+                first: args[0] as u32,
+                _pad: 0,
+            });
             entry.submit(BPF_RB_NO_WAKEUP);
         }
     }
@@ -97,9 +96,9 @@ pub(crate) fn probe_one(key: u32, memcg_css: u64, full: u64) -> bool {
     }
     let task = info.task as *const u8;
     let o = off();
-    // Idle: its run time is what the last READING said, and it is not on a run
-    // queue (a running task's time since its last tick or switch is not in
-    // `sum_exec_runtime` yet). CPU, I/O and faults are charged to the task that
+    // Idle: off the CPU (a running task's time since its last tick or switch is
+    // not in `sum_exec_runtime` yet) with the run time the last READING said, so
+    // it has not run since. CPU, I/O and faults are charged to the task that
     // runs, a fork, exec or exit needs it to run: two reads instead of some
     // fifteen, and no record of its own. What moves without it running (its RSS,
     // when the kernel reclaims pages) waits for the next `full` run.
@@ -107,13 +106,18 @@ pub(crate) fn probe_one(key: u32, memcg_css: u64, full: u64) -> bool {
         // SAFETY: reads through the fault-tolerant helper; a freed task's memory
         // reads as another value than the member's last run time, and is then read
         // whole and checked below.
-        let (runtime, state) = unsafe {
-            (
-                field::<u64>(task, o.task_sum_exec_runtime),
-                field::<u32>(task, o.task_state),
-            )
+        let runtime: u64 = unsafe { field(task, o.task_sum_exec_runtime) };
+        // Without `on_cpu` (a kernel built without SMP), a task that is not
+        // TASK_RUNNING (0) is off the CPU or about to leave it.
+        // SAFETY: as above.
+        let on_cpu: u32 = unsafe {
+            if o.task_on_cpu == NO_FIELD {
+                u32::from(field::<u32>(task, o.task_state) == 0)
+            } else {
+                field(task, o.task_on_cpu)
+            }
         };
-        if runtime == info.probe_runtime && state != 0 {
+        if runtime == info.probe_runtime && on_cpu == 0 {
             return true;
         }
     }

@@ -129,9 +129,10 @@ pub fn run(dir: &Path, quick: bool) -> anyhow::Result<String> {
     let w = dir.join("workload");
     let tools = tools(dir);
     let rounds = if quick { 1 } else { 3 };
-    // Thirty samples, quick or not: a settled pass of Σ PSS comes every
-    // thirtieth (engine/pss.rs `FULL_EVERY`), and a shorter window would leave it
-    // out of some tools' cells and not others'.
+    // Thirty samples, quick or not: Σ PSS reads each idle member again once
+    // every sixty samples, a few each sample (engine/pss.rs `REFRESH_EVERY`), and
+    // the probe reads every member whole every tenth (engine/ebpf `FULL_EVERY`),
+    // so that every window holds its share of both.
     let (warm, window) = (3.0, 30.0);
     let sizes = [50usize, 300];
     let mut cells: Vec<Vec<Vec<f64>>> = vec![vec![Vec::new(); tools.len()]; sizes.len()];

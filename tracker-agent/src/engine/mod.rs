@@ -118,4 +118,7 @@ pub struct ReadOpts {
     /// the eBPF backend then says whether every live process's leader is charged
     /// to it (`TreeTotals::memcg_inside`).
     pub memcg_id: Option<u64>,
+    /// Read every member whole (the final sample): eBPF's probe then reads the
+    /// members it would keep as idle too.
+    pub whole: bool,
 }

@@ -83,9 +83,13 @@ pub struct ProcfsEngine {
     live: IdMap<procread::Stat>,
     /// Walk the tree through `children` files instead of scanning all of /proc.
     children_files: bool,
-    /// The members' stat and io, held open and read again with `pread`: an open
-    /// and a close fewer per file and member each sample.
+    /// The members' stat and io, held open and read again with `pread`: an
+    /// open and a close fewer per file and member each sample. Closed when the
+    /// member leaves (`forget`), not swept: a sweep needs each idle member's
+    /// files marked every poll, three map lookups a member.
     files: procread::FileCache,
+    /// The root's parent whose stat is held open (`parent_account`).
+    parent_file: Option<u32>,
     /// Each member's threads as last listed, with their number then: listed again
     /// only when its stat shows another number, or a thread's `children` file is
     /// gone (one exited, another came).
@@ -93,6 +97,9 @@ pub struct ProcfsEngine {
     /// Members this poll found unchanged since the last (`unchanged`): their last
     /// stat, io and children stand.
     idle: IdSet,
+    /// Members that vanished at the last poll: an idle member whose parent was
+    /// one of them has another parent now, and its stat is read again.
+    vanished: IdSet,
     /// The members' CPU clocks read this poll, before their stats: they become
     /// `Member::ran_ns` with those stats in `read`, and only there (a poll for
     /// `tree_alive` reads stats that `live` never holds).
@@ -139,8 +146,9 @@ struct ParentAccount {
 }
 
 /// Every this many polls the stat of each member that has not run is read again:
-/// its RSS falls when the kernel reclaims its pages, and its parent changes when
-/// the one above exits, neither of which it need run for.
+/// its RSS falls when the kernel reclaims its pages, and the root's parent,
+/// outside the tree, may exit, neither of which it need run for
+/// (`ProcfsEngine::unchanged`).
 const RESTAT_EVERY: u64 = 10;
 
 /// Whether `pid` ignores SIGCHLD (its children are then reaped by the kernel, and
@@ -291,8 +299,10 @@ impl ProcfsEngine {
             live: IdMap::default(),
             children_files: have_children_files(),
             files: procread::FileCache::default(),
+            parent_file: None,
             threads: IdMap::default(),
             idle: IdSet::default(),
+            vanished: IdSet::default(),
             ran_now: IdMap::default(),
             polls: 0,
             parent: None,
@@ -374,9 +384,13 @@ impl ProcfsEngine {
     /// was read. Its CPU, children's CPU, faults, I/O, threads and children each
     /// move only while it runs (a fork, a wait, a fault, a read), and a second
     /// thread only comes from one that runs: its io and `children` are not read
-    /// again, nor its stat but every `RESTAT_EVERY` polls (`restat`). One
-    /// `clock_gettime` instead of a stat, an io and a `children` file (open, read,
-    /// close).
+    /// again, nor its stat. One `clock_gettime` instead of a stat, an io and a
+    /// `children` file (open, read, close). What moves without it running: its
+    /// RSS (the kernel reclaims its pages), from its stat every `RESTAT_EVERY`
+    /// polls (`restat`; a statm is a third of a stat's work, but on 6.x it sums the
+    /// per-CPU counters that a stat's RSS does not, another figure), and its
+    /// parent, when that exits (a member that vanished: its stat is read the poll
+    /// after; the root's, outside the tree, every `RESTAT_EVERY` polls).
     fn unchanged(&mut self, pid: u32, restat: bool) -> Option<procread::Stat> {
         let last = *self.live.get(&pid)?;
         if last.num_threads != 1 {
@@ -388,14 +402,12 @@ impl ProcfsEngine {
         if now.is_none() || before != now || last.state == b'R' {
             return None;
         }
-        let st = if restat {
+        let st = if restat || self.vanished.contains(&last.ppid) {
             self.stat_of(pid)
                 .filter(|st| st.starttime == last.starttime)?
         } else {
-            self.files.touch(pid, pid, procread::Kind::Stat);
             last
         };
-        self.files.touch(pid, pid, procread::Kind::Io);
         self.idle.insert(pid);
         Some(st)
     }
@@ -478,9 +490,6 @@ impl ProcfsEngine {
         let root_start = self.root_start;
         let same_root = |st: &procread::Stat| Some(st.starttime) == root_start;
         if self.children_files {
-            // Files of members that left: neither read nor kept since the last
-            // poll began (its io is read after its walk).
-            self.files.sweep();
             // The root's parent before any sighting of the root.
             let parent = self.parent_account();
             // Once a member, the root is checked with the members below.
@@ -570,7 +579,10 @@ impl ProcfsEngine {
                     .ppid
             }
         };
-        // Through the held file: read every poll.
+        // Through the held file: read every poll; a former parent's is closed.
+        if let Some(old) = self.parent_file.replace(pid).filter(|&old| old != pid) {
+            self.files.forget(old);
+        }
         let st = self.stat_of(pid)?;
         Some(ParentAccount {
             pid,
@@ -725,6 +737,7 @@ impl ProcfsEngine {
             .collect();
         for pid in in_root {
             self.members.remove(&pid);
+            self.files.forget(pid);
             self.exited += 1;
         }
     }
@@ -748,6 +761,8 @@ impl ProcfsEngine {
             .filter(|p| self.reaped.contains_key(p))
             .collect();
         let mut gone_map: IdMap<Member> = gone.iter().copied().collect();
+        self.vanished.clear();
+        self.vanished.extend(gone.iter().map(|(p, _)| *p));
         // Attached, a root its parent reaped at once counts as that parent's
         // account gained (`root_from_parent`): that holds every member that
         // vanished into the root's account since its last sighting, as a live
@@ -772,6 +787,7 @@ impl ProcfsEngine {
         }
         for (pid, _) in gone {
             self.members.remove(&pid);
+            self.files.forget(pid);
             self.exited += 1;
             let m = gone_map[&pid];
             if let Some((exact, io_read)) = self.reaped.remove(&pid) {

@@ -355,11 +355,17 @@ impl FileCache {
         Some(())
     }
 
-    /// Keeps the file for (tgid, tid, kind) open through the next sweep without
-    /// reading it: what it says is known not to have moved.
-    pub fn touch(&mut self, _tgid: u32, tid: u32, kind: Kind) {
-        if let Some((_, used)) = self.files.get_mut(&key(tid, kind)) {
-            *used = self.sweeps;
+    /// Closes every file held for `tid` (a member that left), for a reader that
+    /// knows when its members leave instead of sweeping.
+    pub fn forget(&mut self, tid: u32) {
+        for kind in [
+            Kind::Stat,
+            Kind::Io,
+            Kind::ThreadIo,
+            Kind::Schedstat,
+            Kind::Rollup,
+        ] {
+            self.files.remove(&key(tid, kind));
         }
     }
 

@@ -11,11 +11,13 @@
 //!   page someone else maps), or a member that joined or left the tree: every
 //!   member is read again, as one settled pass;
 //! - sharers outside the tree (libraries, files mapped by other processes): not
-//!   seen, so every `FULL_EVERY`-th sample is a settled pass too. What they move in
-//!   between is the remaining error: their share of the pages the tree maps with
-//!   them changes by a fraction of a page per page mapped or unmapped there
-//!   (docs/cost.md, "Σ PSS's periodic pass": under 1 % of an idle tree's Σ PSS
-//!   here, and no larger over 60 s than over 10).
+//!   seen, so each member's figure is read again once every `REFRESH_EVERY`
+//!   samples, a few members each sample, in turn (a re-read whose shared pages
+//!   changed brings a settled pass, as above). What they move in between is the
+//!   remaining error: their share of the pages the tree maps with them changes by
+//!   a fraction of a page per page mapped or unmapped there (docs/cost.md, "Σ
+//!   PSS's periodic pass": under 1 % of an idle tree's Σ PSS here, and no larger
+//!   over 60 s than over 10).
 //!
 //! A stat (the engine's of this sample where it read one, else ~3 µs here) stands
 //! in for a smaps_rollup (15 µs for an idle `sleep`, 56 µs for an idle Python, and
@@ -26,10 +28,13 @@ use std::collections::HashSet;
 use super::ids::IdMap;
 use super::procread::{self, FileCache, Kind, MemSig, Rollup, Stat, PF_EXITING};
 
-/// Samples between two settled passes when nothing in the tree moved: the pass
-/// is a rollup per member, 17 % of an attached eBPF tracker's time on 300 idle
-/// members when it came every tenth (docs/cost.md, "Σ PSS's periodic pass").
-const FULL_EVERY: u32 = 30;
+/// Samples between two reads of an idle member's smaps_rollup, for what sharers
+/// outside the tree moved: a rollup per member, it was 17 % of an attached eBPF
+/// tracker's time on 300 idle members when all of them came every tenth sample
+/// (docs/cost.md, "Σ PSS's periodic pass"). Spread over the samples, a member
+/// every `REFRESH_EVERY / members` samples: no sample takes the whole tree's
+/// page-table walks at once, and every stretch of samples its share.
+const REFRESH_EVERY: usize = 60;
 
 /// Passes of a settled read: each walks every member's page tables.
 const PASSES: usize = 4;
@@ -54,7 +59,11 @@ pub struct PssSum {
     /// Keyed by pid, hashed as it is (`IdMap`): looked up for every member every
     /// sample.
     cache: IdMap<Entry>,
-    since_settled: u32,
+    /// Members whose figure is read again next, in turn (`REFRESH_EVERY`), and
+    /// the refreshes owed: the live members' count each sample, one refresh for
+    /// every `REFRESH_EVERY`.
+    due: Vec<u32>,
+    credit: usize,
     buf: String,
     /// The members' smaps_rollup and stat, held open: a settled pass of an idle
     /// tree of 300 took 1,800 syscalls (open, read, close of each), now 600.
@@ -90,7 +99,7 @@ impl PssSum {
     ) -> Option<u64> {
         let same_members =
             live.len() == self.cache.len() && live.iter().all(|p| self.cache.contains_key(p));
-        if !same_members || self.since_settled + 1 >= FULL_EVERY {
+        if !same_members {
             return self.settled(live, known);
         }
         let mut sum = 0;
@@ -132,7 +141,44 @@ impl PssSum {
                 }
             }
         }
-        self.since_settled += 1;
+        self.refresh(live, known, sum)
+    }
+
+    /// Reads again the next members in turn whose figure was kept this sample
+    /// (`REFRESH_EVERY`), into `sum`, Σ PSS of the members as kept or read.
+    fn refresh(
+        &mut self,
+        live: &HashSet<u32>,
+        known: &dyn Fn(u32) -> Option<MemSig>,
+        mut sum: u64,
+    ) -> Option<u64> {
+        self.credit += live.len();
+        while self.credit >= REFRESH_EVERY {
+            self.credit -= REFRESH_EVERY;
+            if self.due.is_empty() {
+                self.due.extend(self.cache.keys().copied());
+            }
+            let Some(pid) = self.due.pop() else {
+                break;
+            };
+            // Gone since it was queued (the next sample settles), or read already.
+            let Some(e) = self.cache.get(&pid).copied() else {
+                continue;
+            };
+            self.counts.rollups_read += 1;
+            match self.rollup(pid) {
+                Some(r) if r.shared == e.shared => {
+                    sum = sum.saturating_sub(e.pss) + r.pss;
+                    self.cache.insert(pid, Entry { pss: r.pss, ..e });
+                }
+                // Its shared pages changed, and with them their sharers' PSS.
+                Some(_) => return self.settled(live, known),
+                None => {
+                    sum = sum.saturating_sub(e.pss);
+                    self.cache.remove(&pid);
+                }
+            }
+        }
         Some(sum)
     }
 
@@ -153,7 +199,6 @@ impl PssSum {
         live: &HashSet<u32>,
         known: &dyn Fn(u32) -> Option<MemSig>,
     ) -> Option<u64> {
-        self.since_settled = 0;
         self.counts.settled_passes += 1;
         let mut best: Option<(u64, IdMap<Entry>)> = None;
         let mut prev: Option<u64> = live.iter().map(|p| self.cache.get(p).map(|e| e.pss)).sum();
@@ -355,20 +400,26 @@ mod tests {
         assert_eq!((p.counts.kept, p.counts.rollups_read), (1, read + 1));
     }
 
-    /// The periodic settled pass of an idle tree agrees with the figures kept at
-    /// once: one rollup per member, not two passes.
+    /// An idle tree's members are each read again once every `REFRESH_EVERY`
+    /// samples, in turn, and agree with the figures kept: no settled pass.
     #[test]
-    fn an_idle_trees_periodic_pass_is_one_pass() {
+    fn an_idle_trees_members_are_read_again_in_turn() {
         let kids = Sleepers::new(3);
         let live = kids.pids();
         let mut p = PssSum::default();
         let first = p.read(&live, &|_| None).expect("settled");
         let after_first = p.counts.rollups_read;
         assert!(after_first >= 6, "a first settled pass reads twice");
-        for _ in 1..=super::FULL_EVERY {
+        for i in 1..=super::REFRESH_EVERY {
             assert_eq!(p.read(&live, &|_| None), Some(first));
+            // One rollup every REFRESH_EVERY / 3 samples.
+            assert_eq!(
+                p.counts.rollups_read,
+                after_first + (3 * i / super::REFRESH_EVERY) as u64,
+                "sample {i}"
+            );
         }
-        assert_eq!(p.counts.settled_passes, 2);
+        assert_eq!(p.counts.settled_passes, 1);
         assert_eq!(p.counts.rollups_read, after_first + 3);
     }
 

@@ -100,7 +100,13 @@ impl Loop {
         let (t0, u0) = (Instant::now(), unix_now());
         let events = &mut self.events;
         let t = match &mut self.engine {
-            Some(e) => e.read(self.opts, ring, &mut |ev| events.show(ev))?,
+            Some(e) => {
+                let opts = ReadOpts {
+                    whole: self.last,
+                    ..self.opts
+                };
+                e.read(opts, ring, &mut |ev| events.show(ev))?
+            }
             None => TreeTotals::default(),
         };
         let half = t0.elapsed() / 2;
@@ -586,6 +592,7 @@ fn start_loop(t: Tracked, st: &Settings, started: Instant) -> (Loop, Ends) {
         gpus: t.gpus,
         opts: ReadOpts {
             memcg_id: t.memcg.as_ref().and_then(TreeCgroup::id),
+            whole: false,
         },
         memcg: t.memcg,
         memcg_stale: false,

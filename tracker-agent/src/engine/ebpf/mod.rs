@@ -28,9 +28,8 @@ use aya::{
 use tracker_common::{
     Event, Figures, LiveReading, TaskInfo, TreeStats, EVENT_EXEC, EVENT_EXIT,
     EVENT_FLAG_SHARED_TID, EVENT_FORK, GRAVEYARD_KEY, PROBE_ARG_FULL, PROBE_BATCH,
-    READING_FLAG_EXITED,
-    READING_FLAG_MEMCG_ID, READING_FLAG_MEMCG_KNOWN, READING_FLAG_ZOMBIE, TASK_FLAG_EXITED,
-    TASK_FLAG_ROOT,
+    READING_FLAG_EXITED, READING_FLAG_MEMCG_ID, READING_FLAG_MEMCG_KNOWN, READING_FLAG_ZOMBIE,
+    TASK_FLAG_EXITED, TASK_FLAG_ROOT,
 };
 
 mod ledger;
@@ -156,6 +155,9 @@ pub struct EbpfEngine {
     readings: Vec<LiveReading>,
     /// Scratch: the roster's keys for this pass.
     keys: Vec<u32>,
+    /// The keys of the probe run being drained (an IDLE record names them by
+    /// their place in it).
+    batch: Vec<u32>,
     /// Scratch: this pass's readings by process (kept, not rebuilt: growing it
     /// afresh rehashed it several times a sample).
     procs: IdMap<ProcGauge>,
@@ -216,6 +218,7 @@ impl EbpfEngine {
             full_next: false,
             readings: Vec::new(),
             keys: Vec::new(),
+            batch: Vec::new(),
             procs: Default::default(),
             lost_seen: 0,
             live_pids: Default::default(),
@@ -510,11 +513,15 @@ impl EbpfEngine {
                     }
                 }
                 Some(Record::Reading(r)) => self.take_reading(r),
-                Some(Record::Idle(b)) => {
-                    for &key in b.keys.iter().filter(|&&k| k != 0) {
-                        self.take_idle(key);
+                // The run just made (`read_kernel` drains after each).
+                Some(Record::Idle(b)) if self.batch.first() == Some(&b.first) => {
+                    for i in 0..self.batch.len().min(32) {
+                        if b.mask & (1 << i) != 0 {
+                            self.take_idle(self.batch[i]);
+                        }
                     }
                 }
+                Some(Record::Idle(_)) => {}
                 None => {}
             }
         }
@@ -602,9 +609,11 @@ impl EbpfEngine {
         let mut keys = std::mem::take(&mut self.keys);
         keys.clear();
         keys.extend(self.roster.keys());
-        let full = std::mem::take(&mut self.full_next) || self.pass % FULL_EVERY == 0;
+        let full = std::mem::take(&mut self.full_next) || self.pass.is_multiple_of(FULL_EVERY);
         let mut ok = true;
         for batch in keys.chunks(PROBE_BATCH) {
+            self.batch.clear();
+            self.batch.extend_from_slice(batch);
             match self.probe(batch, full) {
                 Ok(()) => {}
                 Err(e) => {
@@ -615,6 +624,7 @@ impl EbpfEngine {
             }
             self.drain(ring, shown);
         }
+        self.batch.clear();
         self.keys = keys;
         if !ok {
             return None;
@@ -812,6 +822,7 @@ impl EbpfEngine {
         self.live_pids.clear();
         self.proc_stats.clear();
         self.kernel_sigs.clear();
+        self.full_next |= opts.whole;
         let rest = match ring.as_deref_mut() {
             Some(r) => self.read_kernel(r, shown),
             None => None,
