@@ -710,28 +710,36 @@ fn chromium(page: &Path, scratch: &Scratch) -> (String, Vec<String>) {
     (String::from_utf8_lossy(&o.stdout).into_owned(), problems)
 }
 
-#[test]
-fn metaflow_flow_with_track_resources_makes_a_card_that_opens_in_chromium() {
-    let Some(whl) = wheel() else { return };
-    if !py_build_ready() || !require(have("chromium"), "chromium is missing") {
-        return;
+/// A fixture flow copied into a scratch directory, with a fresh venv that has
+/// the wheel and Metaflow, run locally (local datastore and metadata).
+struct MetaflowFlow {
+    py: PathBuf,
+    dir: PathBuf,
+    flow: PathBuf,
+}
+
+impl MetaflowFlow {
+    fn new(s: &Scratch, whl: &Path, fixture: &str) -> Self {
+        let py = fresh_venv(s, "mf", whl, &[py_build()]);
+        let dir = s.path("flow");
+        std::fs::create_dir_all(&dir).unwrap();
+        let flow = dir.join(fixture);
+        std::fs::copy(tracker_tests::python::fixture(fixture), &flow).unwrap();
+        MetaflowFlow { py, dir, flow }
     }
-    let s = Scratch::new("py-metaflow");
-    let py = fresh_venv(&s, "mf", &whl, &[py_build()]);
-    let flow_dir = s.path("flow");
-    std::fs::create_dir_all(&flow_dir).unwrap();
-    let flow = flow_dir.join("heavy_flow.py");
-    std::fs::copy(tracker_tests::python::fixture("heavy_flow.py"), &flow).unwrap();
-    let mf = |fail: bool| {
+
+    /// Runs the flow with `env`; asserts it succeeds (or fails) as `succeeds`
+    /// says and that the decorator printed no warning; returns the run id.
+    fn run(&self, env: &[(&str, &str)], succeeds: bool) -> String {
         let o = output_within(
-            Command::new(&py)
-                .arg(&flow)
+            Command::new(&self.py)
+                .arg(&self.flow)
                 .args(["--no-pylint", "run"])
-                .current_dir(&flow_dir)
+                .current_dir(&self.dir)
                 .env("USERNAME", "tester")
                 .env("METAFLOW_DEFAULT_DATASTORE", "local")
                 .env("METAFLOW_DEFAULT_METADATA", "local")
-                .env("FAIL_STEP", if fail { "1" } else { "0" }),
+                .envs(env.iter().copied()),
             240,
         );
         let all = format!(
@@ -739,14 +747,26 @@ fn metaflow_flow_with_track_resources_makes_a_card_that_opens_in_chromium() {
             String::from_utf8_lossy(&o.stdout),
             String::from_utf8_lossy(&o.stderr)
         );
-        assert_eq!(o.status.success(), !fail, "flow run (fail={fail}): {all}");
+        assert_eq!(o.status.success(), succeeds, "flow run {env:?}: {all}");
         assert!(!all.contains("*WARNING* [@track_resources]"), "{all}");
         all.split("run-id ")
             .nth(1)
             .and_then(|r| r.split(|c: char| !c.is_ascii_alphanumeric()).next())
             .unwrap_or_else(|| panic!("no run id in: {all}"))
             .to_string()
-    };
+    }
+}
+
+#[test]
+fn metaflow_flow_with_track_resources_makes_a_card_that_opens_in_chromium() {
+    let Some(whl) = wheel() else { return };
+    if !py_build_ready() || !require(have("chromium"), "chromium is missing") {
+        return;
+    }
+    let s = Scratch::new("py-metaflow");
+    let flow = MetaflowFlow::new(&s, &whl, "heavy_flow.py");
+    let (py, flow_dir) = (&flow.py, &flow.dir);
+    let mf = |fail: bool| flow.run(&[("FAIL_STEP", if fail { "1" } else { "0" })], !fail);
     let r1 = mf(false);
     let r2 = mf(false);
     let r3 = mf(true);
@@ -754,10 +774,10 @@ fn metaflow_flow_with_track_resources_makes_a_card_that_opens_in_chromium() {
     let cards = s.path("cards");
     std::fs::create_dir_all(&cards).unwrap();
     let out = stdout_json(&run_fixture(
-        &py,
+        py,
         "card_get.py",
         &[cards.to_str().unwrap(), &r1, &r3, &r4],
-        &flow_dir,
+        flow_dir,
     ));
     // The first run has no history; the fourth has the two successful runs before
     // it (the failed third is left out), newest first.
@@ -839,11 +859,8 @@ fn metaflow_card_of_the_seeds_step_asks_for_its_peak_on_both_backends() {
         return;
     }
     let s = Scratch::new("py-metaflow-seed");
-    let py = fresh_venv(&s, "mf", &whl, &[py_build()]);
-    let flow_dir = s.path("flow");
-    std::fs::create_dir_all(&flow_dir).unwrap();
-    let flow = flow_dir.join("seed_flow.py");
-    std::fs::copy(tracker_tests::python::fixture("seed_flow.py"), &flow).unwrap();
+    let flow = MetaflowFlow::new(&s, &whl, "seed_flow.py");
+    let (py, flow_dir) = (&flow.py, &flow.dir);
     let cards = s.path("cards");
     std::fs::create_dir_all(&cards).unwrap();
     let mut backends = vec![("0", "procfs")];
@@ -854,36 +871,12 @@ fn metaflow_card_of_the_seeds_step_asks_for_its_peak_on_both_backends() {
     }
     for (ebpf, backend) in backends {
         for mode in ["seed", "spike"] {
-            let o = output_within(
-                Command::new(&py)
-                    .arg(&flow)
-                    .args(["--no-pylint", "run"])
-                    .current_dir(&flow_dir)
-                    .env("USERNAME", "tester")
-                    .env("METAFLOW_DEFAULT_DATASTORE", "local")
-                    .env("METAFLOW_DEFAULT_METADATA", "local")
-                    .env("TRACK_EBPF", ebpf)
-                    .env("SPIKE", mode),
-                240,
-            );
-            let all = format!(
-                "{}{}",
-                String::from_utf8_lossy(&o.stdout),
-                String::from_utf8_lossy(&o.stderr)
-            );
-            assert!(o.status.success(), "{backend} {mode}: {all}");
-            assert!(!all.contains("*WARNING* [@track_resources]"), "{all}");
-            let run = all
-                .split("run-id ")
-                .nth(1)
-                .and_then(|r| r.split(|c: char| !c.is_ascii_alphanumeric()).next())
-                .unwrap_or_else(|| panic!("no run id in: {all}"))
-                .to_string();
+            let run = flow.run(&[("TRACK_EBPF", ebpf), ("SPIKE", mode)], true);
             let out = stdout_json(&run_fixture_env(
-                &py,
+                py,
                 "card_get.py",
                 &[cards.to_str().unwrap(), &run],
-                &flow_dir,
+                flow_dir,
                 &[
                     ("CARD_FLOW", "MinimalFlow"),
                     ("CARD_STEP", "do_heavy_computation"),
