@@ -216,6 +216,21 @@ impl Cgroup {
         std::fs::read_to_string(f).ok()?.trim().parse().ok()
     }
 
+    /// Makes the kernel reclaim what it can of the group's memory (v1
+    /// `memory.force_empty`, v2 `memory.reclaim`); false where neither file is.
+    pub fn reclaim(&self) -> bool {
+        let (f, what) = match &self.memory {
+            Some(d) => (d.join("memory.force_empty"), "0"),
+            None => (self.dir.join("memory.reclaim"), "1G"),
+        };
+        if !f.exists() {
+            return false;
+        }
+        // v2 says EAGAIN when less than asked could be reclaimed: what could was.
+        let _ = std::fs::write(&f, what);
+        true
+    }
+
     /// The files that hold its CPU (v1 `cpuacct.usage`, v2 `cpu.stat`) and its
     /// peak memory.
     pub fn files(&self) -> (PathBuf, PathBuf) {

@@ -652,3 +652,144 @@ fn live_members_to_the_nanosecond(source: &str, backend: &[&str]) {
     // fraction of a single member would be 10 ms.
     assert!(worst <= 0.002, "off by {worst} s");
 }
+
+/// Maps a file (argv 1) and reads every page of it, so that its pages count in
+/// the process's RSS, says so by making argv 2, then sleeps without running.
+const MAP_AND_SLEEP: &str = r#"
+import mmap, os, sys, time
+f = open(sys.argv[1], "rb")
+# Out of the page cache first: read back by this process, its pages are
+# charged to its cgroup, not to the writer's.
+os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+s = sum(m[i] for i in range(0, len(m), 4096))
+open(sys.argv[2], "w").close()
+time.sleep(120)
+"#;
+
+/// Σ RSS and Σ PSS of `pids` by the kernel now (their stat and smaps_rollup), MiB.
+fn rss_and_pss_mib(pids: &[u32]) -> (f64, f64) {
+    let page = 4096.0 / 1048576.0;
+    let (mut rss, mut pss) = (0.0, 0.0);
+    for p in pids {
+        let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).expect("stat");
+        let after = &stat[stat.rfind(')').expect("comm") + 2..];
+        let pages: f64 = after
+            .split(' ')
+            .nth(21)
+            .and_then(|v| v.parse().ok())
+            .expect("rss");
+        rss += pages * page;
+        let rollup = std::fs::read_to_string(format!("/proc/{p}/smaps_rollup")).expect("rollup");
+        let kib: f64 = rollup
+            .lines()
+            .find_map(|l| l.strip_prefix("Pss:"))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .expect("Pss");
+        pss += kib / 1024.0;
+    }
+    (rss, pss)
+}
+
+/// Attached to a tree whose member maps 64 MiB of a file and then never runs
+/// again: the kernel reclaims those pages (its cgroup's memory is reclaimed),
+/// which moves its RSS and PSS though it does not run. The samples from 3 s
+/// after (twelve polls at 0.25 s) hold the kernel's Σ RSS and Σ PSS, on both
+/// backends: an idle member's figures are not kept past the kernel's reclaim.
+#[test]
+fn an_idle_members_reclaimed_pages_leave_its_figures() {
+    if !e2e::require(e2e::is_root(), "reclaiming a cgroup's memory needs root") {
+        return;
+    }
+    for backend in [&["--no-ebpf"][..], &[]] {
+        if backend.is_empty() && !ebpf_available() {
+            assert!(!e2e::ci(), "CI runs as root with BPF");
+            continue;
+        }
+        let s = Scratch::new("reclaim");
+        let data = s.path("data");
+        let mut file = std::fs::File::create(&data).expect("the mapped file");
+        std::io::Write::write_all(&mut file, &vec![7u8; 64 << 20]).expect("the mapped file");
+        file.sync_all().expect("the mapped file's sync");
+        let (py, ready, member) = (s.path("map.py"), s.path("ready"), s.path("member.sh"));
+        std::fs::write(&py, MAP_AND_SLEEP).unwrap();
+        // The member joins a cgroup of its own; the root stays where the test
+        // is, so that no cgroup holds only the tree (its figures are the
+        // members' own, not a cgroup's).
+        let cg = Cgroup::new("reclaim");
+        std::fs::write(
+            &member,
+            format!(
+                "for d in $(echo {dirs} | tr : ' '); do echo $$ > $d/cgroup.procs; done\n\
+                 exec python3 {py} {data} {ready}\n",
+                dirs = cg.join_arg(),
+                py = py.display(),
+                data = data.display(),
+                ready = ready.display(),
+            ),
+        )
+        .unwrap();
+        let work = e2e::Bg::spawn(
+            Command::new("sh").args(["-c", &format!("sh {} & wait", member.display())]),
+            "workload",
+        );
+        wait_for_file(&ready);
+        let root = work.pid() as u32;
+        let kids: Vec<u32> = std::fs::read_to_string(format!("/proc/{root}/task/{root}/children"))
+            .expect("children")
+            .split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .collect();
+        assert_eq!(kids.len(), 1, "one member under the root: {kids:?}");
+        let pids = [root, kids[0]];
+        let mut tr = attached(root, "0.25", backend, &s);
+        std::thread::sleep(Duration::from_millis(1500));
+        let (rss0, pss0) = rss_and_pss_mib(&pids);
+        assert!(cg.reclaim(), "no memory.force_empty or memory.reclaim");
+        let reclaimed = Instant::now();
+        let (rss1, pss1) = rss_and_pss_mib(&pids);
+        std::thread::sleep(Duration::from_millis(4500));
+        let (rss2, pss2) = rss_and_pss_mib(&pids);
+        tr.signal(libc::SIGTERM);
+        assert!(tr.wait_for(Duration::from_secs(10)).success());
+        work.signal(libc::SIGKILL);
+        let _ = std::process::Command::new("kill")
+            .args(["-9", &kids[0].to_string()])
+            .status();
+        let samples = read_jsonl(&s.path("samples.jsonl"));
+        let start = samples
+            .last()
+            .map(|v| v["timestamp_secs"].as_f64().unwrap())
+            .unwrap()
+            - reclaimed.elapsed().as_secs_f64();
+        eprintln!(
+            "{backend:?}: the kernel's Σ RSS {rss0:.1} → {rss1:.1} → {rss2:.1} MiB, Σ PSS {pss0:.1} → {pss1:.1} → {pss2:.1} MiB"
+        );
+        assert!(
+            rss0 - rss1 > 48.0,
+            "the reclaim took the mapped pages: {rss0} → {rss1} MiB"
+        );
+        // The samples from 3 s after the reclaim to the last but one (the
+        // last is read whole).
+        let after: Vec<&Value> = samples[..samples.len() - 1]
+            .iter()
+            .filter(|v| v["timestamp_secs"].as_f64().unwrap() > start + 3.0)
+            .collect();
+        assert!(
+            after.len() >= 4,
+            "samples after the reclaim: {}",
+            after.len()
+        );
+        for v in after {
+            let p = &v["process"];
+            let (rss, pss) = (truth::f(p, "memory_rss_mib"), truth::f(p, "memory_pss_mib"));
+            let near =
+                |got: f64, lo: f64, hi: f64| got >= lo.min(hi) - 0.5 && got <= lo.max(hi) + 0.5;
+            assert!(
+                near(rss, rss1, rss2) && near(pss, pss1, pss2),
+                "{backend:?}: a sample {:.2} s after the reclaim: Σ RSS {rss:.1} MiB, Σ PSS {pss:.1} MiB; the kernel's {rss1:.1}–{rss2:.1} and {pss1:.1}–{pss2:.1} MiB",
+                v["timestamp_secs"].as_f64().unwrap() - start
+            );
+        }
+    }
+}

@@ -105,6 +105,9 @@ pub struct ProcfsEngine {
     /// `tree_alive` reads stats that `live` never holds).
     ran_now: IdMap<u64>,
     polls: u64,
+    /// `procread::rss_movers` at the last poll that could read idle members'
+    /// stats again (`restat_due`).
+    movers: Option<u64>,
     /// Attached: the root's parent (outside the tree) as it was read just before
     /// the root's last sighting (`ParentAccount`).
     parent: Option<ParentAccount>,
@@ -145,11 +148,19 @@ struct ParentAccount {
     cstime: u64,
 }
 
-/// Every this many polls the stat of each member that has not run is read again:
-/// its RSS falls when the kernel reclaims its pages, and the root's parent,
-/// outside the tree, may exit, neither of which it need run for
-/// (`ProcfsEngine::unchanged`).
+/// Every this many polls the stat of each member that has not run is read again
+/// where the kernel scanned for reclaim or collapsed huge pages since the last
+/// such poll (`procread::rss_movers`): its RSS falls when the kernel reclaims its
+/// pages, which it need not run for (`ProcfsEngine::unchanged`). On a host that
+/// reclaims nothing, a tenth-poll pass of 300 idle members' stats was a tenth of
+/// an attached sample (docs/cost.md).
 const RESTAT_EVERY: u64 = 10;
+
+/// Every this many polls the stats are read again whatever /proc/vmstat says:
+/// what moves an idle process's RSS without a count there (another process
+/// truncating a file it maps, `process_madvise(MADV_PAGEOUT)`, a debugger's
+/// writes) is seen within this many polls.
+const RESTAT_ANYWAY: u64 = 60;
 
 /// Whether `pid` ignores SIGCHLD (its children are then reaped by the kernel, and
 /// their times are added to no one).
@@ -305,6 +316,7 @@ impl ProcfsEngine {
             vanished: IdSet::default(),
             ran_now: IdMap::default(),
             polls: 0,
+            movers: None,
             parent: None,
             root_bound: None,
             scratch: Scratch::default(),
@@ -386,11 +398,11 @@ impl ProcfsEngine {
     /// thread only comes from one that runs: its io and `children` are not read
     /// again, nor its stat. One `clock_gettime` instead of a stat, an io and a
     /// `children` file (open, read, close). What moves without it running: its
-    /// RSS (the kernel reclaims its pages), from its stat every `RESTAT_EVERY`
-    /// polls (`restat`; a statm is a third of a stat's work, but on 6.x it sums the
-    /// per-CPU counters that a stat's RSS does not, another figure), and its
-    /// parent, when that exits (a member that vanished: its stat is read the poll
-    /// after; the root's, outside the tree, every `RESTAT_EVERY` polls).
+    /// RSS (the kernel reclaims its pages), from its stat when `restat_due` says
+    /// (a statm is a third of a stat's work, but on 6.x it sums the per-CPU
+    /// counters that a stat's RSS does not, another figure), and its parent, when
+    /// that exits (a member that vanished, or the root's parent outside the tree:
+    /// its stat is read the poll after).
     fn unchanged(&mut self, pid: u32, restat: bool) -> Option<procread::Stat> {
         let last = *self.live.get(&pid)?;
         if last.num_threads != 1 {
@@ -509,11 +521,19 @@ impl ProcfsEngine {
                 }
             }
             members.extend(self.members.iter().map(|(&p, m)| (p, m.starttime)));
-            let restat = self.polls.is_multiple_of(RESTAT_EVERY);
-            self.polls += 1;
+            let restat = self.restat_due();
+            // The root's parent, outside the tree, exited (or its pid is
+            // another process's): the root has another parent, and its stat is
+            // read again.
+            let orphaned = self.reaper.is_none()
+                && match (parent, self.parent) {
+                    (None, _) => true,
+                    (Some(now), Some(was)) => now.pid == was.pid && now.starttime != was.starttime,
+                    (Some(_), None) => false,
+                };
             for &(pid, start) in &members {
                 self.clock(pid);
-                if let Some(st) = self.unchanged(pid, restat) {
+                if let Some(st) = self.unchanged(pid, restat || (orphaned && pid == self.root)) {
                     roots.push(pid);
                     known.insert(pid, st);
                 } else if let Some(st) = self.stat_of(pid).filter(|st| st.starttime == start) {
@@ -562,6 +582,20 @@ impl ProcfsEngine {
         set.remove(&std::process::id());
         self.scratch.all = all;
         self.scratch.set = set;
+    }
+
+    /// Whether this poll reads the stat of each member that has not run again
+    /// (`RESTAT_EVERY`, `RESTAT_ANYWAY`).
+    fn restat_due(&mut self) -> bool {
+        let n = self.polls;
+        self.polls += 1;
+        if !n.is_multiple_of(RESTAT_EVERY) {
+            return false;
+        }
+        let now = procread::rss_movers(&mut self.buf);
+        let moved = now.is_none() || now != self.movers;
+        self.movers = now;
+        moved || n.is_multiple_of(RESTAT_ANYWAY)
     }
 
     /// Attached, with the root a member: its parent's account now (the parent

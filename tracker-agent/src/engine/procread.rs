@@ -15,6 +15,24 @@ pub fn read_into(path: &str, buf: &mut String) -> Option<()> {
     pread_into(&File::open(path).ok()?, buf)
 }
 
+/// The kernel's count of what moves a process's RSS while it does not run, from
+/// /proc/vmstat: pages scanned for reclaim (a page is scanned before reclaim
+/// unmaps it, whether or not it is then freed) and pages collapsed into huge
+/// pages (khugepaged fills a range's holes). A sum, to compare with the last.
+pub fn rss_movers(buf: &mut String) -> Option<u64> {
+    read_into("/proc/vmstat", buf)?;
+    Some(
+        buf.lines()
+            .filter(|l| {
+                l.starts_with("pgscan_")
+                    || l.starts_with("pgsteal_")
+                    || l.starts_with("thp_collapse_alloc ")
+            })
+            .filter_map(|l| l.split_ascii_whitespace().nth(1)?.parse::<u64>().ok())
+            .fold(0u64, u64::wrapping_add),
+    )
+}
+
 /// The fields of /proc/PID/stat that the engines use.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Stat {

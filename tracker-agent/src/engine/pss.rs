@@ -16,8 +16,9 @@
 //!   changed brings a settled pass, as above). What they move in between is the
 //!   remaining error: their share of the pages the tree maps with them changes by
 //!   a fraction of a page per page mapped or unmapped there (docs/cost.md, "Σ
-//!   PSS's periodic pass": under 1 % of an idle tree's Σ PSS here, and no larger
-//!   over 60 s than over 10).
+//!   PSS's refresh spread over the samples": 0.8–0.9 % of an idle tree's Σ PSS
+//!   in a quiet hour here, 2.9–4.5 % on a busy one, and no larger over 360 s
+//!   than over 10).
 //!
 //! A stat (the engine's of this sample where it read one, else ~3 µs here) stands
 //! in for a smaps_rollup (15 µs for an idle `sleep`, 56 µs for an idle Python, and
@@ -31,10 +32,12 @@ use super::procread::{self, FileCache, Kind, MemSig, Rollup, Stat, PF_EXITING};
 /// Samples between two reads of an idle member's smaps_rollup, for what sharers
 /// outside the tree moved: a rollup per member, it was 17 % of an attached eBPF
 /// tracker's time on 300 idle members when all of them came every tenth sample
-/// (docs/cost.md, "Σ PSS's periodic pass"). Spread over the samples, a member
+/// (docs/cost.md, "Σ PSS's periodic pass"), and 16 % of an attached procfs
+/// sample at one member in sixty a sample. Spread over the samples, a member
 /// every `REFRESH_EVERY / members` samples: no sample takes the whole tree's
-/// page-table walks at once, and every stretch of samples its share.
-const REFRESH_EVERY: usize = 60;
+/// page-table walks at once, and every stretch of samples its share. What the
+/// sharers move was measured no larger over 360 s than over 10 (docs/cost.md).
+const REFRESH_EVERY: usize = 120;
 
 /// Passes of a settled read: each walks every member's page tables.
 const PASSES: usize = 4;
