@@ -746,7 +746,11 @@ fn an_idle_members_reclaimed_pages_leave_its_figures() {
         std::thread::sleep(Duration::from_millis(1500));
         let (rss0, pss0) = rss_and_pss_mib(&pids);
         assert!(cg.reclaim(), "no memory.force_empty or memory.reclaim");
-        let reclaimed = Instant::now();
+        // The samples' clock: seconds since the epoch.
+        let start = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("the clock")
+            .as_secs_f64();
         let (rss1, pss1) = rss_and_pss_mib(&pids);
         std::thread::sleep(Duration::from_millis(4500));
         let (rss2, pss2) = rss_and_pss_mib(&pids);
@@ -757,11 +761,6 @@ fn an_idle_members_reclaimed_pages_leave_its_figures() {
             .args(["-9", &kids[0].to_string()])
             .status();
         let samples = read_jsonl(&s.path("samples.jsonl"));
-        let start = samples
-            .last()
-            .map(|v| v["timestamp_secs"].as_f64().unwrap())
-            .unwrap()
-            - reclaimed.elapsed().as_secs_f64();
         eprintln!(
             "{backend:?}: the kernel's Σ RSS {rss0:.1} → {rss1:.1} → {rss2:.1} MiB, Σ PSS {pss0:.1} → {pss1:.1} → {pss2:.1} MiB"
         );
