@@ -792,3 +792,80 @@ fn an_idle_members_reclaimed_pages_leave_its_figures() {
         }
     }
 }
+
+/// A main thread in `join` while its worker allocates 64 MiB four times, 0.6 s
+/// apart, then sleeps (argv: none; "go" on stdin starts it; each step's time is
+/// printed after the step).
+const WORKER_GROWS: &str = r#"
+import sys, threading, time
+def work():
+    sys.stdin.readline()
+    held = []
+    for i in range(4):
+        b = bytearray(64 << 20)
+        for j in range(0, len(b), 4096):
+            b[j] = 1
+        held.append(b)
+        print(time.time(), flush=True)
+        time.sleep(0.6)
+    time.sleep(1.0)
+t = threading.Thread(target=work)
+t.start()
+t.join()
+"#;
+
+/// Attached on eBPF to a process whose main thread waits in `join` (it never
+/// runs) while another thread allocates: the process's RSS is in its leader's
+/// reading, so a leader with other live threads is read every pass, not kept as
+/// idle. Every sample from 0.5 s after each 64 MiB step holds it (the probe's
+/// idle leader kept its RSS until the tenth pass: up to 2.5 s at 0.25 s).
+#[test]
+fn an_idle_leaders_process_grown_by_another_thread_is_seen() {
+    if !e2e::require(e2e::is_root(), "eBPF needs root") {
+        return;
+    }
+    if !ebpf_available() {
+        assert!(!e2e::ci(), "CI runs as root with BPF");
+        return;
+    }
+    let s = Scratch::new("mt-leader");
+    let py = s.path("grow.py");
+    std::fs::write(&py, WORKER_GROWS).unwrap();
+    let mut c = Command::new("python3");
+    c.arg(&py).stdin(Stdio::piped()).stdout(Stdio::piped());
+    let mut work = c.spawn().expect("python3");
+    let pid = work.id();
+    let mut tr = attached(pid, "0.25", &[], &s);
+    // Idle passes first: the leader's and the worker's last readings stand.
+    std::thread::sleep(Duration::from_millis(1500));
+    std::io::Write::write_all(work.stdin.as_mut().unwrap(), b"go\n").unwrap();
+    let out = work.wait_with_output().expect("the job");
+    assert!(out.status.success(), "the job: {:?}", out.status);
+    let steps: Vec<f64> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect();
+    assert_eq!(steps.len(), 4, "{steps:?}");
+    tr.signal(libc::SIGTERM);
+    assert!(tr.wait_for(Duration::from_secs(10)).success());
+    let samples = read_jsonl(&s.path("samples.jsonl"));
+    let mut checked = 0;
+    for (i, &t) in steps.iter().enumerate() {
+        let until = steps.get(i + 1).copied().unwrap_or(t + 1.5);
+        let want = 64.0 * (i + 1) as f64;
+        for v in &samples {
+            let ts = v["timestamp_secs"].as_f64().unwrap();
+            if ts < t + 0.5 || ts >= until {
+                continue;
+            }
+            checked += 1;
+            let rss = truth::f(&v["process"], "memory_rss_mib");
+            assert!(
+                rss >= want,
+                "a sample {:.2} s after step {i}: Σ RSS {rss:.1} MiB, at least {want} MiB held",
+                ts - t
+            );
+        }
+    }
+    assert!(checked >= 4, "samples checked: {checked}");
+}

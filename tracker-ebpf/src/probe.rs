@@ -117,7 +117,16 @@ pub(crate) fn probe_one(key: u32, memcg_css: u64, full: u64) -> bool {
                 field(task, o.task_on_cpu)
             }
         };
-        if runtime == info.probe_runtime && on_cpu == 0 {
+        // A leader's reading carries its process's RSS, which the process's
+        // other threads move while the leader sleeps (a main thread in `join`):
+        // a leader is idle only as its process's one live thread.
+        // SAFETY: as above; `task->signal` lives as long as the task.
+        let alone = key != info.tgid
+            || unsafe {
+                let signal = field::<u64>(task, o.task_signal) as *const u8;
+                field::<i32>(signal, o.signal_live) == 1
+            };
+        if runtime == info.probe_runtime && on_cpu == 0 && alone {
             return true;
         }
     }
