@@ -538,7 +538,9 @@ fn a_cgroup_that_holds_only_the_tree_is_its_source() {
             );
             assert_eq!(sum["cpu_source"], "cgroup", "{backend:?}: {sum}");
             assert_eq!(sum["memory_source"], "cgroup", "{backend:?}: {sum}");
-            assert!(truth > 0.3, "the pipeline ran: {truth} s");
+            // The pipeline's CPU: 0.41 s with a cold cache, 0.30 s warm (a
+            // clean-clone run had 0.297 s): it ran where it took a tenth of that.
+            assert!(truth > 0.1, "the pipeline ran: {truth} s");
             assert!(
                 (cpu - truth).abs() <= 0.005 * truth,
                 "{backend:?}: CPU {cpu} s vs the cgroup's {truth} s"
