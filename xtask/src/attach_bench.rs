@@ -130,7 +130,7 @@ pub fn run(dir: &Path, quick: bool) -> anyhow::Result<String> {
     let tools = tools(dir);
     let rounds = if quick { 1 } else { 3 };
     // Thirty samples, quick or not: Σ PSS reads each idle member again once
-    // every sixty samples, a few each sample (engine/pss.rs `REFRESH_EVERY`), and
+    // every 120 samples, a few each sample (engine/pss.rs `REFRESH_EVERY`), and
     // the probe reads every member whole every tenth (engine/ebpf `FULL_EVERY`),
     // so that every window holds its share of both.
     let (warm, window) = (3.0, 30.0);

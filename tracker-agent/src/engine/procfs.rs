@@ -97,7 +97,8 @@ pub struct ProcfsEngine {
     /// Members this poll found unchanged since the last (`unchanged`): their last
     /// stat, io and children stand.
     idle: IdSet,
-    /// Members that vanished at the last poll: an idle member whose parent was
+    /// Processes that left since the last poll, the members that vanished then
+    /// and the root's parent outside the tree: an idle member whose parent was
     /// one of them has another parent now, and its stat is read again.
     vanished: IdSet,
     /// The members' CPU clocks read this poll, before their stats: they become
@@ -531,9 +532,14 @@ impl ProcfsEngine {
                     (Some(now), Some(was)) => now.pid == was.pid && now.starttime != was.starttime,
                     (Some(_), None) => false,
                 };
+            if orphaned {
+                if let Some(st) = self.live.get(&self.root) {
+                    self.vanished.insert(st.ppid);
+                }
+            }
             for &(pid, start) in &members {
                 self.clock(pid);
-                if let Some(st) = self.unchanged(pid, restat || (orphaned && pid == self.root)) {
+                if let Some(st) = self.unchanged(pid, restat) {
                     roots.push(pid);
                     known.insert(pid, st);
                 } else if let Some(st) = self.stat_of(pid).filter(|st| st.starttime == start) {
