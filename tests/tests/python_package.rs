@@ -495,24 +495,7 @@ fn as_a_user_in_a_cgroup_of_its_own_the_cgroup_is_the_source() {
     for round in 0..3 {
         let cg = tracker_tests::Cgroup::new("pyown");
         let (cpu_file, peak_file) = cg.files();
-        let join = format!(
-            "for d in $(echo {} | tr : ' '); do echo $$ > $d/cgroup.procs; done; exec setpriv --reuid=65534 --regid=65534 --clear-groups \"$@\"",
-            cg.join_arg()
-        );
-        let o = output_within(
-            Command::new("sh")
-                .args(["-c", &join, "sh"])
-                .arg(&py)
-                .arg(&script)
-                .arg(&cpu_file)
-                .arg(&peak_file)
-                .current_dir(&s.0)
-                .env("HOME", &s.0),
-            120,
-        );
-        let err = String::from_utf8_lossy(&o.stderr);
-        assert!(o.status.success(), "{err}");
-        let out = stdout_json(&o);
+        let out = as_nobody_in(&cg, &s, &py, &script, &[&cpu_file, &peak_file]);
         let f = |k: &str| out[k].as_f64().unwrap_or(f64::NAN);
         let (inner, outer) = (
             f("cgroup_cpu") - f("tracker_cpu"),
@@ -542,6 +525,83 @@ fn as_a_user_in_a_cgroup_of_its_own_the_cgroup_is_the_source() {
             "peak {} MiB vs the cgroup's {} MiB: {out}",
             f("peak"),
             f("cgroup_peak")
+        );
+    }
+}
+
+/// Runs `script` with `args` by `py` as nobody, in the cgroup `cg`; its JSON.
+fn as_nobody_in(
+    cg: &tracker_tests::Cgroup,
+    s: &Scratch,
+    py: &Path,
+    script: &Path,
+    args: &[&Path],
+) -> Value {
+    let join = format!(
+        "for d in $(echo {} | tr : ' '); do echo $$ > $d/cgroup.procs; done; exec setpriv --reuid=65534 --regid=65534 --clear-groups \"$@\"",
+        cg.join_arg()
+    );
+    let o = output_within(
+        Command::new("sh")
+            .args(["-c", &join, "sh"])
+            .arg(py)
+            .arg(script)
+            .args(args)
+            .current_dir(&s.0)
+            .env("HOME", &s.0),
+        120,
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    stdout_json(&o)
+}
+
+/// The package as a user beside an idle stranger in its cgroup (the tracker
+/// sums the tree's processes on procfs), around children that all start and
+/// end between two samples (a dozen short interpreters, a pool whose workers
+/// are replaced every two tasks). Their CPU reaches the tracker only through
+/// the interpreter's account of its reaped children, which /proc gives in
+/// whole 10 ms ticks, `cutime` and `cstime` each floored: off by up to two
+/// ticks at each end. The interpreter tells the tracker its own reading of
+/// that account (`getrusage`, µs) in start() and stop(). Truth: the cgroup's
+/// CPU less the tracker's (its process CPU clock), from start()'s return to
+/// stop()'s call; the tracker's window holds a little more of the
+/// interpreter's own (start()'s tail, stop()'s head).
+#[test]
+fn as_a_user_beside_a_stranger_children_between_samples_count_to_the_microsecond() {
+    let Some((s, py, script)) = as_nobody("py-short-children", "short_children.py") else {
+        return;
+    };
+    for round in 0..3 {
+        let cg = tracker_tests::Cgroup::new("pyshort");
+        let _stranger = tracker_tests::e2e::Bg::spawn(
+            Command::new(tracker_tests::workload()).args([
+                "incgroup",
+                &cg.join_arg(),
+                "--",
+                "sleep",
+                "120",
+            ]),
+            "stranger",
+        );
+        let (cpu_file, _) = cg.files();
+        let out = as_nobody_in(&cg, &s, &py, &script, &[&cpu_file]);
+        let f = |k: &str| out[k].as_f64().unwrap_or(f64::NAN);
+        let truth = f("cgroup_cpu_less_tracker");
+        let off_ms = 1e3 * (f("cpu") - truth);
+        eprintln!(
+            "round {round}: CPU {:.4} s ({}), the cgroup's less the tracker's {truth:.4} s ({off_ms:+.2} ms)",
+            f("cpu"),
+            out["cpu_source"],
+        );
+        assert_eq!(out["backend"], "procfs", "{out}");
+        assert_eq!(out["cpu_source"], "procfs", "{out}");
+        assert!(truth > 0.5, "the children ran: {truth} s");
+        // Whole ticks would leave up to ±20 ms.
+        assert!(
+            (-0.5..=2.0).contains(&off_ms),
+            "CPU {} s vs the cgroup's less the tracker's {truth} s: {out}",
+            f("cpu")
         );
     }
 }

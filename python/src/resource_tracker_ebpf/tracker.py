@@ -87,14 +87,38 @@ def _mkdtemp(prefix: str) -> str:
     raise TrackerError(f"cannot make a temporary directory in {base}")
 
 
-def _finalize(proc: Optional[subprocess.Popen], tmpdir: Optional[str], owner: int) -> None:
-    """Run when a tracker is garbage-collected: no binary or temporary file left
-    (only in the process that started it, not in a forked child)."""
+def _finalize(proc: Optional[subprocess.Popen], tmpdir: Optional[str], owner: int, told: Optional[Any]) -> None:
+    """Run when a tracker is garbage-collected: no binary, pipe or temporary file
+    left (only in the process that started it, not in a forked child)."""
     if os.getpid() != owner:
         return
+    if told is not None:
+        told.close()
     if proc is not None:
         _kill_and_reap(proc, 2.0)
     _rmtree(tmpdir)
+
+
+def _children_cpu_ns() -> int:
+    """This interpreter's reaped children's CPU (user + system), to the
+    microsecond. The tracker reads the same account from /proc in whole clock
+    ticks (10 ms), each floored: a job whose processes all end between two
+    samples would be off by up to two ticks at each end."""
+    import resource
+
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (round(ru.ru_utime * 1e6) + round(ru.ru_stime * 1e6)) * 1000
+
+
+def _tell(pipe: Optional[Any]) -> None:
+    """Writes this interpreter's children's CPU on the binary's pipe
+    (TRACKER_ROOT_CHILDREN_FD); a binary that is gone changes nothing."""
+    if pipe is None or pipe.closed:
+        return
+    try:
+        pipe.write(f"{_children_cpu_ns()}\n".encode())
+    except OSError:
+        pass
 
 
 def _round2(x: float) -> float:
@@ -310,6 +334,9 @@ class ResourceTracker:
         self.start_time: Optional[float] = None
         self.stop_time: Optional[float] = None
         self._proc: Optional[subprocess.Popen] = None
+        # The pipe on which this interpreter, when it is the tracked root, tells
+        # the binary its reaped children's CPU (TRACKER_ROOT_CHILDREN_FD).
+        self._told: Optional[Any] = None
         self._tmpdir: Optional[str] = None
         self._samples: List[Dict[str, Any]] = []
         self._offset = 0
@@ -374,6 +401,21 @@ class ResourceTracker:
         # The binary writes one line on this pipe once it tracks the tree, and
         # start() returns only then: nothing the job does after start() is missed.
         ready_r, ready_w = os.pipe()
+        fds = [ready_w]
+        env = {
+            **os.environ,
+            "TRACKER_STOP_WITH_PARENT": "1",
+            "TRACKER_READY_FD": str(ready_w),
+        }
+        told_r = None
+        if self.track_processes and self.pid == os.getpid():
+            # Read now and while start() waits for the binary, which reads the
+            # tree: nothing this interpreter reaps falls between the two.
+            told_r, told_w = os.pipe()
+            self._told = os.fdopen(told_w, "wb", buffering=0)
+            _tell(self._told)
+            fds.append(told_r)
+            env["TRACKER_ROOT_CHILDREN_FD"] = str(told_r)
         try:
             self._proc = subprocess.Popen(
                 args,
@@ -384,25 +426,25 @@ class ResourceTracker:
                 # before stop() collects its final sample.
                 start_new_session=True,
                 close_fds=True,
-                pass_fds=(ready_w,),
-                # The binary stops by itself if this interpreter dies (SIGKILL, a
-                # crash): no tracker is left attached to a pid that is gone.
-                env={
-                    **os.environ,
-                    "TRACKER_STOP_WITH_PARENT": "1",
-                    "TRACKER_READY_FD": str(ready_w),
-                },
+                pass_fds=tuple(fds),
+                # TRACKER_STOP_WITH_PARENT: the binary stops by itself if this
+                # interpreter dies (SIGKILL, a crash): no tracker is left attached
+                # to a pid that is gone.
+                env=env,
             )
         except OSError as e:
             os.close(ready_r)
+            self._close_told()
             self._stderr.close()
             _rmtree(self._tmpdir)
             raise TrackerError(f"cannot execute {binary}: {e}") from e
         finally:
             os.close(ready_w)
+            if told_r is not None:
+                os.close(told_r)
         self.start_time = time.time()
         self._owner = os.getpid()
-        self._finalizer = weakref.finalize(self, _finalize, self._proc, self._tmpdir, self._owner)
+        self._finalizer = weakref.finalize(self, _finalize, self._proc, self._tmpdir, self._owner, self._told)
         _live.add(self)
         try:
             self._wait_ready(ready_r)
@@ -437,6 +479,10 @@ class ResourceTracker:
                 self._died("at start")
             got += chunk
 
+    def _close_told(self) -> None:
+        if self._told is not None:
+            self._told.close()
+
     def _gave_up(self, message: str) -> None:
         """The binary did not start in time: kill and reap it, and raise."""
         assert self._proc is not None
@@ -448,6 +494,7 @@ class ResourceTracker:
         """The binary is reaped: its end recorded, its stderr file closed; the tail of
         what it said there."""
         assert self._proc is not None
+        self._close_told()
         self._exit_code = self._proc.returncode
         self.stop_time = time.time()
         self._stderr.close()
@@ -492,6 +539,9 @@ class ResourceTracker:
             raise TrackerError("stop() in a forked child: only the process that started the tracker can stop it")
         if self._proc.poll() is not None:
             self._died("before stop()")
+        # Read before the binary's last reading, which stop() waits for.
+        _tell(self._told)
+        self._close_told()
         self._proc.send_signal(signal.SIGTERM)
         try:
             code = self._proc.wait(timeout=self.stop_timeout + self.interval)

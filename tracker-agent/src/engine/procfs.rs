@@ -119,6 +119,9 @@ pub struct ProcfsEngine {
     /// The root's figures came from its parent's account (`root_from_parent`):
     /// what to say of it.
     root_bound: Option<String>,
+    /// The root's reaped children's CPU as the root last told it (ns; 0: never
+    /// told): a floor for its `cutime`+`cstime` (`root_children`).
+    told_children_ns: u64,
 }
 
 /// A poll's working sets (`ProcfsEngine::scratch`): `all` and `set` are the tree
@@ -320,6 +323,7 @@ impl ProcfsEngine {
             movers: None,
             parent: None,
             root_bound: None,
+            told_children_ns: 0,
             scratch: Scratch::default(),
         }
     }
@@ -727,6 +731,38 @@ impl ProcfsEngine {
         false
     }
 
+    /// The attached root's reaped children's CPU (ns) as it read it itself
+    /// (`getrusage(RUSAGE_CHILDREN)`, session/told.rs), before this engine's next
+    /// reading.
+    pub fn tell_root_children(&mut self, ns: u64) {
+        self.told_children_ns = self.told_children_ns.max(ns);
+    }
+
+    /// The root's reaped children's CPU at this reading: its stat's, whole ticks
+    /// with `cutime` and `cstime` each floored, or what it told where that is
+    /// more. A told figure was read earlier, so it is at most the account now,
+    /// which is less than two ticks above the stat's: it makes the first reading
+    /// and the last exact, and every reading between at least what was told
+    /// first, so that the tree's CPU never goes back. More than the stat's two
+    /// ticks was not the root's own reading: it is said, and the stat's stands.
+    fn root_children(&mut self, stat_ns: u64) -> u64 {
+        let told = self.told_children_ns;
+        if told <= stat_ns {
+            return stat_ns;
+        }
+        if told >= stat_ns + 2 * self.tck_ns {
+            log::warn!(
+                "the root {} told {} ns of its reaped children's CPU, more than its stat's {} ns and two ticks: its stat's figures stand",
+                self.root,
+                told,
+                stat_ns
+            );
+            self.told_children_ns = 0;
+            return stat_ns;
+        }
+        told
+    }
+
     /// The attached root has exited (its pidfd said so): until its parent, outside
     /// the tree, reaps it, its zombie holds its final figures (its own time and
     /// its reaped children's). Read now, they are its last sighting; the next poll
@@ -742,10 +778,12 @@ impl ProcfsEngine {
         // A zombie's CPU clock holds its threads' whole run time until the reap.
         let clock = crate::sys::process_cpu_ns(self.root);
         let tck = self.tck_ns;
+        let children = self.root_children((st.cutime + st.cstime) * tck);
         let Some(m) = self.members.get_mut(&self.root) else {
             return;
         };
         m.set_times(&st, tck, clock);
+        m.child_ns = children;
         if let Some(io) = io {
             m.io = io;
         }
@@ -867,6 +905,8 @@ impl ProcfsEngine {
             let st = all[&pid];
             // An attached root is not a process the tree started.
             let started = pid != self.root || self.reaper.is_some();
+            let root_children = (pid == self.root && self.reaper.is_none())
+                .then(|| self.root_children((st.cutime + st.cstime) * self.tck_ns));
             let entry = self.members.entry(pid).or_insert_with(|| {
                 self.seen += u64::from(started);
                 Member {
@@ -881,6 +921,9 @@ impl ProcfsEngine {
             // is exact for its CPU, never a sign that it has not run.
             let clock = clock.or_else(|| crate::sys::process_cpu_ns(pid));
             entry.set_times(&st, self.tck_ns, clock);
+            if let Some(ns) = root_children {
+                entry.child_ns = ns;
+            }
             if self.idle.contains(&pid) {
                 // Its io as last read stands.
             } else if let Some(io) = self
@@ -1014,5 +1057,32 @@ mod tests {
         assert!(clock < (st.utime + st.stime + 2) * tck, "{clock} {st:?}");
         child.kill().ok();
         child.wait().ok();
+    }
+
+    /// What the root told of its reaped children's CPU counts where it is above
+    /// its stat's ticks by less than two, so that it could be its own reading;
+    /// the most told stands for every later reading, and more than two ticks
+    /// above the stat is refused for the run.
+    #[test]
+    fn a_told_account_is_a_floor_within_two_ticks_of_the_stat() {
+        let mut e = ProcfsEngine::new(std::process::id(), None);
+        let tck = e.tck_ns;
+        // Nothing told: the stat's.
+        assert_eq!(e.root_children(5 * tck), 5 * tck);
+        e.tell_root_children(5 * tck + 7_000);
+        assert_eq!(e.root_children(5 * tck), 5 * tck + 7_000);
+        // The ticks moved past it: theirs.
+        assert_eq!(e.root_children(6 * tck), 6 * tck);
+        // Told later and higher, though the stat's ticks lag behind it.
+        e.tell_root_children(7 * tck + 3);
+        assert_eq!(e.root_children(6 * tck), 7 * tck + 3);
+        // A lower figure told later changes nothing: a floor never falls.
+        e.tell_root_children(tck);
+        assert_eq!(e.root_children(6 * tck), 7 * tck + 3);
+        // Two ticks or more above the stat was not the root's reading.
+        e.tell_root_children(10 * tck);
+        assert_eq!(e.root_children(8 * tck), 8 * tck);
+        assert_eq!(e.told_children_ns, 0, "refused for the run");
+        assert_eq!(e.root_children(8 * tck), 8 * tck);
     }
 }

@@ -146,7 +146,7 @@ pub const SECRET_VARS: [&str; 2] = ["SENTINEL_API_TOKEN", "SENTINEL_API_KEY"];
 /// The tracker's own pipes' numbers: meaningless in the command (the fd is closed
 /// on exec), and a tracker the command runs must not write into whatever pipe
 /// has that number there.
-const OWN_FD_VARS: [&str; 1] = ["TRACKER_READY_FD"];
+const OWN_FD_VARS: [&str; 2] = ["TRACKER_READY_FD", "TRACKER_ROOT_CHILDREN_FD"];
 
 /// Forks `argv` (argv[0] already resolved to `path`) and leaves it blocked before exec.
 pub fn spawn_paused(

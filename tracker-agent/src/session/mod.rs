@@ -10,6 +10,7 @@ pub mod node;
 mod ready;
 pub mod report;
 mod signals;
+mod told;
 mod track;
 
 use std::{path::PathBuf, sync::mpsc, time::Instant};
@@ -137,6 +138,17 @@ fn report_name(st: &Settings) -> String {
     }
 }
 
+/// The attached root's own pipe (`told`); only an attached root tells the
+/// tracker anything of itself.
+fn claim_told(fd: i32, target: &Target) -> Result<told::Told, String> {
+    if !matches!(target, Target::Attach { .. }) {
+        return Err(format!(
+            "TRACKER_ROOT_CHILDREN_FD={fd}: only a root the tracker attached to (--pid) tells its children's CPU"
+        ));
+    }
+    told::Told::claim(fd)
+}
+
 /// Runs the whole session; returns the exit code the tracker should exit with.
 pub fn run(st: Settings) -> anyhow::Result<i32> {
     if let Some(c) = &st.config_file {
@@ -153,6 +165,14 @@ pub fn run(st: Settings) -> anyhow::Result<i32> {
             say(e);
             return Ok(2);
         }
+    };
+    let told = match st.root_children_fd.map(|fd| claim_told(fd, &st.target)) {
+        Some(Ok(t)) => Some(t),
+        Some(Err(e)) => {
+            say(e);
+            return Ok(2);
+        }
+        None => None,
     };
     // Everything that can fail on bad input fails here, before anything starts.
     let start = match resolve_start(&st.target)? {
@@ -219,6 +239,7 @@ pub fn run(st: Settings) -> anyhow::Result<i32> {
         memcg,
         cpucg,
         ready,
+        told,
     };
     let ended = match track::run(tracked, &st, started, &mut sinks) {
         Ok(e) => e,

@@ -16,44 +16,9 @@ use std::{
 pub struct Ready(File);
 
 impl Ready {
-    /// Takes over `fd`: it must be open and a pipe or a socket (never a file the
-    /// tracker could write into by mistake), and is closed on exec from here on, so
-    /// that the command and the guardian do not hold the starter's pipe open.
+    /// Takes over `fd` (`TRACKER_READY_FD`), as `claim_pipe` does.
     pub fn claim(fd: RawFd) -> Result<Ready, String> {
-        let what = format!("TRACKER_READY_FD={fd}");
-        if fd <= 2 {
-            return Err(format!(
-                "{what}: fd {fd} is standard input, output or error, not a pipe of its own"
-            ));
-        }
-        // SAFETY: `stat` is plain integers, for which all zeroes is a value.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        // SAFETY: fstat only writes into `st`, a valid out pointer; a closed fd is EBADF.
-        if unsafe { libc::fstat(fd, &mut st) } != 0 {
-            return Err(format!(
-                "{what}: fd {fd} is not open ({})",
-                std::io::Error::last_os_error()
-            ));
-        }
-        let kind = st.st_mode & libc::S_IFMT;
-        if kind != libc::S_IFIFO && kind != libc::S_IFSOCK {
-            return Err(format!(
-                "{what}: fd {fd} is not a pipe or a socket (mode {:o})",
-                st.st_mode
-            ));
-        }
-        // SAFETY: fcntl on an fd just checked open reads its flags.
-        let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
-        // SAFETY: as above; only the close-on-exec flag is added.
-        if flags < 0 || unsafe { libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC) } < 0 {
-            return Err(format!(
-                "{what}: fd {fd} cannot be made close-on-exec ({})",
-                std::io::Error::last_os_error()
-            ));
-        }
-        // SAFETY: the fd is open, inherited for this purpose and owned by nothing
-        // else in this process (the settings only parsed its number).
-        Ok(Ready(unsafe { File::from_raw_fd(fd) }))
+        claim_pipe("TRACKER_READY_FD", fd).map(Ready)
     }
 
     /// Says that tracking is in place and closes the pipe. A starter that went
@@ -63,6 +28,47 @@ impl Ready {
             log::debug!("TRACKER_READY_FD: the starter did not take the ready line: {e}");
         }
     }
+}
+
+/// Takes over the starter's pipe `fd`, named by the variable `var`: it must be
+/// open and a pipe or a socket (never a file the tracker could write into or read
+/// from by mistake), and is closed on exec from here on, so that the command and
+/// the guardian do not hold the starter's pipe open.
+pub fn claim_pipe(var: &str, fd: RawFd) -> Result<File, String> {
+    let what = format!("{var}={fd}");
+    if fd <= 2 {
+        return Err(format!(
+            "{what}: fd {fd} is standard input, output or error, not a pipe of its own"
+        ));
+    }
+    // SAFETY: `stat` is plain integers, for which all zeroes is a value.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat only writes into `st`, a valid out pointer; a closed fd is EBADF.
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return Err(format!(
+            "{what}: fd {fd} is not open ({})",
+            std::io::Error::last_os_error()
+        ));
+    }
+    let kind = st.st_mode & libc::S_IFMT;
+    if kind != libc::S_IFIFO && kind != libc::S_IFSOCK {
+        return Err(format!(
+            "{what}: fd {fd} is not a pipe or a socket (mode {:o})",
+            st.st_mode
+        ));
+    }
+    // SAFETY: fcntl on an fd just checked open reads its flags.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+    // SAFETY: as above; only the close-on-exec flag is added.
+    if flags < 0 || unsafe { libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC) } < 0 {
+        return Err(format!(
+            "{what}: fd {fd} cannot be made close-on-exec ({})",
+            std::io::Error::last_os_error()
+        ));
+    }
+    // SAFETY: the fd is open, inherited for this purpose and owned by nothing
+    // else in this process (the settings only parsed its number).
+    Ok(unsafe { File::from_raw_fd(fd) })
 }
 
 #[cfg(test)]

@@ -16,6 +16,7 @@ use super::{
     events::EventLog,
     ready::Ready,
     signals::{self, Reaped},
+    told::Told,
 };
 use crate::{
     collect::{
@@ -53,6 +54,8 @@ pub struct Tracked {
     pub cpucg: Option<TreeCpu>,
     /// Told once the tree's first reading is taken.
     pub ready: Option<Ready>,
+    /// What the attached root tells of its reaped children's CPU.
+    pub told: Option<Told>,
 }
 
 /// How the loop ended.
@@ -91,6 +94,8 @@ struct Loop {
     pss_always: bool,
     /// The run's last sample is being taken.
     last: bool,
+    /// What the attached root tells of its reaped children's CPU (`hear_root`).
+    told: Option<Told>,
 }
 
 impl Loop {
@@ -604,6 +609,7 @@ fn start_loop(t: Tracked, st: &Settings, started: Instant) -> (Loop, Ends) {
         pss: PssSum::default(),
         pss_always: st.engine.pss,
         last: false,
+        told: t.told,
     };
     let ends = Ends {
         root: t.root,
@@ -633,6 +639,7 @@ impl Loop {
     /// A tree the tracker started begins at zero (its first instructions belong to
     /// the first interval); an attached one at what it had used already.
     fn baseline(&mut self, attached: bool, ring: Option<&mut Ring>) -> anyhow::Result<()> {
+        self.hear_root();
         let base = match (&mut self.engine, attached) {
             (Some(e), true) => {
                 let events = &mut self.events;
@@ -656,6 +663,18 @@ impl Loop {
         let bpf = self.engine.as_ref().and_then(Engine::bpf_stats);
         self.sampler.baseline(base, bpf);
         Ok(())
+    }
+
+    /// What the attached root told of its reaped children's CPU since it was last
+    /// heard, for the procfs engine's next reading (eBPF sees every exit itself).
+    /// The root tells it before the tracker's first reading and before it asks
+    /// it to stop, so it is heard then only.
+    fn hear_root(&mut self) {
+        if let (Some(t), Some(Engine::Procfs(p))) = (&mut self.told, &mut self.engine) {
+            if let Some(ns) = t.take() {
+                p.tell_root_children(ns);
+            }
+        }
     }
 
     /// A child of the tracker was reaped: its figures (procfs), and whether the run
@@ -907,6 +926,7 @@ async fn run_loop(
     }
     lp.last_reaps(&mut reap_rx).await;
     lp.last = true;
+    lp.hear_root();
     emit(&mut lp, ring.as_mut().map(|r| r.get_mut()), sinks);
     if let Some(e) = &mut lp.engine {
         let events = &mut lp.events;

@@ -89,6 +89,10 @@ pub struct Settings {
     /// The write end of a pipe that gets one line once tracking is in place
     /// (`TRACKER_READY_FD`, set by the Python package, whose `start()` waits for it).
     pub ready_fd: Option<i32>,
+    /// The read end of a pipe on which the attached root tells its reaped
+    /// children's CPU (`TRACKER_ROOT_CHILDREN_FD`, set by the Python package when
+    /// it tracks its own interpreter; session/told.rs).
+    pub root_children_fd: Option<i32>,
     /// How long, once the command has exited, the run waits for the rest of its tree
     /// (members still running: a script's background job, a worker finishing).
     pub tail_timeout: Duration,
@@ -525,6 +529,7 @@ pub fn resolve(cli: Cli, get_env: GetEnv) -> Result<Settings, String> {
         keeper,
         stop_with_parent: env_bool(get_env, "TRACKER_STOP_WITH_PARENT")?.unwrap_or(false),
         ready_fd: env_fd(get_env, "TRACKER_READY_FD")?,
+        root_children_fd: env_fd(get_env, "TRACKER_ROOT_CHILDREN_FD")?,
         tail_timeout: Duration::from_secs_f64(tail),
     })
 }

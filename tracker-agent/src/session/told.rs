@@ -1,0 +1,136 @@
+//! What an attached root tells of itself (`TRACKER_ROOT_CHILDREN_FD`, set by the
+//! Python package when it tracks its own interpreter): its reaped children's CPU
+//! as it reads it itself, `getrusage(RUSAGE_CHILDREN)`'s user + system time in
+//! nanoseconds, one decimal number a line, written before it starts the tracker
+//! and again before it asks it to stop.
+//!
+//! /proc/PID/stat gives another process's `cutime` and `cstime` in whole clock
+//! ticks, each floored, so a job whose processes all end between two samples
+//! (their CPU reaches the tracker only through the root's account) is off by up
+//! to two ticks at each end: 20 ms on a 0.7 s job at USER_HZ 100. The root
+//! itself reads the same account to the microsecond. Both lines are read while
+//! the root waits for the tracker (in `start()` and `stop()`), so nothing is
+//! reaped between its reading and the tracker's.
+
+use std::{
+    fs::File,
+    io::{ErrorKind, Read},
+    os::fd::{AsRawFd, RawFd},
+};
+
+use super::ready::claim_pipe;
+
+/// The read end of the root's pipe, taken over at the start of the session.
+#[derive(Debug)]
+pub struct Told {
+    pipe: File,
+    /// A line not yet ended.
+    partial: Vec<u8>,
+    /// A line was not a number: said once.
+    said: bool,
+}
+
+impl Told {
+    /// Takes over `fd` (as `claim_pipe` does) and makes its reads not wait.
+    pub fn claim(fd: RawFd) -> Result<Told, String> {
+        let pipe = claim_pipe("TRACKER_ROOT_CHILDREN_FD", fd)?;
+        // SAFETY: fcntl on the fd just claimed reads its status flags.
+        let flags = unsafe { libc::fcntl(pipe.as_raw_fd(), libc::F_GETFL) };
+        // SAFETY: as above; only O_NONBLOCK is added.
+        if flags < 0
+            || unsafe { libc::fcntl(pipe.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0
+        {
+            return Err(format!(
+                "TRACKER_ROOT_CHILDREN_FD={fd}: its reads cannot be made non-blocking ({})",
+                std::io::Error::last_os_error()
+            ));
+        }
+        Ok(Told {
+            pipe,
+            partial: Vec::new(),
+            said: false,
+        })
+    }
+
+    /// The root's children's CPU (ns) in the last whole line written since the
+    /// last call; None when none was. A line that is not a number is said once
+    /// and left out: the tracker then keeps to the ticks of /proc.
+    pub fn take(&mut self) -> Option<u64> {
+        let mut buf = [0u8; 256];
+        loop {
+            match self.pipe.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => self.partial.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) => {
+                    log::debug!("TRACKER_ROOT_CHILDREN_FD: {e}");
+                    break;
+                }
+            }
+        }
+        let end = self.partial.iter().rposition(|&b| b == b'\n')? + 1;
+        let lines: Vec<u8> = self.partial.drain(..end).collect();
+        let mut last = None;
+        for line in lines.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+            match std::str::from_utf8(line)
+                .ok()
+                .and_then(|l| l.trim().parse::<u64>().ok())
+            {
+                Some(ns) => last = Some(ns),
+                None if !self.said => {
+                    self.said = true;
+                    log::warn!(
+                        "TRACKER_ROOT_CHILDREN_FD: '{}' is not a number of nanoseconds; the root's children's CPU is taken from /proc alone",
+                        crate::warn::escaped(&String::from_utf8_lossy(line))
+                    );
+                }
+                None => {}
+            }
+        }
+        last
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{io::Write, os::fd::FromRawFd};
+
+    use super::Told;
+
+    fn pipe() -> (std::fs::File, i32) {
+        let mut fds = [0; 2];
+        // SAFETY: fds is a valid array of two.
+        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+        // SAFETY: the write end was just made and is owned here.
+        (unsafe { std::fs::File::from_raw_fd(fds[1]) }, fds[0])
+    }
+
+    #[test]
+    fn the_last_whole_line_is_taken_and_a_bad_one_left_out() {
+        let (mut w, r) = pipe();
+        let mut told = Told::claim(r).expect("a pipe is claimed");
+        // Nothing written: no value, and no wait.
+        assert_eq!(told.take(), None);
+        w.write_all(b"1200000\n").unwrap();
+        assert_eq!(told.take(), Some(1_200_000));
+        assert_eq!(told.take(), None);
+        // A line in two writes counts once whole; the last of several counts.
+        w.write_all(b"15\n20").unwrap();
+        assert_eq!(told.take(), Some(15));
+        w.write_all(b"00\nten\n").unwrap();
+        assert_eq!(told.take(), Some(2000));
+        // The writer gone: what it wrote last stands, then nothing.
+        w.write_all(b"3000\n").unwrap();
+        drop(w);
+        assert_eq!(told.take(), Some(3000));
+        assert_eq!(told.take(), None);
+    }
+
+    #[test]
+    fn what_is_not_a_pipe_is_refused_by_name() {
+        let e = Told::claim(2).unwrap_err();
+        assert!(e.contains("TRACKER_ROOT_CHILDREN_FD=2"), "{e}");
+        assert!(Told::claim(1_000_000).unwrap_err().contains("not open"));
+    }
+}
