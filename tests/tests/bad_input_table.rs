@@ -306,6 +306,25 @@ fn cases() -> Vec<Case> {
         v.push(env("TRACKER_READY_FD", value, 2, words));
     }
     v.push(env(
+        "TRACKER_ROOT_CHILDREN_FD",
+        "x",
+        2,
+        &[
+            "TRACKER_ROOT_CHILDREN_FD",
+            "'x' is not a file descriptor number",
+        ],
+    ));
+    // Only an attached root tells the tracker anything of itself.
+    v.push(env(
+        "TRACKER_ROOT_CHILDREN_FD",
+        "5",
+        2,
+        &[
+            "TRACKER_ROOT_CHILDREN_FD=5",
+            "only a root the tracker attached to",
+        ],
+    ));
+    v.push(env(
         "TRACKER_RECOMMEND_SERVER",
         "perhaps",
         2,

@@ -559,11 +559,14 @@ fn as_nobody_in(
 /// The package as a user beside an idle stranger in its cgroup (the tracker
 /// sums the tree's processes on procfs), around children that all start and
 /// end between two samples (a dozen short interpreters, a pool whose workers
-/// are replaced every two tasks). Their CPU reaches the tracker only through
-/// the interpreter's account of its reaped children, which /proc gives in
-/// whole 10 ms ticks, `cutime` and `cstime` each floored: off by up to two
-/// ticks at each end. The interpreter tells the tracker its own reading of
-/// that account (`getrusage`, µs) in start() and stop(). Truth: the cgroup's
+/// are replaced every two tasks, a child that holds 300 MiB for 0.3 s). Their
+/// CPU reaches the tracker only through the interpreter's account of its
+/// reaped children, which /proc gives in whole 10 ms ticks, `cutime` and
+/// `cstime` each floored: off by up to two ticks at each end; that child's
+/// peak through no file at all. The interpreter tells the tracker its own
+/// reading of that account (`getrusage`: CPU to the µs, the children's
+/// largest RSS) in start() and stop(); the peak, the stats and the advice
+/// hold that child's 300 MiB. Truth: the cgroup's
 /// CPU less the tracker's (its process CPU clock), from start()'s return to
 /// stop()'s call; the tracker's window holds a little more of the
 /// interpreter's own (start()'s tail, stop()'s head).
@@ -590,13 +593,21 @@ fn as_a_user_beside_a_stranger_children_between_samples_count_to_the_microsecond
         let truth = f("cgroup_cpu_less_tracker");
         let off_ms = 1e3 * (f("cpu") - truth);
         eprintln!(
-            "round {round}: CPU {:.4} s ({}), the cgroup's less the tracker's {truth:.4} s ({off_ms:+.2} ms)",
+            "round {round}: CPU {:.4} s ({}), the cgroup's less the tracker's {truth:.4} s ({off_ms:+.2} ms); peak {:.1} MiB ({}), stats max {:.1}, advice {} MiB",
             f("cpu"),
             out["cpu_source"],
+            f("peak"),
+            out["memory_source"],
+            f("stats_max"),
+            out["rec_memory"],
         );
         assert_eq!(out["backend"], "procfs", "{out}");
         assert_eq!(out["cpu_source"], "procfs", "{out}");
         assert!(truth > 0.5, "the children ran: {truth} s");
+        assert_eq!(out["memory_source"], "pss", "{out}");
+        assert!(f("peak") >= 300.0, "the child's 300 MiB: {out}");
+        assert!(f("stats_max") >= f("peak") - 0.01, "the stats' max: {out}");
+        assert!(f("rec_memory") >= f("peak"), "the advice: {out}");
         // Whole ticks would leave up to ±20 ms.
         assert!(
             (-0.5..=2.0).contains(&off_ms),

@@ -99,24 +99,27 @@ def _finalize(proc: Optional[subprocess.Popen], tmpdir: Optional[str], owner: in
     _rmtree(tmpdir)
 
 
-def _children_cpu_ns() -> int:
-    """This interpreter's reaped children's CPU (user + system), to the
-    microsecond. The tracker reads the same account from /proc in whole clock
-    ticks (10 ms), each floored: a job whose processes all end between two
-    samples would be off by up to two ticks at each end."""
+def _children_line() -> bytes:
+    """This interpreter's reaped children's CPU (user + system, ns, to the
+    microsecond) and largest RSS (KiB). The tracker reads the same CPU from
+    /proc in whole clock ticks (10 ms), each floored, which leaves a job whose
+    processes all end between two samples off by up to two ticks at each end;
+    and no file gives it the largest RSS of a child that peaked and exited
+    between two samples."""
     import resource
 
     ru = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return (round(ru.ru_utime * 1e6) + round(ru.ru_stime * 1e6)) * 1000
+    ns = (round(ru.ru_utime * 1e6) + round(ru.ru_stime * 1e6)) * 1000
+    return f"{ns} {ru.ru_maxrss}\n".encode()
 
 
 def _tell(pipe: Optional[Any]) -> None:
-    """Writes this interpreter's children's CPU on the binary's pipe
+    """Writes this interpreter's children's account on the binary's pipe
     (TRACKER_ROOT_CHILDREN_FD); a binary that is gone changes nothing."""
     if pipe is None or pipe.closed:
         return
     try:
-        pipe.write(f"{_children_cpu_ns()}\n".encode())
+        pipe.write(_children_line())
     except OSError:
         pass
 

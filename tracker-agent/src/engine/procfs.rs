@@ -122,6 +122,9 @@ pub struct ProcfsEngine {
     /// The root's reaped children's CPU as the root last told it (ns; 0: never
     /// told): a floor for its `cutime`+`cstime` (`root_children`).
     told_children_ns: u64,
+    /// The largest RSS of the root's reaped children as it first told it (KiB):
+    /// a larger one told later is a child's that it reaped meanwhile.
+    told_maxrss_kib: Option<u64>,
 }
 
 /// A poll's working sets (`ProcfsEngine::scratch`): `all` and `set` are the tree
@@ -324,6 +327,7 @@ impl ProcfsEngine {
             parent: None,
             root_bound: None,
             told_children_ns: 0,
+            told_maxrss_kib: None,
             scratch: Scratch::default(),
         }
     }
@@ -731,11 +735,23 @@ impl ProcfsEngine {
         false
     }
 
-    /// The attached root's reaped children's CPU (ns) as it read it itself
-    /// (`getrusage(RUSAGE_CHILDREN)`, session/told.rs), before this engine's next
-    /// reading.
-    pub fn tell_root_children(&mut self, ns: u64) {
+    /// The attached root's reaped children's CPU (ns) and largest RSS (KiB) as
+    /// it read them itself (`getrusage(RUSAGE_CHILDREN)`, session/told.rs),
+    /// before this engine's next reading. The largest RSS holds every child the
+    /// root ever reaped: one above what it first told is that of a child reaped
+    /// since, which peaked then or before the tracker came (a child already
+    /// running at the start), so a member's high-water mark that may have
+    /// fallen between two samples; the same or less says nothing.
+    pub fn tell_root_children(&mut self, ns: u64, maxrss_kib: Option<u64>) {
         self.told_children_ns = self.told_children_ns.max(ns);
+        let Some(kib) = maxrss_kib else {
+            return;
+        };
+        match self.told_maxrss_kib {
+            None => self.told_maxrss_kib = Some(kib),
+            Some(first) if kib > first => self.max_rss_kib = self.max_rss_kib.max(kib),
+            Some(_) => {}
+        }
     }
 
     /// The root's reaped children's CPU at this reading: its stat's, whole ticks
@@ -1069,20 +1085,35 @@ mod tests {
         let tck = e.tck_ns;
         // Nothing told: the stat's.
         assert_eq!(e.root_children(5 * tck), 5 * tck);
-        e.tell_root_children(5 * tck + 7_000);
+        e.tell_root_children(5 * tck + 7_000, None);
         assert_eq!(e.root_children(5 * tck), 5 * tck + 7_000);
         // The ticks moved past it: theirs.
         assert_eq!(e.root_children(6 * tck), 6 * tck);
         // Told later and higher, though the stat's ticks lag behind it.
-        e.tell_root_children(7 * tck + 3);
+        e.tell_root_children(7 * tck + 3, None);
         assert_eq!(e.root_children(6 * tck), 7 * tck + 3);
         // A lower figure told later changes nothing: a floor never falls.
-        e.tell_root_children(tck);
+        e.tell_root_children(tck, None);
         assert_eq!(e.root_children(6 * tck), 7 * tck + 3);
         // Two ticks or more above the stat was not the root's reading.
-        e.tell_root_children(10 * tck);
+        e.tell_root_children(10 * tck, None);
         assert_eq!(e.root_children(8 * tck), 8 * tck);
         assert_eq!(e.told_children_ns, 0, "refused for the run");
         assert_eq!(e.root_children(8 * tck), 8 * tck);
+    }
+
+    /// The children's largest RSS counts where it grew since it was first told:
+    /// a child reaped meanwhile had it.
+    #[test]
+    fn a_childs_peak_counts_where_the_told_largest_rss_grew() {
+        let mut e = ProcfsEngine::new(std::process::id(), None);
+        e.tell_root_children(0, Some(90_000));
+        assert_eq!(e.max_rss_kib, 0, "children reaped before the tracker came");
+        e.tell_root_children(0, Some(90_000));
+        assert_eq!(e.max_rss_kib, 0, "unchanged: no child of the run is known");
+        e.tell_root_children(0, Some(530_000));
+        assert_eq!(e.max_rss_kib, 530_000);
+        e.tell_root_children(0, None);
+        assert_eq!(e.max_rss_kib, 530_000);
     }
 }

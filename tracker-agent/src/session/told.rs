@@ -1,16 +1,19 @@
 //! What an attached root tells of itself (`TRACKER_ROOT_CHILDREN_FD`, set by the
-//! Python package when it tracks its own interpreter): its reaped children's CPU
-//! as it reads it itself, `getrusage(RUSAGE_CHILDREN)`'s user + system time in
-//! nanoseconds, one decimal number a line, written before it starts the tracker
-//! and again before it asks it to stop.
+//! Python package when it tracks its own interpreter): its reaped children's
+//! account as it reads it itself, `getrusage(RUSAGE_CHILDREN)`: a line of user +
+//! system time in nanoseconds, then optionally a space and `ru_maxrss` in KiB,
+//! written before it starts the tracker and again before it asks it to stop.
 //!
 //! /proc/PID/stat gives another process's `cutime` and `cstime` in whole clock
 //! ticks, each floored, so a job whose processes all end between two samples
 //! (their CPU reaches the tracker only through the root's account) is off by up
 //! to two ticks at each end: 20 ms on a 0.7 s job at USER_HZ 100. The root
-//! itself reads the same account to the microsecond. Both lines are read while
-//! the root waits for the tracker (in `start()` and `stop()`), so nothing is
-//! reaped between its reading and the tracker's.
+//! itself reads the same account to the microsecond. And no file gives the
+//! largest RSS of another process's reaped children: a child that peaks and
+//! exits between two samples takes its high-water mark with it, except from its
+//! parent's own `ru_maxrss`. Both lines are read while the root waits for the
+//! tracker (in `start()` and `stop()`), so nothing is reaped between its
+//! reading and the tracker's.
 
 use std::{
     fs::File,
@@ -19,6 +22,27 @@ use std::{
 };
 
 use super::ready::claim_pipe;
+
+/// One line of the root's: its reaped children's CPU (ns) and largest RSS (KiB).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Children {
+    pub cpu_ns: u64,
+    pub maxrss_kib: Option<u64>,
+}
+
+impl Children {
+    fn parse(line: &str) -> Option<Children> {
+        let mut it = line.split_ascii_whitespace();
+        let cpu_ns = it.next()?.parse().ok()?;
+        let maxrss_kib = match it.next() {
+            Some(v) => Some(v.parse().ok()?),
+            None => None,
+        };
+        it.next()
+            .is_none()
+            .then_some(Children { cpu_ns, maxrss_kib })
+    }
+}
 
 /// The read end of the root's pipe, taken over at the start of the session.
 #[derive(Debug)]
@@ -52,10 +76,10 @@ impl Told {
         })
     }
 
-    /// The root's children's CPU (ns) in the last whole line written since the
-    /// last call; None when none was. A line that is not a number is said once
-    /// and left out: the tracker then keeps to the ticks of /proc.
-    pub fn take(&mut self) -> Option<u64> {
+    /// The last whole line written since the last call; None when none was. A
+    /// line that is not one is said once and left out: the tracker then keeps
+    /// to what /proc gives.
+    pub fn take(&mut self) -> Option<Children> {
         let mut buf = [0u8; 256];
         loop {
             match self.pipe.read(&mut buf) {
@@ -73,15 +97,12 @@ impl Told {
         let lines: Vec<u8> = self.partial.drain(..end).collect();
         let mut last = None;
         for line in lines.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
-            match std::str::from_utf8(line)
-                .ok()
-                .and_then(|l| l.trim().parse::<u64>().ok())
-            {
-                Some(ns) => last = Some(ns),
+            match std::str::from_utf8(line).ok().and_then(Children::parse) {
+                Some(c) => last = Some(c),
                 None if !self.said => {
                     self.said = true;
                     log::warn!(
-                        "TRACKER_ROOT_CHILDREN_FD: '{}' is not a number of nanoseconds; the root's children's CPU is taken from /proc alone",
+                        "TRACKER_ROOT_CHILDREN_FD: '{}' is not nanoseconds and optionally KiB; the root's children's account is taken from /proc alone",
                         crate::warn::escaped(&String::from_utf8_lossy(line))
                     );
                 }
@@ -96,7 +117,14 @@ impl Told {
 mod tests {
     use std::{io::Write, os::fd::FromRawFd};
 
-    use super::Told;
+    use super::{Children, Told};
+
+    fn cpu(ns: u64) -> Option<Children> {
+        Some(Children {
+            cpu_ns: ns,
+            maxrss_kib: None,
+        })
+    }
 
     fn pipe() -> (std::fs::File, i32) {
         let mut fds = [0; 2];
@@ -113,17 +141,23 @@ mod tests {
         // Nothing written: no value, and no wait.
         assert_eq!(told.take(), None);
         w.write_all(b"1200000\n").unwrap();
-        assert_eq!(told.take(), Some(1_200_000));
+        assert_eq!(told.take(), cpu(1_200_000));
         assert_eq!(told.take(), None);
         // A line in two writes counts once whole; the last of several counts.
         w.write_all(b"15\n20").unwrap();
-        assert_eq!(told.take(), Some(15));
-        w.write_all(b"00\nten\n").unwrap();
-        assert_eq!(told.take(), Some(2000));
+        assert_eq!(told.take(), cpu(15));
+        w.write_all(b"00\nten\n1 2 3\n").unwrap();
+        assert_eq!(told.take(), cpu(2000));
         // The writer gone: what it wrote last stands, then nothing.
-        w.write_all(b"3000\n").unwrap();
+        w.write_all(b"3000 524288\n").unwrap();
         drop(w);
-        assert_eq!(told.take(), Some(3000));
+        assert_eq!(
+            told.take(),
+            Some(Children {
+                cpu_ns: 3000,
+                maxrss_kib: Some(524_288)
+            })
+        );
         assert_eq!(told.take(), None);
     }
 

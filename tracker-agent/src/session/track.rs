@@ -671,8 +671,8 @@ impl Loop {
     /// it to stop, so it is heard then only.
     fn hear_root(&mut self) {
         if let (Some(t), Some(Engine::Procfs(p))) = (&mut self.told, &mut self.engine) {
-            if let Some(ns) = t.take() {
-                p.tell_root_children(ns);
+            if let Some(c) = t.take() {
+                p.tell_root_children(c.cpu_ns, c.maxrss_kib);
             }
         }
     }
