@@ -871,3 +871,58 @@ fn an_idle_leaders_process_grown_by_another_thread_is_seen() {
     }
     assert!(checked >= 4, "samples checked: {checked}");
 }
+
+/// A child of the tracked root holds 300 MiB for 0.3 s right after a sample
+/// (between two samples 1 s apart), frees it, lives 2.5 s more without
+/// growing, and exits before the tracker stops: the summary's peak, its stats'
+/// max and its advice hold its 300 MiB on both backends. On procfs the child's `VmHWM` is read while it
+/// lives, at the poll after it faulted; a sample's Σ PSS never saw the array.
+#[test]
+fn a_members_peak_between_samples_is_kept_after_it_exits() {
+    for backend in [&["--no-ebpf"][..], &[]] {
+        if backend.is_empty() && !ebpf_available() {
+            assert!(!e2e::ci(), "CI runs as root with BPF");
+            continue;
+        }
+        let s = Scratch::new("attach-hwm");
+        let (ready, go, done) = (s.path("ready"), s.path("go"), s.path("done"));
+        let script = format!(
+            "touch {r}; while [ ! -e {g} ]; do sleep 0.01; done; \
+             python3 -S -c 'import time\nb = bytearray(300 << 20)\ntime.sleep(0.3)\ndel b\ntime.sleep(2.5)'; \
+             touch {d}; sleep 30",
+            r = ready.display(),
+            g = go.display(),
+            d = done.display(),
+        );
+        let work = e2e::Bg::spawn(Command::new("sh").args(["-c", &script]), "workload");
+        wait_for_file(&ready);
+        let mut tr = attached(work.pid() as u32, "1", backend, &s);
+        // Right after a sample: the array is gone before the next one.
+        let lines = e2e::line_count(&s.path("samples.jsonl"));
+        e2e::wait_lines(&s.path("samples.jsonl"), lines + 1, Duration::from_secs(5));
+        std::fs::write(&go, "").expect("go");
+        wait_for_file(&done);
+        // A sample after the child's exit, then the end.
+        std::thread::sleep(Duration::from_millis(1200));
+        tr.signal(libc::SIGTERM);
+        assert!(tr.wait_for(Duration::from_secs(10)).success());
+        let sum = read_json(&s.path("summary.json"));
+        let seen = read_jsonl(&s.path("samples.jsonl"))
+            .iter()
+            .map(|v| truth::f(&v["process"], "memory_mib"))
+            .fold(0.0, f64::max);
+        let peak = truth::f(&sum, "peak_memory_mib");
+        eprintln!(
+            "{backend:?}: peak {peak:.1} MiB ({}), the samples' largest {seen:.1} MiB",
+            sum["memory_source"]
+        );
+        assert!(peak >= 300.0, "{backend:?}: peak {peak} MiB: {sum}");
+        let stats_max = truth::f(&sum["stats"]["process_memory_mib"], "max");
+        let advice = truth::f(&sum["recommendation"], "memory_mib");
+        assert!(
+            stats_max >= peak - 0.01,
+            "{backend:?}: stats' max {stats_max}: {sum}"
+        );
+        assert!(advice >= peak, "{backend:?}: advice {advice} MiB: {sum}");
+    }
+}

@@ -27,6 +27,8 @@ struct Member {
     /// Its CPU clock (every thread's run time, ns), read before the stat of it
     /// that `live` holds: the same now means it has not run since (`unchanged`).
     ran_ns: Option<u64>,
+    /// Its page faults when its high-water mark was last read.
+    hwm_faults: u64,
 }
 
 impl Member {
@@ -125,6 +127,8 @@ pub struct ProcfsEngine {
     /// The largest RSS of the root's reaped children as it first told it (KiB):
     /// a larger one told later is a child's that it reaped meanwhile.
     told_maxrss_kib: Option<u64>,
+    /// The first reading is taken: a member found after it began during the run.
+    first_done: bool,
 }
 
 /// A poll's working sets (`ProcfsEngine::scratch`): `all` and `set` are the tree
@@ -328,6 +332,7 @@ impl ProcfsEngine {
             root_bound: None,
             told_children_ns: 0,
             told_maxrss_kib: None,
+            first_done: false,
             scratch: Scratch::default(),
         }
     }
@@ -927,6 +932,10 @@ impl ProcfsEngine {
                 self.seen += u64::from(started);
                 Member {
                     starttime: st.starttime,
+                    // A member there from the first reading has its peak from
+                    // before the run read at the final sample, or once it
+                    // faults again; one that began since, now.
+                    hwm_faults: if self.first_done { u64::MAX } else { st.faults },
                     ..Default::default()
                 }
             });
@@ -939,6 +948,22 @@ impl ProcfsEngine {
             entry.set_times(&st, self.tck_ns, clock);
             if let Some(ns) = root_children {
                 entry.child_ns = ns;
+            }
+            // RSS grows by the process's own faults (a page mapped; the rest,
+            // another process's process_vm_writev or khugepaged filling a huge
+            // page, is rare): one that faulted since may have peaked between two
+            // samples, and its high-water mark says so while it lives. A member
+            // that exits before the next poll takes it with it (procfs sees no
+            // exit).
+            if st.faults != entry.hwm_faults && st.state != b'Z' {
+                entry.hwm_faults = st.faults;
+                if let Some(kib) = self
+                    .files
+                    .read(pid, pid, procread::Kind::Status, &mut self.buf)
+                    .and_then(|_| procread::parse_hwm(&self.buf))
+                {
+                    self.max_rss_kib = self.max_rss_kib.max(kib);
+                }
             }
             if self.idle.contains(&pid) {
                 // Its io as last read stands.
@@ -982,6 +1007,7 @@ impl ProcfsEngine {
         }
         self.scratch.all = all;
         self.scratch.set = set;
+        self.first_done = true;
         Ok(t)
     }
 }

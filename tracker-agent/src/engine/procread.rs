@@ -125,7 +125,13 @@ pub fn stat(pid: u32, buf: &mut String) -> Option<Stat> {
 /// ever held, between any two samples too, since it began (an exec begins anew).
 pub fn hwm_kib(pid: u32, buf: &mut String) -> Option<u64> {
     read_into(&format!("/proc/{pid}/status"), buf)?;
-    buf.lines()
+    parse_hwm(buf)
+}
+
+/// `VmHWM` (KiB) of a process's status; None for a zombie or a kernel thread.
+pub fn parse_hwm(status: &str) -> Option<u64> {
+    status
+        .lines()
         .find_map(|l| l.strip_prefix("VmHWM:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
 }
@@ -338,6 +344,20 @@ pub enum Kind {
     /// holds the mm it was opened on: after an exec or an exit it reads nothing,
     /// and is opened again.
     Rollup,
+    /// A process's status (its `VmHWM`, `parse_hwm`).
+    Status,
+}
+
+impl Kind {
+    /// Every kind, for `FileCache::forget`: the key has room for eight.
+    const ALL: [Kind; 6] = [
+        Kind::Stat,
+        Kind::Io,
+        Kind::ThreadIo,
+        Kind::Schedstat,
+        Kind::Rollup,
+        Kind::Status,
+    ];
 }
 
 const MAX_CACHED: usize = 3000;
@@ -364,6 +384,7 @@ impl FileCache {
             Kind::Io => format!("/proc/{tgid}/io"),
             Kind::Schedstat => task_path(tgid, tid, "schedstat"),
             Kind::Rollup => format!("/proc/{tgid}/smaps_rollup"),
+            Kind::Status => format!("/proc/{tgid}/status"),
         };
         let f = File::open(path).ok()?;
         pread_into(&f, buf)?;
@@ -376,13 +397,7 @@ impl FileCache {
     /// Closes every file held for `tid` (a member that left), for a reader that
     /// knows when its members leave instead of sweeping.
     pub fn forget(&mut self, tid: u32) {
-        for kind in [
-            Kind::Stat,
-            Kind::Io,
-            Kind::ThreadIo,
-            Kind::Schedstat,
-            Kind::Rollup,
-        ] {
+        for kind in Kind::ALL {
             self.files.remove(&key(tid, kind));
         }
     }
