@@ -553,6 +553,30 @@ pub fn run(dir: &Path, plan: &Plan) -> anyhow::Result<String> {
     Ok(render(&all, &data, plan, t0.elapsed().as_secs_f64()))
 }
 
+/// The "peak within 2 % of the cgroup's" for a cgroup that holds only
+/// the job, as "N of M" runs: with the package, the cgroup holds the tracker
+/// too, whose RSS the tracker leaves out, so the job's own peak lies between the
+/// cgroup's less the tracker's largest RSS and the cgroup's.
+fn peak_held(rs: &[&Run], path: Way, own: bool) -> String {
+    if !own {
+        return "–".to_string();
+    }
+    let ok = rs
+        .iter()
+        .filter(|r| {
+            r.truth_peak_mib.is_some_and(|cg| {
+                let lo = if path.by_pid() {
+                    cg
+                } else {
+                    cg - r.tracker_rss
+                };
+                r.peak_mib >= 0.98 * lo && r.peak_mib <= 1.02 * cg
+            })
+        })
+        .count();
+    format!("{ok} of {}", rs.len())
+}
+
 /// The tracker's CPU against the truth, percent.
 fn err_pct(r: &Run) -> f64 {
     100.0 * (r.cpu - r.truth_cpu) / r.truth_cpu
@@ -631,29 +655,7 @@ fn render(all: &[(&str, &str)], data: &[Run], plan: &Plan, secs: f64) -> String 
                         low(|r| r.stats_max),
                         low(|r| r.rec_memory)
                     );
-                    // The "peak within 2 % of the cgroup's" for a cgroup
-                    // that holds only the job: with the package, the cgroup holds
-                    // the tracker too, whose RSS the tracker leaves out, so the
-                    // job's own peak lies between the cgroup's less the tracker's
-                    // largest RSS and the cgroup's.
-                    let peak_held = if own {
-                        let ok = rs
-                            .iter()
-                            .filter(|r| {
-                                r.truth_peak_mib.is_some_and(|cg| {
-                                    let lo = if path.by_pid() {
-                                        cg
-                                    } else {
-                                        cg - r.tracker_rss
-                                    };
-                                    r.peak_mib >= 0.98 * lo && r.peak_mib <= 1.02 * cg
-                                })
-                            })
-                            .count();
-                        format!("{ok} of {}", rs.len())
-                    } else {
-                        "–".to_string()
-                    };
+                    let peak_held = peak_held(&rs, path, own);
                     let bound = if own || path.ebpf() { 0.5 } else { 2.0 };
                     let held = if worst.abs() <= bound {
                         "within"

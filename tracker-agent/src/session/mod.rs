@@ -138,15 +138,20 @@ fn report_name(st: &Settings) -> String {
     }
 }
 
-/// The attached root's own pipe (`told`); only an attached root tells the
-/// tracker anything of itself.
-fn claim_told(fd: i32, target: &Target) -> Result<told::Told, String> {
-    if !matches!(target, Target::Attach { .. }) {
-        return Err(format!(
-            "TRACKER_ROOT_CHILDREN_FD={fd}: only a root the tracker attached to (--pid) tells its children's CPU"
-        ));
-    }
-    told::Told::claim(fd)
+/// The starter's pipe (`ready`) and the attached root's (`told`); only an
+/// attached root tells the tracker anything of itself.
+fn claim_pipes(st: &Settings) -> Result<(Option<ready::Ready>, Option<told::Told>), String> {
+    let ready = st.ready_fd.map(ready::Ready::claim).transpose()?;
+    let told = match st.root_children_fd {
+        Some(fd) if !matches!(st.target, Target::Attach { .. }) => {
+            return Err(format!(
+                "TRACKER_ROOT_CHILDREN_FD={fd}: only a root the tracker attached to (--pid) tells its children's CPU"
+            ));
+        }
+        Some(fd) => Some(told::Told::claim(fd)?),
+        None => None,
+    };
+    Ok((ready, told))
 }
 
 /// Runs the whole session; returns the exit code the tracker should exit with.
@@ -157,22 +162,14 @@ pub fn run(st: Settings) -> anyhow::Result<i32> {
             crate::warn::escaped(&c.display().to_string())
         );
     }
-    // The starter's pipe first: nothing the session opens may take its number, and
-    // no child started below may inherit it.
-    let ready = match st.ready_fd.map(ready::Ready::claim).transpose() {
-        Ok(r) => r,
+    // The starter's pipes first: nothing the session opens may take their
+    // numbers, and no child started below may inherit them.
+    let (ready, told) = match claim_pipes(&st) {
+        Ok(p) => p,
         Err(e) => {
             say(e);
             return Ok(2);
         }
-    };
-    let told = match st.root_children_fd.map(|fd| claim_told(fd, &st.target)) {
-        Some(Ok(t)) => Some(t),
-        Some(Err(e)) => {
-            say(e);
-            return Ok(2);
-        }
-        None => None,
     };
     // Everything that can fail on bad input fails here, before anything starts.
     let start = match resolve_start(&st.target)? {

@@ -665,6 +665,14 @@ impl Loop {
         Ok(())
     }
 
+    /// The run's last sample, with what the attached root told before it asked
+    /// the tracker to stop.
+    fn last_sample(&mut self, ring: Option<&mut Ring>, sinks: &mut Sinks) {
+        self.last = true;
+        self.hear_root();
+        emit(self, ring, sinks);
+    }
+
     /// What the attached root told of its reaped children's CPU since it was last
     /// heard, for the procfs engine's next reading (eBPF sees every exit itself).
     /// The root tells it before the tracker's first reading and before it asks
@@ -925,9 +933,7 @@ async fn run_loop(
         e.settle();
     }
     lp.last_reaps(&mut reap_rx).await;
-    lp.last = true;
-    lp.hear_root();
-    emit(&mut lp, ring.as_mut().map(|r| r.get_mut()), sinks);
+    lp.last_sample(ring.as_mut().map(|r| r.get_mut()), sinks);
     if let Some(e) = &mut lp.engine {
         let events = &mut lp.events;
         e.flush_events(&mut |ev| events.show(ev));
