@@ -4,7 +4,7 @@
 //! one given the same number.
 
 use std::{
-    path::Path,
+    path::{Path, PathBuf},
     process::{Command, Stdio},
     time::{Duration, Instant},
 };
@@ -28,6 +28,22 @@ fn wait_for_file(p: &Path) {
         assert!(t0.elapsed() < Duration::from_secs(20), "{}", p.display());
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// `sh -c` of `body` once a file `go` in `s` exists, then a file `done`, then 30 s
+/// asleep (the root stays while the tracker finishes): the shell, started and
+/// waiting for the go, and the two paths.
+fn gated_shell(s: &Scratch, body: &str) -> (e2e::Bg, PathBuf, PathBuf) {
+    let (ready, go, done) = (s.path("ready"), s.path("go"), s.path("done"));
+    let script = format!(
+        "touch {r}; while [ ! -e {g} ]; do sleep 0.01; done; {body}; touch {d}; sleep 30",
+        r = ready.display(),
+        g = go.display(),
+        d = done.display(),
+    );
+    let work = e2e::Bg::spawn(Command::new("sh").args(["-c", &script]), "workload");
+    wait_for_file(&ready);
+    (work, go, done)
 }
 
 /// The tracker attached to `pid` every `interval` seconds, writing samples.jsonl
@@ -193,18 +209,13 @@ fn tree_cpu_secs(pid: u32) -> f64 {
 #[test]
 fn attached_procfs_counts_a_nested_pipeline_once() {
     let s = Scratch::new("attach-pipe");
-    let (ready, go, done) = (s.path("ready"), s.path("go"), s.path("done"));
     let w = workload().display().to_string();
-    let script = format!(
-        "touch {r}; while [ ! -e {g} ]; do sleep 0.05; done; \
-         for i in 1 2 3; do sh -c '{w} burner 1 400 | {w} burner 1 400; {w} burner 1 200'; done; \
-         touch {d}; sleep 30",
-        r = ready.display(),
-        g = go.display(),
-        d = done.display(),
+    let (work, go, done) = gated_shell(
+        &s,
+        &format!(
+            "for i in 1 2 3; do sh -c '{w} burner 1 400 | {w} burner 1 400; {w} burner 1 200'; done"
+        ),
     );
-    let work = e2e::Bg::spawn(Command::new("sh").args(["-c", &script]), "workload");
-    wait_for_file(&ready);
     let pid = work.pid() as u32;
     let mut c = Command::new(tracker());
     e2e::clean_env(&mut c);
@@ -885,17 +896,10 @@ fn a_members_peak_between_samples_is_kept_after_it_exits() {
             continue;
         }
         let s = Scratch::new("attach-hwm");
-        let (ready, go, done) = (s.path("ready"), s.path("go"), s.path("done"));
-        let script = format!(
-            "touch {r}; while [ ! -e {g} ]; do sleep 0.01; done; \
-             python3 -S -c 'import time\nb = bytearray(300 << 20)\ntime.sleep(0.3)\ndel b\ntime.sleep(2.5)'; \
-             touch {d}; sleep 30",
-            r = ready.display(),
-            g = go.display(),
-            d = done.display(),
+        let (work, go, done) = gated_shell(
+            &s,
+            "python3 -S -c 'import time\nb = bytearray(300 << 20)\ntime.sleep(0.3)\ndel b\ntime.sleep(2.5)'",
         );
-        let work = e2e::Bg::spawn(Command::new("sh").args(["-c", &script]), "workload");
-        wait_for_file(&ready);
         let mut tr = attached(work.pid() as u32, "1", backend, &s);
         // Right after a sample: the array is gone before the next one.
         let lines = e2e::line_count(&s.path("samples.jsonl"));

@@ -347,9 +347,13 @@ fn as_nobody(name: &str, fixture: &str) -> Option<(Scratch, PathBuf, PathBuf)> {
     let s = Scratch::new(name);
     let py = fresh_venv_of(base, &s, "plain", &whl, &[]);
     std::fs::set_permissions(&s.0, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    // With the truths the cgroup fixtures import.
+    for f in [fixture, "cgroup_truth.py"] {
+        let to = s.path(f);
+        std::fs::copy(tracker_tests::python::fixture(f), &to).unwrap();
+        std::fs::set_permissions(&to, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    }
     let script = s.path(fixture);
-    std::fs::copy(tracker_tests::python::fixture(fixture), &script).unwrap();
-    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
     Some((s, py, script))
 }
 
