@@ -806,6 +806,23 @@ impl MetaflowFlow {
     /// Runs the flow with `env`; asserts it succeeds (or fails) as `succeeds`
     /// says and that the decorator printed no warning; returns the run id.
     fn run(&self, env: &[(&str, &str)], succeeds: bool) -> String {
+        let (ok, all) = self.run_output(env);
+        assert_eq!(ok, succeeds, "flow run {env:?}: {all}");
+        assert!(!all.contains("*WARNING* [@track_resources]"), "{all}");
+        Self::run_id(&all)
+    }
+
+    /// The run id a `run`'s output names.
+    fn run_id(all: &str) -> String {
+        all.split("run-id ")
+            .nth(1)
+            .and_then(|r| r.split(|c: char| !c.is_ascii_alphanumeric()).next())
+            .unwrap_or_else(|| panic!("no run id in: {all}"))
+            .to_string()
+    }
+
+    /// Runs the flow with `env`: whether it succeeded, and its output.
+    fn run_output(&self, env: &[(&str, &str)]) -> (bool, String) {
         let o = output_within(
             Command::new(&self.py)
                 .arg(&self.flow)
@@ -822,14 +839,73 @@ impl MetaflowFlow {
             String::from_utf8_lossy(&o.stdout),
             String::from_utf8_lossy(&o.stderr)
         );
-        assert_eq!(o.status.success(), succeeds, "flow run {env:?}: {all}");
-        assert!(!all.contains("*WARNING* [@track_resources]"), "{all}");
-        all.split("run-id ")
-            .nth(1)
-            .and_then(|r| r.split(|c: char| !c.is_ascii_alphanumeric()).next())
-            .unwrap_or_else(|| panic!("no run id in: {all}"))
-            .to_string()
+        (o.status.success(), all)
     }
+}
+
+/// `@track_resources(cpus=…, memory=…)` in a real flow, run locally as root: the
+/// step's task runs under the binary's `run` with that CPU quota and memory
+/// limit. Two busy processes for 1.2 s use a quarter of a core under
+/// `cpus=0.25`, throttled (what the host gives them without it: up to two); 600 MiB under `memory=256` is OOM-killed, the run fails and the
+/// task's log says it was the limit; a value that is no limit stops the run
+/// before the step, naming it. The artifact and the card carry the limits.
+#[test]
+fn metaflow_decorator_runs_the_step_under_its_limits() {
+    let Some(whl) = wheel() else { return };
+    if !py_build_ready() || !require(is_root(), "cgroups with limits need root") {
+        return;
+    }
+    let s = Scratch::new("py-mf-limits");
+    let flow = MetaflowFlow::new(&s, &whl, "limits_flow.py");
+    let cards = s.path("cards");
+    std::fs::create_dir_all(&cards).unwrap();
+    let get = |run: &str| {
+        let o = run_fixture_env(
+            &flow.py,
+            "card_get.py",
+            &[cards.to_str().unwrap(), run],
+            &flow.dir,
+            &[("CARD_FLOW", "LimitsFlow"), ("CARD_STEP", "limited")],
+        );
+        stdout_json(&o)[run].clone()
+    };
+    let free = get(&flow.run(&[], true));
+    let (ok, log) = flow.run_output(&[("LIMIT_CPUS", "0.25"), ("LIMIT_MEMORY", "256")]);
+    assert!(ok, "{log}");
+    let limited = get(&MetaflowFlow::run_id(&log));
+    eprintln!(
+        "cores without limits {}, under cpus=0.25 {}; limits {}",
+        free["cores"], limited["cores"], limited["limits"]
+    );
+    assert!(free["limits"].is_null(), "{free}");
+    // The quota caps them whatever else runs; without it, even a host busy
+    // with a build and three other flows gave them 0.67.
+    assert!(free["cores"].as_f64().unwrap() > 0.35, "no quota: {free}");
+    assert!(
+        limited["cores"].as_f64().unwrap() < 0.3,
+        "a quarter of a core under cpus=0.25: {limited}"
+    );
+    assert_eq!(
+        limited["limits"],
+        serde_json::json!(["--cpus", "0.25", "--memory", "256M"]),
+        "{limited}"
+    );
+    assert_eq!(limited["card_says_limits"], true, "{limited}");
+    assert!(
+        log.contains("limits --cpus 0.25 --memory 256 MiB: 0 OOM kills"),
+        "the task's log says it fit: {log}"
+    );
+    assert!(!log.contains(" in 0 periods"), "throttled: {log}");
+    let (ok, log) = flow.run_output(&[("LIMIT_MEMORY", "256"), ("ALLOC", "600")]);
+    assert!(!ok, "600 MiB under a 256 MiB limit: {log}");
+    assert!(
+        log.contains("1 OOM kills"),
+        "the task's log says it was the limit: {log}"
+    );
+    let (ok, log) = flow.run_output(&[("LIMIT_CPUS", "-1")]);
+    assert!(!ok, "{log}");
+    assert!(log.contains("cpus='-1'"), "the value is named: {log}");
+    assert!(!log.contains("limited/"), "the step never ran: {log}");
 }
 
 #[test]

@@ -3,7 +3,9 @@
 The step's task process is tracked (with every process it starts) from before the
 user code to after it; the data goes into an artifact (default
 `resource_tracker_data`) and a card `resource_tracker_<step>` is added, rendered for
-failed steps too.
+failed steps too. With `cpus` and/or `memory`, a local run starts the task under
+the binary's `run --cpus/--memory` (a cgroup with that CPU quota and memory limit),
+so that a recommendation can be tried on the step itself.
 """
 
 from __future__ import annotations
@@ -15,6 +17,9 @@ from typing import Any, Dict, List, Optional
 from metaflow.decorators import StepDecorator
 
 HISTORY_RUNS = 5
+# Decorators that run the task elsewhere: there @resources sizes it, and a limit
+# put on the local process that launches it would limit nothing of the step.
+REMOTE = ("kubernetes", "batch", "slurm", "nvidia", "parallel")
 
 
 def _error(e: BaseException) -> Dict[str, str]:
@@ -38,6 +43,26 @@ def _ebpf_choice(value: Any) -> Optional[bool]:
     raise ValueError(f"ebpf={value!r}: not true or false")
 
 
+def _limits(cpus: Any, memory: Any) -> List[str]:
+    """The binary's `run` flags for the `cpus` and `memory` attributes (a
+    `--with` spec gives them as strings); the binary checks them against the
+    host. A value that is no limit at all raises, naming it."""
+    flags: List[str] = []
+    if cpus is not None and str(cpus).strip() != "":
+        try:
+            n = float(cpus)
+        except (TypeError, ValueError):
+            raise ValueError(f"cpus={cpus!r}: not a number of CPUs") from None
+        if not n > 0 or n != n or n == float("inf"):
+            raise ValueError(f"cpus={cpus!r}: must be a positive number of CPUs")
+        flags += ["--cpus", repr(n) if n != int(n) else str(int(n))]
+    if memory is not None and str(memory).strip() != "":
+        text = str(memory).strip()
+        # A bare number is MiB, as in @resources(memory=...).
+        flags += ["--memory", text + "M" if text.replace(".", "", 1).isdigit() else text]
+    return flags
+
+
 class TrackResourcesEbpfDecorator(StepDecorator):
     """Track the resources a step uses with resource-tracker-ebpf."""
 
@@ -48,6 +73,8 @@ class TrackResourcesEbpfDecorator(StepDecorator):
         "create_card": {"type": bool},
         "pss": {"type": bool},
         "ebpf": {"type": bool},
+        "cpus": {"type": float},
+        "memory": {"type": str},
     }
     defaults = {
         "interval": 1.0,
@@ -56,6 +83,9 @@ class TrackResourcesEbpfDecorator(StepDecorator):
         "pss": False,
         # None: the binary chooses (eBPF where it may, else procfs); False: procfs.
         "ebpf": None,
+        # A local run's task under a CPU quota and a memory limit (MiB, or "2G").
+        "cpus": None,
+        "memory": None,
     }
 
     def __init__(self, attributes=None, statically_defined=False, inserted_by=None):
@@ -69,6 +99,22 @@ class TrackResourcesEbpfDecorator(StepDecorator):
 
     def step_init(self, flow, graph, step_name, decorators, environment, flow_datastore, logger):
         self.logger = logger
+        # Checked before anything runs: a step is never run without the limits it
+        # was given (a bad value stops the run, naming it).
+        from metaflow.exception import MetaflowException
+
+        try:
+            self.limit_flags = _limits(self.attributes["cpus"], self.attributes["memory"])
+        except ValueError as e:
+            raise MetaflowException(f"@{self.name} on step {step_name}: {e}") from None
+        remote = [d.name for d in decorators if getattr(d, "name", None) in REMOTE]
+        if self.limit_flags and remote:
+            logger(
+                f"*NOTE* [@{self.name}] step {step_name} runs under @{remote[0]}: its cpus and "
+                "memory limits apply to local runs only; @resources sizes it there",
+                timestamp=False,
+            )
+            self.limit_flags = []
         if not self.attributes["create_card"]:
             return
         self.card_name = "resource_tracker_" + step_name
@@ -89,6 +135,23 @@ class TrackResourcesEbpfDecorator(StepDecorator):
                 }
             )
         )
+
+    def runtime_step_cli(self, cli_args, retry_count, max_user_code_retries, ubf_context):
+        """A local run's task starts under the binary's `run` with the limits: the
+        binary makes the task a cgroup with the CPU quota and memory limit, says
+        in the task's log whether it fit (OOM kills, throttling), and exits with
+        the task's code (137 when the limit's OOM killer ended it). Where it
+        cannot make the cgroup (no rights) it says why and the task fails
+        without running."""
+        if not getattr(self, "limit_flags", None):
+            return
+        from resource_tracker_ebpf._binary import find_binary
+
+        # Samples go nowhere, one a minute, on procfs (no second set of kernel
+        # programs): the step's own tracker, inside, takes the figures, from the
+        # cgroup that holds exactly the task.
+        wrap = [str(find_binary(None)), "run", "--no-ebpf", "-i", "60", "-o", "/dev/null", *self.limit_flags, "--"]
+        cli_args.entrypoint = wrap + list(cli_args.entrypoint)
 
     def task_pre_step(
         self,
@@ -178,6 +241,7 @@ class TrackResourcesEbpfDecorator(StepDecorator):
                     "step_failed": failed,
                     "tracker": snap,
                     "history": self._history(flow, step_name),
+                    "limits": getattr(self, "limit_flags", None) or None,
                 },
             )
         except Exception as e:

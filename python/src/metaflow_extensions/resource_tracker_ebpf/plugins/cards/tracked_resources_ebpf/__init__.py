@@ -178,6 +178,12 @@ class TrackedResourcesEbpfCard(MetaflowCard):
             f"{_fmt(summary.get('tracker_cpu_secs'), 3)} s CPU and at most "
             f"{_fmt(summary.get('tracker_max_rss_mib'), 1)} MiB.</p>"
         )
+        if data.get("limits"):
+            parts.append(
+                f'<p id="limits">The step ran under <code>{_e(" ".join(data["limits"]))}</code> '
+                "(its task in a cgroup of that CPU quota and memory limit); the task's log "
+                "says whether it fit: OOM kills, time throttled.</p>"
+            )
         parts.append("<h2>Recommendation</h2>")
         if history:
             combined = t.recommend_resources(historical_stats=[h["stats"] for h in history])
