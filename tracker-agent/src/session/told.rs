@@ -23,6 +23,9 @@ use std::{
 
 use super::ready::claim_pipe;
 
+/// The most of the root's writing held or read at one time (bytes).
+const MAX_HELD: usize = 4096;
+
 /// One line of the root's: its reaped children's CPU (ns) and largest RSS (KiB).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Children {
@@ -81,7 +84,9 @@ impl Told {
     /// to what /proc gives.
     pub fn take(&mut self) -> Option<Children> {
         let mut buf = [0u8; 256];
-        loop {
+        // Two lines of the root's are under a hundred bytes: a writer that sends
+        // more (or never ends a line) is read no further and held no longer.
+        while self.partial.len() < MAX_HELD {
             match self.pipe.read(&mut buf) {
                 Ok(0) => break,
                 Ok(n) => self.partial.extend_from_slice(&buf[..n]),
@@ -93,7 +98,17 @@ impl Told {
                 }
             }
         }
-        let end = self.partial.iter().rposition(|&b| b == b'\n')? + 1;
+        let Some(end) = self
+            .partial
+            .iter()
+            .rposition(|&b| b == b'\n')
+            .map(|e| e + 1)
+        else {
+            if self.partial.len() >= MAX_HELD {
+                self.partial.clear();
+            }
+            return None;
+        };
         let lines: Vec<u8> = self.partial.drain(..end).collect();
         let mut last = None;
         for line in lines.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
@@ -159,6 +174,21 @@ mod tests {
             })
         );
         assert_eq!(told.take(), None);
+    }
+
+    /// A writer that never ends a line, or sends without end, is read up to
+    /// MAX_HELD at a time and never held past it.
+    #[test]
+    fn endless_writing_is_bounded() {
+        let (mut w, r) = pipe();
+        let mut told = Told::claim(r).expect("a pipe is claimed");
+        w.write_all(&[b'7'; 20_000]).unwrap();
+        for _ in 0..6 {
+            assert_eq!(told.take(), None);
+            assert!(told.partial.len() <= super::MAX_HELD);
+        }
+        w.write_all(b"\n42\n").unwrap();
+        assert_eq!(told.take(), cpu(42));
     }
 
     #[test]
