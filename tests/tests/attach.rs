@@ -49,7 +49,19 @@ fn gated_shell(s: &Scratch, body: &str) -> (e2e::Bg, PathBuf, PathBuf) {
 /// The tracker attached to `pid` every `interval` seconds, writing samples.jsonl
 /// and summary.json into `s`; returned once its first sample is out.
 fn attached(pid: u32, interval: &str, backend: &[&str], s: &Scratch) -> e2e::Bg {
-    let mut c = Command::new(tracker());
+    attached_via(&[], pid, interval, backend, s)
+}
+
+/// `attached`, the tracker started through the command `pre` (e.g. `setpriv`).
+fn attached_via(pre: &[&str], pid: u32, interval: &str, backend: &[&str], s: &Scratch) -> e2e::Bg {
+    let mut c = match pre.split_first() {
+        Some((first, rest)) => {
+            let mut c = Command::new(first);
+            c.args(rest).arg(tracker());
+            c
+        }
+        None => Command::new(tracker()),
+    };
     e2e::clean_env(&mut c);
     c.args(["-q", "-i", interval, "--pid", &pid.to_string(), "-o"])
         .arg(s.path("samples.jsonl"))
@@ -928,5 +940,53 @@ fn a_members_peak_between_samples_is_kept_after_it_exits() {
             "{backend:?}: stats' max {stats_max}: {sum}"
         );
         assert!(advice >= peak, "{backend:?}: advice {advice} MiB: {sum}");
+    }
+}
+
+/// A child that holds 300 MiB for 0.3 s right after a sample and ends before
+/// the next: attached on procfs as root, its exit's record (taskstats) brings
+/// its peak into the summary, the stats and the advice. Without CAP_NET_ADMIN
+/// (its bounding set dropped) the tracker cannot hear it, and says so by name.
+#[test]
+fn a_child_that_peaks_and_ends_between_two_polls_is_in_the_peak_as_root() {
+    for (pre, heard) in [
+        (&[][..], true),
+        (&["setpriv", "--bounding-set", "-net_admin"][..], false),
+    ] {
+        let s = Scratch::new("attach-exit-hwm");
+        let (work, go, done) = gated_shell(
+            &s,
+            "python3 -S -c 'import time\nb = bytearray(300 << 20)\ntime.sleep(0.3)'",
+        );
+        let mut tr = attached_via(pre, work.pid() as u32, "1", &["--no-ebpf"], &s);
+        let lines = e2e::line_count(&s.path("samples.jsonl"));
+        e2e::wait_lines(&s.path("samples.jsonl"), lines + 1, Duration::from_secs(5));
+        let t0 = Instant::now();
+        std::fs::write(&go, "").expect("go");
+        wait_for_file(&done);
+        let took = t0.elapsed();
+        std::thread::sleep(Duration::from_millis(1200));
+        tr.signal(libc::SIGTERM);
+        assert!(tr.wait_for(Duration::from_secs(10)).success());
+        let sum = read_json(&s.path("summary.json"));
+        let peak = truth::f(&sum, "peak_memory_mib");
+        let names: Vec<String> = sum["degraded"]
+            .as_array()
+            .map(|d| d.iter().map(|x| x["name"].to_string()).collect())
+            .unwrap_or_default();
+        eprintln!("{pre:?}: the child took {took:?}; peak {peak:.1} MiB; degraded {names:?}");
+        if heard {
+            assert!(peak >= 300.0, "peak {peak} MiB: {sum}");
+            let stats_max = truth::f(&sum["stats"]["process_memory_mib"], "max");
+            let advice = truth::f(&sum["recommendation"], "memory_mib");
+            assert!(stats_max >= peak - 0.01, "stats' max {stats_max}: {sum}");
+            assert!(advice >= peak, "advice {advice} MiB: {sum}");
+            assert!(names.is_empty(), "{names:?}");
+        } else {
+            assert!(
+                names.iter().any(|n| n.contains("exits_unheard")),
+                "unheard exits not named: {sum}"
+            );
+        }
     }
 }

@@ -8,6 +8,7 @@ pub(crate) mod ids;
 pub mod procfs;
 pub mod procread;
 pub mod pss;
+pub mod taskstats;
 
 use std::{collections::HashSet, time::Duration};
 

@@ -7,7 +7,7 @@ use tracker_common::Figures;
 
 use super::{
     ids::{IdMap, IdSet},
-    procread,
+    procread, taskstats,
 };
 use crate::model::{degraded, reading::TreeTotals};
 
@@ -29,6 +29,8 @@ struct Member {
     ran_ns: Option<u64>,
     /// Its page faults when its high-water mark was last read.
     hwm_faults: u64,
+    /// Its reaped children's page faults at its first sighting.
+    child_faults: u64,
 }
 
 impl Member {
@@ -129,7 +131,25 @@ pub struct ProcfsEngine {
     told_maxrss_kib: Option<u64>,
     /// The first reading is taken: a member found after it began during the run.
     first_done: bool,
+    /// Attached, where the tracker may listen (CAP_NET_ADMIN): every task's exit
+    /// on the host with its high-water mark (engine/taskstats.rs), for members
+    /// that end between two polls.
+    exits: Option<taskstats::Exits>,
+    /// Exits not yet found to be members' (the parent's own exit may come
+    /// later, or the parent be found at the next poll), with the poll they came
+    /// in (`heard`).
+    pending: Vec<(taskstats::Exit, u64)>,
+    heard: u64,
+    /// Attached without exits or a told account: a member ended, or reaped a
+    /// child, since the first reading, so the peak may lack what it reached
+    /// after its last poll.
+    unseen_ends: bool,
 }
+
+/// Exits kept at most for members found this many polls later.
+const PENDING_POLLS: u64 = 2;
+/// And at most this many (churn beside the tree is not held without end).
+const PENDING_MAX: usize = 1 << 16;
 
 /// A poll's working sets (`ProcfsEngine::scratch`): `all` and `set` are the tree
 /// the last `find_tree` found.
@@ -184,6 +204,13 @@ fn ignores_sigchld(pid: u32) -> bool {
         .find_map(|l| l.strip_prefix("SigIgn:"))
         .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
         .is_some_and(|mask| mask & (1 << (libc::SIGCHLD - 1)) != 0)
+}
+
+/// A live member's high-water mark (KiB), through its held status file.
+fn hwm_of(files: &mut procread::FileCache, buf: &mut String, pid: u32) -> Option<u64> {
+    files
+        .read(pid, pid, procread::Kind::Status, buf)
+        .and_then(|_| procread::parse_hwm(buf))
 }
 
 /// Reads all processes of the host: pid → stat.
@@ -334,6 +361,87 @@ impl ProcfsEngine {
             told_maxrss_kib: None,
             first_done: false,
             scratch: Scratch::default(),
+            exits: None,
+            pending: Vec::new(),
+            heard: 0,
+            unseen_ends: false,
+        }
+    }
+
+    /// Attached: listens for every exit on the host (engine/taskstats.rs), for
+    /// the high-water marks of members that end between two polls; without
+    /// CAP_NET_ADMIN the tracker cannot, and says so where it matters.
+    pub fn listen_exits(&mut self) {
+        match taskstats::Exits::open() {
+            Ok(ex) => self.exits = Some(ex),
+            Err(e) => {
+                log::debug!("taskstats: {e:#}; a member's peak after its last poll is unseen")
+            }
+        }
+    }
+
+    /// Drains the exits heard since the last poll and takes the peaks of those
+    /// that were members' (`resolve_exits`).
+    fn hear_exits(&mut self) {
+        let Some(ex) = &mut self.exits else {
+            return;
+        };
+        let mut got = Vec::new();
+        ex.drain(&mut got);
+        self.heard += 1;
+        let heard = self.heard;
+        self.pending.extend(got.into_iter().map(|e| (e, heard)));
+        self.resolve_exits();
+        self.pending
+            .retain(|(_, at)| heard.saturating_sub(*at) < PENDING_POLLS);
+        if self.pending.len() > PENDING_MAX {
+            let over = self.pending.len() - PENDING_MAX;
+            self.pending.drain(..over);
+        }
+    }
+
+    /// Whether `tid` is a member or one of a member's threads as last listed.
+    fn is_member_task(&self, tid: u32) -> bool {
+        tid == self.root
+            || self.members.contains_key(&tid)
+            || self.threads.values().any(|(_, t)| t.contains(&tid))
+    }
+
+    /// The pending exits that were members' (a member's thread, or a process
+    /// whose parent was a member or one of these): their high-water marks count,
+    /// and they are dropped. The tracker's own threads, when its parent is a
+    /// member (the package tracking its interpreter), are not the job's.
+    fn resolve_exits(&mut self) {
+        if self.pending.is_empty() {
+            return;
+        }
+        let parent = std::os::unix::process::parent_id();
+        let own: IdSet = if self.members.contains_key(&parent) {
+            list_threads(std::process::id()).into_iter().collect()
+        } else {
+            IdSet::default()
+        };
+        let mut found = IdSet::default();
+        loop {
+            let before = found.len();
+            let mut i = 0;
+            while i < self.pending.len() {
+                let e = self.pending[i].0;
+                let ours = !own.contains(&e.tid)
+                    && (found.contains(&e.ppid)
+                        || self.members.contains_key(&e.ppid)
+                        || self.is_member_task(e.tid));
+                if ours {
+                    self.max_rss_kib = self.max_rss_kib.max(e.hiwater_rss_kib);
+                    found.insert(e.tid);
+                    self.pending.swap_remove(i);
+                } else {
+                    i += 1;
+                }
+            }
+            if found.len() == before {
+                return;
+            }
         }
     }
 
@@ -789,6 +897,7 @@ impl ProcfsEngine {
     /// its reaped children's). Read now, they are its last sighting; the next poll
     /// may find it gone.
     pub fn root_exited(&mut self) {
+        self.hear_exits();
         let Some(st) = procread::stat(self.root, &mut self.buf) else {
             return;
         };
@@ -838,6 +947,53 @@ impl ProcfsEngine {
             self.members.remove(&pid);
             self.files.forget(pid);
             self.exited += 1;
+        }
+    }
+
+    /// The reading's counts, peak and degradations once its members are summed.
+    fn complete(&mut self, t: &mut TreeTotals) {
+        // Reaped by the tracker but never seen alive by a poll: still exact CPU.
+        for (pid, (exact, _)) in &self.reaped {
+            if !self.members.contains_key(pid) {
+                t.fig.add(exact);
+            }
+        }
+        let unseen_reaped = self
+            .reaped
+            .keys()
+            .filter(|p| !self.members.contains_key(p))
+            .count() as u64;
+        t.procs_spawned = self.seen + unseen_reaped;
+        t.procs_exited = self.exited + unseen_reaped;
+        t.threads_spawned = t.live_threads;
+        // A member found this poll whose child ended before it.
+        self.resolve_exits();
+        t.max_rss_kib = self.max_rss_kib;
+        if let Some(d) = &self.root_bound {
+            t.degraded.set(degraded::ROOT_FROM_PARENT, d.clone());
+        }
+        self.degradations(t);
+    }
+
+    /// What the peak lacks, attached: exits the kernel dropped, or exits not
+    /// heard at all (no CAP_NET_ADMIN) where no told account stands in for the
+    /// root's reaped children.
+    fn degradations(&mut self, t: &mut TreeTotals) {
+        if self.reaper.is_some() {
+            return;
+        }
+        self.unseen_ends |= self.exited > 0;
+        match &self.exits {
+            Some(ex) if ex.overflowed => t.degraded.set(
+                degraded::EXITS_LOST,
+                "the kernel dropped task exit records (the taskstats socket's buffer was full): the peak may lack a member that ended between two polls".to_string(),
+            ),
+            Some(_) => {}
+            None if self.unseen_ends && self.told_maxrss_kib.is_none() => t.degraded.set(
+                degraded::EXITS_UNHEARD,
+                "processes of the tree ended, and without CAP_NET_ADMIN their exits are not heard: the peak is the largest high-water mark of members read alive, and lacks what a member reached after its last poll".to_string(),
+            ),
+            None => {}
         }
     }
 
@@ -912,6 +1068,8 @@ impl ProcfsEngine {
     }
 
     pub fn read(&mut self) -> anyhow::Result<TreeTotals> {
+        // Before the poll: the members that vanished since are still members.
+        self.hear_exits();
         self.find_tree();
         let all = std::mem::take(&mut self.scratch.all);
         let set = std::mem::take(&mut self.scratch.set);
@@ -936,10 +1094,12 @@ impl ProcfsEngine {
                     // before the run read at the final sample, or once it
                     // faults again; one that began since, now.
                     hwm_faults: if self.first_done { u64::MAX } else { st.faults },
+                    child_faults: st.child_faults,
                     ..Default::default()
                 }
             });
             entry.ppid = st.ppid;
+            self.unseen_ends |= st.child_faults != entry.child_faults;
             let clock = self.ran_now.get(&pid).copied();
             entry.ran_ns = clock;
             // Without `children` files the stats came first: the clock after them
@@ -957,11 +1117,7 @@ impl ProcfsEngine {
             // exit).
             if st.faults != entry.hwm_faults && st.state != b'Z' {
                 entry.hwm_faults = st.faults;
-                if let Some(kib) = self
-                    .files
-                    .read(pid, pid, procread::Kind::Status, &mut self.buf)
-                    .and_then(|_| procread::parse_hwm(&self.buf))
-                {
+                if let Some(kib) = hwm_of(&mut self.files, &mut self.buf, pid) {
                     self.max_rss_kib = self.max_rss_kib.max(kib);
                 }
             }
@@ -987,24 +1143,7 @@ impl ProcfsEngine {
                 }
             }
         }
-        // Reaped by the tracker but never seen alive by a poll: still exact CPU.
-        for (pid, (exact, _)) in &self.reaped {
-            if !self.members.contains_key(pid) {
-                t.fig.add(exact);
-            }
-        }
-        let unseen_reaped = self
-            .reaped
-            .keys()
-            .filter(|p| !self.members.contains_key(p))
-            .count() as u64;
-        t.procs_spawned = self.seen + unseen_reaped;
-        t.procs_exited = self.exited + unseen_reaped;
-        t.threads_spawned = t.live_threads;
-        t.max_rss_kib = self.max_rss_kib;
-        if let Some(d) = &self.root_bound {
-            t.degraded.set(degraded::ROOT_FROM_PARENT, d.clone());
-        }
+        self.complete(&mut t);
         self.scratch.all = all;
         self.scratch.set = set;
         self.first_done = true;

@@ -50,6 +50,8 @@ pub struct Stat {
     /// Minor and major page faults of its threads, live and dead: any change to
     /// its own page tables (a page mapped, a copy-on-write broken) is one.
     pub faults: u64,
+    /// Those of its reaped children (`cminflt` + `cmajflt`).
+    pub child_faults: u64,
 }
 
 /// What a member's PSS was read beside (engine/pss.rs): any change to its own
@@ -88,9 +90,9 @@ pub fn parse_stat(s: &str) -> Option<Stat> {
     let mut it = it.skip(4); // pgrp, session, tty_nr, tpgid (fields 5..8)
     let flags = it.next()?.parse().ok()?; // 9
     let minflt: u64 = it.next()?.parse().ok()?; // 10
-    let mut it = it.skip(1); // cminflt
+    let cminflt: u64 = it.next()?.parse().ok()?; // 11
     let majflt: u64 = it.next()?.parse().ok()?; // 12
-    let mut it = it.skip(1); // cmajflt
+    let cmajflt: u64 = it.next()?.parse().ok()?; // 13
     let utime = it.next()?.parse().ok()?; // 14
     let stime = it.next()?.parse().ok()?; // 15
     let cutime: i64 = it.next()?.parse().ok()?; // 16
@@ -113,6 +115,7 @@ pub fn parse_stat(s: &str) -> Option<Stat> {
         rss_pages: rss_pages.max(0) as u64,
         flags,
         faults: minflt + majflt,
+        child_faults: cminflt + cmajflt,
     })
 }
 

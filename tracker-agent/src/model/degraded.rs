@@ -31,6 +31,12 @@ pub const SETTLE_TIMEOUT: &str = "settle_timeout";
 /// Attached on procfs, the root's parent reaped it before its last figures were
 /// read: its CPU since its last sighting is what the parent's account gained.
 pub const ROOT_FROM_PARENT: &str = "root_from_parent";
+/// Attached on procfs as root: the kernel dropped task exit records, so a
+/// member that ended between two polls may be missing from the peak.
+pub const EXITS_LOST: &str = "exits_lost";
+/// Attached on procfs without CAP_NET_ADMIN: members' exits are not heard, and
+/// the peak lacks what a member reached after its last poll.
+pub const EXITS_UNHEARD: &str = "exits_unheard";
 
 /// Sentinel's spool file failed (full, read-only): batches past the memory limit
 /// went to kept files or memory instead.
@@ -47,7 +53,7 @@ pub const EBPF_LOAD_FAILED: &str = "ebpf_load_failed";
 
 /// Every name, for the documentation's check.
 #[cfg(test)]
-pub const ALL: [&str; 17] = [
+pub const ALL: [&str; 19] = [
     MAP_FULL,
     EXIT_UNREAD,
     RING_FULL,
@@ -57,6 +63,8 @@ pub const ALL: [&str; 17] = [
     NO_SECOND_COPIES,
     SETTLE_TIMEOUT,
     ROOT_FROM_PARENT,
+    EXITS_LOST,
+    EXITS_UNHEARD,
     NO_TASK_IO,
     NO_ON_CPU,
     NO_GROUP_DEAD,

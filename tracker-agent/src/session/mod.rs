@@ -639,7 +639,11 @@ fn begin(
                     e.register_root(pid, true)?;
                     Engine::Ebpf(e)
                 }
-                _ => Engine::Procfs(Box::new(ProcfsEngine::new(pid, None))),
+                _ => {
+                    let mut e = ProcfsEngine::new(pid, None);
+                    e.listen_exits();
+                    Engine::Procfs(Box::new(e))
+                }
             };
             let (memcg, cpucg) = adopted_cgroups(pid);
             (Some(pid), None, Some(e), memcg, cpucg, None)

@@ -54,7 +54,7 @@ pub struct Tracked {
     pub cpucg: Option<TreeCpu>,
     /// Told once the tree's first reading is taken.
     pub ready: Option<Ready>,
-    /// What the attached root tells of its reaped children's CPU.
+    /// What the attached root tells of its reaped children's CPU and largest RSS.
     pub told: Option<Told>,
 }
 
@@ -94,7 +94,8 @@ struct Loop {
     pss_always: bool,
     /// The run's last sample is being taken.
     last: bool,
-    /// What the attached root tells of its reaped children's CPU (`hear_root`).
+    /// What the attached root tells of its reaped children's CPU and largest RSS
+    /// (`hear_root`).
     told: Option<Told>,
 }
 
@@ -673,8 +674,9 @@ impl Loop {
         emit(self, ring, sinks);
     }
 
-    /// What the attached root told of its reaped children's CPU since it was last
-    /// heard, for the procfs engine's next reading (eBPF sees every exit itself).
+    /// What the attached root told of its reaped children's CPU and largest RSS
+    /// since it was last heard, for the procfs engine's next reading (eBPF sees
+    /// every exit itself).
     /// The root tells it before the tracker's first reading and before it asks
     /// it to stop, so it is heard then only.
     fn hear_root(&mut self) {

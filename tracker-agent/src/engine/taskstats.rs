@@ -1,0 +1,393 @@
+//! Every task's exit on the host, from the kernel's taskstats (generic netlink),
+//! for the procfs engine when it may listen (CAP_NET_ADMIN). The kernel sends a
+//! task's record in `do_exit` before it drops the task's memory map, so the
+//! record holds the map's high-water mark: a process that peaked and ended
+//! between two polls keeps its peak here, where /proc has nothing left of it
+//! (its zombie has no map, and its reaper's `cmaxrss` is the reaper's alone to
+//! read).
+//!
+//! Written against libc rather than a crate: `linux-taskstats` copies a record
+//! of its header's size out of a shorter one from an older kernel (a panic on
+//! 5.10's), prints unknown attributes to stdout, and builds its bindings with
+//! bindgen (libclang on every build machine); `taskstats` (0.1) has had no
+//! release since 2020. What is needed is four messages' framing and three
+//! fields of the record.
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+use anyhow::{bail, Context};
+
+/// One task's exit as the kernel recorded it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Exit {
+    /// The task (thread) id; a process's leader's is its pid.
+    pub tid: u32,
+    /// Its process's parent (a thread's parent is its process's).
+    pub ppid: u32,
+    /// Its memory map's high-water mark of RSS (KiB).
+    pub hiwater_rss_kib: u64,
+}
+
+const GENL_ID_CTRL: u16 = 0x10;
+const CTRL_CMD_GETFAMILY: u8 = 3;
+const CTRL_ATTR_FAMILY_ID: u16 = 1;
+const CTRL_ATTR_FAMILY_NAME: u16 = 2;
+const TASKSTATS_CMD_GET: u8 = 1;
+const TASKSTATS_CMD_NEW: u8 = 2;
+const TASKSTATS_TYPE_STATS: u16 = 3;
+const TASKSTATS_TYPE_AGGR_PID: u16 = 4;
+const TASKSTATS_CMD_ATTR_REGISTER_CPUMASK: u16 = 3;
+const TASKSTATS_CMD_ATTR_DEREGISTER_CPUMASK: u16 = 4;
+/// `struct taskstats` offsets (include/uapi/linux/taskstats.h, unchanged since
+/// version 1 for these: later versions append).
+const AC_PID: usize = 128;
+const AC_PPID: usize = 132;
+const HIWATER_RSS: usize = 200;
+/// Room for a burst of exits between two drains: a record is about 450 bytes
+/// with its framing, so some 9,000 exits (the kernel doubles what is asked).
+const RCVBUF: libc::c_int = 2 << 20;
+
+/// A registered listener for every CPU's exits.
+pub struct Exits {
+    fd: OwnedFd,
+    family: u16,
+    cpus: String,
+    buf: Vec<u8>,
+    /// Records the kernel dropped because the socket's buffer was full.
+    pub overflowed: bool,
+}
+
+fn u16_at(b: &[u8], at: usize) -> Option<u16> {
+    Some(u16::from_ne_bytes(b.get(at..at + 2)?.try_into().ok()?))
+}
+
+fn u32_at(b: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_ne_bytes(b.get(at..at + 4)?.try_into().ok()?))
+}
+
+fn u64_at(b: &[u8], at: usize) -> Option<u64> {
+    Some(u64::from_ne_bytes(b.get(at..at + 8)?.try_into().ok()?))
+}
+
+/// A generic netlink request: header, family header, one attribute.
+fn request(family: u16, flags: u16, cmd: u8, attr: u16, value: &[u8]) -> Vec<u8> {
+    let alen = 4 + value.len();
+    let len = 16 + 4 + alen.next_multiple_of(4);
+    let mut m = Vec::with_capacity(len);
+    m.extend_from_slice(&(len as u32).to_ne_bytes());
+    m.extend_from_slice(&family.to_ne_bytes());
+    m.extend_from_slice(&flags.to_ne_bytes());
+    m.extend_from_slice(&1u32.to_ne_bytes()); // seq
+    m.extend_from_slice(&0u32.to_ne_bytes()); // the kernel fills the port
+    m.extend_from_slice(&[cmd, 1, 0, 0]);
+    m.extend_from_slice(&(alen as u16).to_ne_bytes());
+    m.extend_from_slice(&attr.to_ne_bytes());
+    m.extend_from_slice(value);
+    m.resize(len, 0);
+    m
+}
+
+/// The attributes of `b` (after their headers): (type, payload).
+fn attrs(mut b: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
+    std::iter::from_fn(move || {
+        let len = usize::from(u16_at(b, 0)?);
+        let ty = u16_at(b, 2)? & 0x3fff;
+        let payload = b.get(4..len)?;
+        b = b.get(len.next_multiple_of(4)..).unwrap_or(&[]);
+        Some((ty, payload))
+    })
+}
+
+/// The netlink messages of one datagram: (type, body after the 16-byte header).
+fn messages(mut b: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
+    std::iter::from_fn(move || {
+        let len = u32_at(b, 0)? as usize;
+        let ty = u16_at(b, 4)?;
+        let body = b.get(16..len)?;
+        b = b.get(len.next_multiple_of(4)..).unwrap_or(&[]);
+        Some((ty, body))
+    })
+}
+
+/// The exit a `TASKSTATS_CMD_NEW` message's body holds: its per-task record.
+pub fn parse_exit(body: &[u8]) -> Option<Exit> {
+    if body.first() != Some(&TASKSTATS_CMD_NEW) {
+        return None;
+    }
+    let (_, aggr) = attrs(body.get(4..)?).find(|(t, _)| *t == TASKSTATS_TYPE_AGGR_PID)?;
+    let (_, st) = attrs(aggr).find(|(t, _)| *t == TASKSTATS_TYPE_STATS)?;
+    Some(Exit {
+        tid: u32_at(st, AC_PID)?,
+        ppid: u32_at(st, AC_PPID)?,
+        hiwater_rss_kib: u64_at(st, HIWATER_RSS)?,
+    })
+}
+
+impl Exits {
+    /// Registers for the exits on every possible CPU; an error says why (no
+    /// CAP_NET_ADMIN: "Operation not permitted").
+    pub fn open() -> anyhow::Result<Exits> {
+        // SAFETY: socket(2) with constant arguments; the result is checked.
+        let raw = unsafe {
+            libc::socket(
+                libc::AF_NETLINK,
+                libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+                libc::NETLINK_GENERIC,
+            )
+        };
+        if raw < 0 {
+            bail!(
+                "a generic netlink socket: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+        // SAFETY: `raw` is a socket this function just made and owns alone.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let cpus = std::fs::read_to_string("/sys/devices/system/cpu/possible")
+            .context("/sys/devices/system/cpu/possible")?
+            .trim()
+            .to_string();
+        let mut ex = Exits {
+            fd,
+            family: 0,
+            cpus,
+            buf: vec![0; 64 << 10],
+            overflowed: false,
+        };
+        let size = RCVBUF;
+        // SAFETY: an int option of the socket `ex` owns; a refusal leaves the
+        // default buffer (SO_RCVBUFFORCE needs CAP_NET_ADMIN, which registering
+        // needs too).
+        unsafe {
+            libc::setsockopt(
+                ex.fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVBUFFORCE,
+                (&raw const size).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        ex.family = ex.resolve().context("the TASKSTATS netlink family")?;
+        let mut mask = ex.cpus.clone().into_bytes();
+        mask.push(0);
+        ex.send(&request(
+            ex.family,
+            (libc::NLM_F_REQUEST | libc::NLM_F_ACK) as u16,
+            TASKSTATS_CMD_GET,
+            TASKSTATS_CMD_ATTR_REGISTER_CPUMASK,
+            &mask,
+        ))?;
+        ex.ack().context("registering for taskstats exits")?;
+        Ok(ex)
+    }
+
+    fn send(&self, m: &[u8]) -> anyhow::Result<()> {
+        // SAFETY: `m` is a live buffer of `m.len()` bytes; the socket is ours.
+        let n = unsafe { libc::send(self.fd.as_raw_fd(), m.as_ptr().cast(), m.len(), 0) };
+        if n < 0 {
+            bail!("netlink send: {}", std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// One datagram into `buf` (its length), or none: waiting at most 1 s
+    /// where `wait`, else not at all.
+    fn recv(&mut self, wait: bool) -> anyhow::Result<Option<usize>> {
+        if wait {
+            let mut p = libc::pollfd {
+                fd: self.fd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one pollfd that lives across the call.
+            if unsafe { libc::poll(&mut p, 1, 1000) } <= 0 {
+                bail!("no answer from the kernel within 1 s");
+            }
+        }
+        loop {
+            // SAFETY: `buf` is a live buffer of its length; the socket is ours.
+            let n = unsafe {
+                libc::recv(
+                    self.fd.as_raw_fd(),
+                    self.buf.as_mut_ptr().cast(),
+                    self.buf.len(),
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if n >= 0 {
+                return Ok(Some(n as usize));
+            }
+            let e = std::io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EAGAIN) => return Ok(None),
+                Some(libc::EINTR) => continue,
+                // The kernel dropped records: said, and the socket reads on.
+                Some(libc::ENOBUFS) => self.overflowed = true,
+                _ => bail!("netlink recv: {e}"),
+            }
+        }
+    }
+
+    /// The family id of "TASKSTATS".
+    fn resolve(&mut self) -> anyhow::Result<u16> {
+        self.send(&request(
+            GENL_ID_CTRL,
+            libc::NLM_F_REQUEST as u16,
+            CTRL_CMD_GETFAMILY,
+            CTRL_ATTR_FAMILY_NAME,
+            b"TASKSTATS\0",
+        ))?;
+        let n = self.recv(true)?.context("no answer")?;
+        for (ty, body) in messages(&self.buf[..n]) {
+            if ty == libc::NLMSG_ERROR as u16 {
+                bail!("{}", nl_error(body));
+            }
+            if let Some(id) = attrs(body.get(4..).unwrap_or(&[]))
+                .find(|(t, _)| *t == CTRL_ATTR_FAMILY_ID)
+                .and_then(|(_, v)| u16_at(v, 0))
+            {
+                return Ok(id);
+            }
+        }
+        bail!("the kernel's answer has no family id (CONFIG_TASKSTATS off?)")
+    }
+
+    /// The kernel's acknowledgement of the last request; an exit record
+    /// already on the way is skipped.
+    fn ack(&mut self) -> anyhow::Result<()> {
+        for _ in 0..64 {
+            let n = self.recv(true)?.context("no answer")?;
+            for (ty, body) in messages(&self.buf[..n]) {
+                if ty == libc::NLMSG_ERROR as u16 {
+                    let code = u32_at(body, 0).map(|c| c as i32);
+                    if code == Some(0) {
+                        return Ok(());
+                    }
+                    bail!("{}", nl_error(body));
+                }
+            }
+        }
+        bail!("no acknowledgement among 64 answers")
+    }
+
+    /// Every exit the kernel has sent since the last drain, into `out`.
+    pub fn drain(&mut self, out: &mut Vec<Exit>) {
+        loop {
+            match self.recv(false) {
+                Ok(Some(n)) => {
+                    let family = self.family;
+                    out.extend(
+                        messages(&self.buf[..n])
+                            .filter(|(ty, _)| *ty == family)
+                            .filter_map(|(_, body)| parse_exit(body)),
+                    );
+                }
+                Ok(None) => return,
+                Err(e) => {
+                    log::warn!("taskstats: {e:#}; exits are no longer heard");
+                    self.overflowed = true;
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// What an NLMSG_ERROR body says.
+fn nl_error(body: &[u8]) -> String {
+    match u32_at(body, 0) {
+        Some(c) => std::io::Error::from_raw_os_error(-(c as i32)).to_string(),
+        None => "a truncated netlink error".to_string(),
+    }
+}
+
+impl Drop for Exits {
+    fn drop(&mut self) {
+        // The kernel drops a closed socket's registration only when a send to
+        // it fails: deregistered here, it sends nothing more.
+        let mut mask = self.cpus.clone().into_bytes();
+        mask.push(0);
+        let _ = self.send(&request(
+            self.family,
+            libc::NLM_F_REQUEST as u16,
+            TASKSTATS_CMD_GET,
+            TASKSTATS_CMD_ATTR_DEREGISTER_CPUMASK,
+            &mask,
+        ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A record as the kernel frames it: AGGR_PID { PID, STATS }.
+    fn record(tid: u32, ppid: u32, hwm: u64, stats_len: usize) -> Vec<u8> {
+        let mut st = vec![0u8; 416];
+        st[AC_PID..AC_PID + 4].copy_from_slice(&tid.to_ne_bytes());
+        st[AC_PPID..AC_PPID + 4].copy_from_slice(&ppid.to_ne_bytes());
+        st[HIWATER_RSS..HIWATER_RSS + 8].copy_from_slice(&hwm.to_ne_bytes());
+        st.truncate(stats_len);
+        let mut inner = Vec::new();
+        inner.extend_from_slice(&8u16.to_ne_bytes());
+        inner.extend_from_slice(&1u16.to_ne_bytes());
+        inner.extend_from_slice(&tid.to_ne_bytes());
+        inner.extend_from_slice(&((4 + stats_len) as u16).to_ne_bytes());
+        inner.extend_from_slice(&TASKSTATS_TYPE_STATS.to_ne_bytes());
+        inner.extend_from_slice(&st);
+        inner.resize(inner.len().next_multiple_of(4), 0);
+        let mut body = vec![TASKSTATS_CMD_NEW, 1, 0, 0];
+        body.extend_from_slice(&((4 + inner.len()) as u16).to_ne_bytes());
+        body.extend_from_slice(&(TASKSTATS_TYPE_AGGR_PID | 0x8000).to_ne_bytes());
+        body.extend_from_slice(&inner);
+        body
+    }
+
+    #[test]
+    fn a_record_gives_its_task_parent_and_high_water_mark() {
+        assert_eq!(
+            parse_exit(&record(41, 7, 512_000, 416)),
+            Some(Exit {
+                tid: 41,
+                ppid: 7,
+                hiwater_rss_kib: 512_000
+            })
+        );
+        // A record cut short is no exit, never a panic.
+        assert_eq!(parse_exit(&record(41, 7, 1, 120)), None);
+        assert_eq!(parse_exit(&[]), None);
+        let mut other = record(41, 7, 1, 416);
+        other[0] = TASKSTATS_CMD_GET;
+        assert_eq!(parse_exit(&other), None);
+    }
+
+    /// As root, a child's exit comes with its pid, its parent and at least
+    /// the memory it touched.
+    #[test]
+    fn a_childs_exit_is_heard_with_its_peak() {
+        let mut ex = match Exits::open() {
+            Ok(ex) => ex,
+            Err(e) => {
+                // SAFETY: geteuid has no preconditions.
+                assert_ne!(unsafe { libc::geteuid() }, 0, "as root: {e:#}");
+                return;
+            }
+        };
+        let mut child = std::process::Command::new("python3")
+            .args(["-c", "b = bytearray(64 << 20)"])
+            .spawn()
+            .expect("python3");
+        let pid = child.id();
+        assert!(child.wait().expect("its exit").success());
+        let me = std::process::id();
+        let mut got = Vec::new();
+        let t0 = std::time::Instant::now();
+        while !got.iter().any(|e: &Exit| e.tid == pid) && t0.elapsed().as_secs() < 5 {
+            ex.drain(&mut got);
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let e = got.iter().find(|e| e.tid == pid).expect("the child's exit");
+        assert_eq!(e.ppid, me, "{e:?}");
+        assert!(e.hiwater_rss_kib >= 64 << 10, "{e:?}");
+    }
+}
