@@ -943,9 +943,10 @@ fn a_members_peak_between_samples_is_kept_after_it_exits() {
     }
 }
 
-/// A child that holds 300 MiB for 0.3 s right after a sample and ends before
-/// the next: attached on procfs as root, its exit's record (taskstats) brings
-/// its peak into the summary, the stats and the advice. Without CAP_NET_ADMIN
+/// A grandchild that holds 300 MiB for 0.3 s right after a sample and ends,
+/// with its parent, before the next: attached on procfs as root, its exit's
+/// record (taskstats, past the socket filter) brings its peak into the
+/// summary, the stats and the advice. Without CAP_NET_ADMIN
 /// (its bounding set dropped) the tracker cannot hear it, and says so by name.
 #[test]
 fn a_child_that_peaks_and_ends_between_two_polls_is_in_the_peak_as_root() {
@@ -954,9 +955,12 @@ fn a_child_that_peaks_and_ends_between_two_polls_is_in_the_peak_as_root() {
         (&["setpriv", "--bounding-set", "-net_admin"][..], false),
     ] {
         let s = Scratch::new("attach-exit-hwm");
+        // Through a shell of its own that ends unseen too (`; true`: not an
+        // exec): the child's record finds the member above it through the
+        // shell's.
         let (work, go, done) = gated_shell(
             &s,
-            "python3 -S -c 'import time\nb = bytearray(300 << 20)\ntime.sleep(0.3)'",
+            "sh -c \"python3 -S -c 'import time\nb = bytearray(300 << 20)\ntime.sleep(0.3)'; true\"",
         );
         let mut tr = attached_via(pre, work.pid() as u32, "1", &["--no-ebpf"], &s);
         let lines = e2e::line_count(&s.path("samples.jsonl"));

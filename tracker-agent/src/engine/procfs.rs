@@ -140,6 +140,8 @@ pub struct ProcfsEngine {
     /// in (`heard`).
     pending: Vec<(taskstats::Exit, u64)>,
     heard: u64,
+    /// The peak and the parents the exits' socket filter was last set for.
+    filtered: Option<(u64, Vec<u32>)>,
     /// Attached without exits or a told account: a member ended, or reaped a
     /// child, since the first reading, so the peak may lack what it reached
     /// after its last poll.
@@ -364,6 +366,7 @@ impl ProcfsEngine {
             exits: None,
             pending: Vec::new(),
             heard: 0,
+            filtered: None,
             unseen_ends: false,
         }
     }
@@ -398,6 +401,28 @@ impl ProcfsEngine {
             let over = self.pending.len() - PENDING_MAX;
             self.pending.drain(..over);
         }
+    }
+
+    /// The kernel passes on only the records that can still matter: above the
+    /// peak so far, or of a member's child (engine/taskstats.rs, `program`);
+    /// set again when either changed. What it drops: a small process two or
+    /// more generations below the members that ended unseen, whose large
+    /// child's record then finds no member above it.
+    fn refilter(&mut self) {
+        let Some(ex) = &mut self.exits else {
+            return;
+        };
+        let mut parents: Vec<u32> = self.members.keys().copied().collect();
+        parents.push(self.root);
+        parents.sort_unstable();
+        parents.dedup();
+        let now = (self.max_rss_kib, parents);
+        if self.filtered.as_ref() == Some(&now) {
+            return;
+        }
+        let keep = (now.1.len() <= taskstats::FILTER_PARENTS).then_some((now.0, &now.1[..]));
+        ex.filter(keep);
+        self.filtered = Some(now);
     }
 
     /// Whether `tid` is a member or one of a member's threads as last listed.
@@ -968,6 +993,7 @@ impl ProcfsEngine {
         t.threads_spawned = t.live_threads;
         // A member found this poll whose child ended before it.
         self.resolve_exits();
+        self.refilter();
         t.max_rss_kib = self.max_rss_kib;
         if let Some(d) = &self.root_bound {
             t.degraded.set(degraded::ROOT_FROM_PARENT, d.clone());

@@ -43,6 +43,17 @@ const TASKSTATS_CMD_ATTR_DEREGISTER_CPUMASK: u16 = 4;
 const AC_PID: usize = 128;
 const AC_PPID: usize = 132;
 const HIWATER_RSS: usize = 200;
+/// Where a record's parts lie in the datagram the socket filter sees: the
+/// netlink header (16), the family header (4), AGGR_PID's header (4), the PID
+/// attribute (8), STATS's header (4), then the record. A kernel that pads
+/// STATS to 8 bytes (where unaligned access is slow) moves it: the filter then
+/// finds another type at `STATS_TYPE` and passes the datagram whole.
+const NL_TYPE: u32 = 4;
+const STATS_TYPE: u32 = 34;
+const STATS_AT: u32 = 36;
+/// The most parents the filter names (two instructions each); a larger tree
+/// is heard unfiltered.
+pub const FILTER_PARENTS: usize = 256;
 /// Room for a burst of exits between two drains: a record is about 450 bytes
 /// with its framing, so some 9,000 exits (the kernel doubles what is asked).
 const RCVBUF: libc::c_int = 2 << 20;
@@ -67,6 +78,75 @@ fn u32_at(b: &[u8], at: usize) -> Option<u32> {
 
 fn u64_at(b: &[u8], at: usize) -> Option<u64> {
     Some(u64::from_ne_bytes(b.get(at..at + 8)?.try_into().ok()?))
+}
+
+/// A classic BPF instruction.
+fn op(code: u32, jt: u8, jf: u8, k: u32) -> libc::sock_filter {
+    libc::sock_filter {
+        code: code as u16,
+        jt,
+        jf,
+        k,
+    }
+}
+
+/// The socket filter that passes a record only where it can matter: its
+/// high-water mark is above `above_kib` (the largest the tree has had, so the
+/// only records that can move its peak), or its parent is one of `parents`
+/// (the members: a child of theirs that ended unseen is a parent in turn, for
+/// its own children's records). Anything that is not a record of this layout
+/// passes. Loads are big-endian in classic BPF: the 16- and 32-bit figures
+/// compare against their byte-swapped forms, and the high-water mark is put
+/// together byte by byte (little-endian hosts only).
+fn program(family: u16, above_kib: u64, parents: &[u32]) -> Vec<libc::sock_filter> {
+    use libc::{
+        BPF_ABS, BPF_ALU, BPF_B, BPF_H, BPF_JEQ, BPF_JGT, BPF_JMP, BPF_K, BPF_LD, BPF_LSH,
+        BPF_MISC, BPF_OR, BPF_RET, BPF_TAX, BPF_W, BPF_X,
+    };
+    const PASS: u32 = u32::MAX;
+    let be16 = |v: u16| u32::from(u16::from_be_bytes(v.to_ne_bytes()));
+    let be32 = |v: u32| u32::from_be_bytes(v.to_ne_bytes());
+    let hwm = STATS_AT + HIWATER_RSS as u32;
+    let mut p = vec![
+        op(BPF_LD | BPF_H | BPF_ABS, 0, 0, NL_TYPE),
+        op(BPF_JMP | BPF_JEQ | BPF_K, 1, 0, be16(family)),
+        op(BPF_RET | BPF_K, 0, 0, PASS),
+        op(BPF_LD | BPF_H | BPF_ABS, 0, 0, STATS_TYPE),
+        op(BPF_JMP | BPF_JEQ | BPF_K, 1, 0, be16(TASKSTATS_TYPE_STATS)),
+        op(BPF_RET | BPF_K, 0, 0, PASS),
+        // A mark of 4 TiB or more (its high half): passes.
+        op(BPF_LD | BPF_W | BPF_ABS, 0, 0, hwm + 4),
+        op(BPF_JMP | BPF_JEQ | BPF_K, 1, 0, 0),
+        op(BPF_RET | BPF_K, 0, 0, PASS),
+    ];
+    // A = the low half, from its four bytes (least significant first).
+    for (i, shift) in [(3u32, 24u32), (2, 16), (1, 8), (0, 0)] {
+        p.push(op(BPF_LD | BPF_B | BPF_ABS, 0, 0, hwm + i));
+        if shift > 0 {
+            p.push(op(BPF_ALU | BPF_LSH | BPF_K, 0, 0, shift));
+        }
+        if i < 3 {
+            p.push(op(BPF_ALU | BPF_OR | BPF_X, 0, 0, 0));
+        }
+        if i > 0 {
+            p.push(op(BPF_MISC | BPF_TAX, 0, 0, 0));
+        }
+    }
+    let above = u32::try_from(above_kib).unwrap_or(u32::MAX);
+    p.push(op(BPF_JMP | BPF_JGT | BPF_K, 0, 1, above));
+    p.push(op(BPF_RET | BPF_K, 0, 0, PASS));
+    p.push(op(
+        BPF_LD | BPF_W | BPF_ABS,
+        0,
+        0,
+        STATS_AT + AC_PPID as u32,
+    ));
+    for &pid in parents {
+        p.push(op(BPF_JMP | BPF_JEQ | BPF_K, 0, 1, be32(pid)));
+        p.push(op(BPF_RET | BPF_K, 0, 0, PASS));
+    }
+    p.push(op(BPF_RET | BPF_K, 0, 0, 0));
+    p
 }
 
 /// A generic netlink request: header, family header, one attribute.
@@ -270,6 +350,43 @@ impl Exits {
         bail!("no acknowledgement among 64 answers")
     }
 
+    /// Lets through only the records that can matter (`program`): those above
+    /// `above_kib`, and those of children of `parents`; None (or more parents
+    /// than `FILTER_PARENTS`): every record. Beside churn each record costs the
+    /// tracker about a microsecond to receive (docs/cost.md); a filtered one is
+    /// dropped in the kernel before it is copied.
+    pub fn filter(&mut self, keep: Option<(u64, &[u32])>) {
+        let prog = match keep {
+            Some((above, parents))
+                if parents.len() <= FILTER_PARENTS && cfg!(target_endian = "little") =>
+            {
+                program(self.family, above, parents)
+            }
+            _ => vec![op(libc::BPF_RET | libc::BPF_K, 0, 0, u32::MAX)],
+        };
+        let fprog = libc::sock_fprog {
+            len: prog.len() as u16,
+            filter: prog.as_ptr().cast_mut(),
+        };
+        // SAFETY: `fprog` points at `prog`, which lives across the call (the
+        // kernel copies it); the socket is ours.
+        let rc = unsafe {
+            libc::setsockopt(
+                self.fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_ATTACH_FILTER,
+                (&raw const fprog).cast(),
+                std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
+            )
+        };
+        if rc != 0 {
+            log::debug!(
+                "taskstats: the socket filter: {}; every record is received",
+                std::io::Error::last_os_error()
+            );
+        }
+    }
+
     /// Every exit the kernel has sent since the last drain, into `out`.
     pub fn drain(&mut self, out: &mut Vec<Exit>) {
         loop {
@@ -389,5 +506,45 @@ mod tests {
         let e = got.iter().find(|e| e.tid == pid).expect("the child's exit");
         assert_eq!(e.ppid, me, "{e:?}");
         assert!(e.hiwater_rss_kib >= 64 << 10, "{e:?}");
+        // Filtered: a small child of a parent not named is dropped in the
+        // kernel; a large one, or a child of a parent named, comes.
+        let child = |mib: u32| {
+            let mut c = std::process::Command::new("python3")
+                .args(["-c", &format!("b = bytearray({mib} << 20)")])
+                .spawn()
+                .expect("python3");
+            let pid = c.id();
+            assert!(c.wait().expect("its exit").success());
+            pid
+        };
+        let heard = |ex: &mut Exits, pid: u32| {
+            let mut got = Vec::new();
+            let t0 = std::time::Instant::now();
+            while t0.elapsed().as_millis() < 500 {
+                ex.drain(&mut got);
+                if got.iter().any(|e| e.tid == pid) {
+                    return true;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            false
+        };
+        ex.filter(Some((48 << 10, &[1])));
+        let small = child(1);
+        assert!(
+            !heard(&mut ex, small),
+            "a small child of an unnamed parent came"
+        );
+        let large = child(64);
+        assert!(heard(&mut ex, large), "a large child was dropped");
+        ex.filter(Some((48 << 10, &[7, me])));
+        let named = child(1);
+        assert!(
+            heard(&mut ex, named),
+            "a child of a named parent was dropped"
+        );
+        ex.filter(None);
+        let any = child(1);
+        assert!(heard(&mut ex, any), "unfiltered, a child was dropped");
     }
 }
