@@ -312,10 +312,12 @@ impl Loop {
         let memcg = self.tree_memcg(&tree, &mut live);
         let cpu_cgroup = self.tree_cpu(&mut tree, &mut live);
         let pressure = self.tree_pressure();
-        if memcg.is_none() && self.last {
-            // Σ PSS is seen at samples only, the largest member's RSS at its exit:
-            // a live member's peak between samples (the tracked interpreter's own
-            // array, held for half an interval) is in its high-water mark.
+        if memcg.is_none() && self.last && matches!(self.engine, Some(Engine::Ebpf(_))) {
+            // Σ PSS is seen at samples only, the probe sees a member's peak at its
+            // exit: a live member's peak between samples (the tracked
+            // interpreter's own array, held for half an interval) is in its
+            // high-water mark. The procfs engine reads a member's at each poll
+            // that finds it faulted since, this last one too.
             let mut buf = String::new();
             for &p in live.get(&self.engine) {
                 if let Some(kib) = procread::hwm_kib(p, &mut buf) {
