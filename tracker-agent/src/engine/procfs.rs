@@ -140,8 +140,12 @@ pub struct ProcfsEngine {
     /// in (`heard`).
     pending: Vec<(taskstats::Exit, u64)>,
     heard: u64,
-    /// The peak and the parents the exits' socket filter was last set for.
-    filtered: Option<(u64, Vec<u32>)>,
+    /// The peak and the parents the exits' socket filter was last set for
+    /// (inner None: unfiltered).
+    filtered: Option<Option<(u64, Vec<u32>)>>,
+    /// The tracker's own threads as listed while its parent was a member: not
+    /// the job's when they end.
+    own_tids: IdSet,
     /// Attached without exits or a told account: a member ended, or reaped a
     /// child, since the first reading, so the peak may lack what it reached
     /// after its last poll.
@@ -367,6 +371,7 @@ impl ProcfsEngine {
             pending: Vec::new(),
             heard: 0,
             filtered: None,
+            own_tids: IdSet::default(),
             unseen_ends: false,
         }
     }
@@ -412,16 +417,19 @@ impl ProcfsEngine {
         let Some(ex) = &mut self.exits else {
             return;
         };
-        let mut parents: Vec<u32> = self.members.keys().copied().collect();
-        parents.push(self.root);
-        parents.sort_unstable();
-        parents.dedup();
-        let now = (self.max_rss_kib, parents);
+        // A tree too large to name is heard unfiltered (None), and its
+        // members are not listed every poll to find that out again.
+        let now = (self.members.len() < taskstats::FILTER_PARENTS).then(|| {
+            let mut parents: Vec<u32> = self.members.keys().copied().collect();
+            parents.push(self.root);
+            parents.sort_unstable();
+            parents.dedup();
+            (self.max_rss_kib, parents)
+        });
         if self.filtered.as_ref() == Some(&now) {
             return;
         }
-        let keep = (now.1.len() <= taskstats::FILTER_PARENTS).then_some((now.0, &now.1[..]));
-        ex.filter(keep);
+        ex.filter(now.as_ref().map(|(above, parents)| (*above, &parents[..])));
         self.filtered = Some(now);
     }
 
@@ -440,19 +448,20 @@ impl ProcfsEngine {
         if self.pending.is_empty() {
             return;
         }
-        let parent = std::os::unix::process::parent_id();
-        let own: IdSet = if self.members.contains_key(&parent) {
-            list_threads(std::process::id()).into_iter().collect()
-        } else {
-            IdSet::default()
-        };
+        // Kept across polls: a thread listed once and ended since is still ours.
+        if self
+            .members
+            .contains_key(&std::os::unix::process::parent_id())
+        {
+            self.own_tids.extend(list_threads(std::process::id()));
+        }
         let mut found = IdSet::default();
         loop {
             let before = found.len();
             let mut i = 0;
             while i < self.pending.len() {
                 let e = self.pending[i].0;
-                let ours = !own.contains(&e.tid)
+                let ours = !self.own_tids.contains(&e.tid)
                     && (found.contains(&e.ppid)
                         || self.members.contains_key(&e.ppid)
                         || self.is_member_task(e.tid));

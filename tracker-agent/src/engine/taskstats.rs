@@ -234,31 +234,47 @@ impl Exits {
             buf: vec![0; 64 << 10],
             overflowed: false,
         };
-        let size = RCVBUF;
-        // SAFETY: an int option of the socket `ex` owns; a refusal leaves the
-        // default buffer (SO_RCVBUFFORCE needs CAP_NET_ADMIN, which registering
-        // needs too).
-        unsafe {
-            libc::setsockopt(
-                ex.fd.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_RCVBUFFORCE,
-                (&raw const size).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
+        // A refusal leaves the default buffer (SO_RCVBUFFORCE needs
+        // CAP_NET_ADMIN, which registering needs too).
+        let _ = ex.set_option(libc::SO_RCVBUFFORCE, &RCVBUF);
         ex.family = ex.resolve().context("the TASKSTATS netlink family")?;
-        let mut mask = ex.cpus.clone().into_bytes();
-        mask.push(0);
         ex.send(&request(
             ex.family,
             (libc::NLM_F_REQUEST | libc::NLM_F_ACK) as u16,
             TASKSTATS_CMD_GET,
             TASKSTATS_CMD_ATTR_REGISTER_CPUMASK,
-            &mask,
+            &ex.mask(),
         ))?;
         ex.ack().context("registering for taskstats exits")?;
         Ok(ex)
+    }
+
+    /// A SOL_SOCKET option of the socket.
+    fn set_option<T>(&self, name: libc::c_int, value: &T) -> std::io::Result<()> {
+        // SAFETY: `value` is a live `T` of the size passed, for the option
+        // `name` takes; the socket is ours.
+        let rc = unsafe {
+            libc::setsockopt(
+                self.fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                name,
+                (value as *const T).cast(),
+                std::mem::size_of::<T>() as libc::socklen_t,
+            )
+        };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error())
+        }
+    }
+
+    /// The CPUs listened to, as the register and deregister attributes take
+    /// them (a C string).
+    fn mask(&self) -> Vec<u8> {
+        let mut mask = self.cpus.clone().into_bytes();
+        mask.push(0);
+        mask
     }
 
     fn send(&self, m: &[u8]) -> anyhow::Result<()> {
@@ -285,15 +301,26 @@ impl Exits {
             }
         }
         loop {
-            // SAFETY: `buf` is a live buffer of its length; the socket is ours.
+            // SAFETY: all-zero is a valid sockaddr_nl.
+            let mut from: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
+            let mut len = std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t;
+            // SAFETY: `buf` is a live buffer of its length and `from` a live
+            // sockaddr_nl of `len` bytes; the socket is ours.
             let n = unsafe {
-                libc::recv(
+                libc::recvfrom(
                     self.fd.as_raw_fd(),
                     self.buf.as_mut_ptr().cast(),
                     self.buf.len(),
                     libc::MSG_DONTWAIT,
+                    (&raw mut from).cast(),
+                    &mut len,
                 )
             };
+            // Only the kernel (port 0) speaks for exits: a datagram from a
+            // process (which would need CAP_NET_ADMIN) is read and dropped.
+            if n >= 0 && from.nl_pid != 0 {
+                continue;
+            }
             if n >= 0 {
                 return Ok(Some(n as usize));
             }
@@ -368,22 +395,10 @@ impl Exits {
             len: prog.len() as u16,
             filter: prog.as_ptr().cast_mut(),
         };
-        // SAFETY: `fprog` points at `prog`, which lives across the call (the
-        // kernel copies it); the socket is ours.
-        let rc = unsafe {
-            libc::setsockopt(
-                self.fd.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_ATTACH_FILTER,
-                (&raw const fprog).cast(),
-                std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
-            )
-        };
-        if rc != 0 {
-            log::debug!(
-                "taskstats: the socket filter: {}; every record is received",
-                std::io::Error::last_os_error()
-            );
+        // `fprog` points at `prog`, which lives across the call (the kernel
+        // copies it).
+        if let Err(e) = self.set_option(libc::SO_ATTACH_FILTER, &fprog) {
+            log::debug!("taskstats: the socket filter: {e}; every record is received");
         }
     }
 
@@ -422,14 +437,12 @@ impl Drop for Exits {
     fn drop(&mut self) {
         // The kernel drops a closed socket's registration only when a send to
         // it fails: deregistered here, it sends nothing more.
-        let mut mask = self.cpus.clone().into_bytes();
-        mask.push(0);
         let _ = self.send(&request(
             self.family,
             libc::NLM_F_REQUEST as u16,
             TASKSTATS_CMD_GET,
             TASKSTATS_CMD_ATTR_DEREGISTER_CPUMASK,
-            &mask,
+            &self.mask(),
         ));
     }
 }
