@@ -245,10 +245,15 @@ fn children_index(all: &IdMap<procread::Stat>) -> IdMap<Vec<u32>> {
     kids
 }
 
+/// The processes under `from` into `into`, the tracker and its own children
+/// left out: attached to an ancestor of the tracker (a Python process tracking
+/// itself starts the tracker as its child), the observer and what it starts
+/// (the Sentinel guardian) are not part of the job.
 fn walk(from: &[u32], kids: &IdMap<Vec<u32>>, into: &mut IdSet) {
+    let me = std::process::id();
     let mut stack: Vec<u32> = from.to_vec();
     while let Some(p) = stack.pop() {
-        if into.insert(p) {
+        if p != me && into.insert(p) {
             if let Some(k) = kids.get(&p) {
                 stack.extend(k.iter().copied());
             }
@@ -396,6 +401,15 @@ impl ProcfsEngine {
         };
         let mut got = Vec::new();
         ex.drain(&mut got);
+        // Kernels before 5.19 give no record's process: the tracker's own
+        // threads, children of a member when the tracker is, are told apart by
+        // their ids, listed while they live.
+        if self
+            .members
+            .contains_key(&std::os::unix::process::parent_id())
+        {
+            self.own_tids.extend(list_threads(std::process::id()));
+        }
         self.heard += 1;
         let heard = self.heard;
         self.pending.extend(got.into_iter().map(|e| (e, heard)));
@@ -421,23 +435,15 @@ impl ProcfsEngine {
         // members are not listed every poll to find that out again.
         let now = (self.members.len() < taskstats::FILTER_PARENTS).then(|| {
             let mut parents: Vec<u32> = self.members.keys().copied().collect();
-            parents.push(self.root);
             parents.sort_unstable();
-            parents.dedup();
             (self.max_rss_kib, parents)
         });
         if self.filtered.as_ref() == Some(&now) {
             return;
         }
-        ex.filter(now.as_ref().map(|(above, parents)| (*above, &parents[..])));
-        self.filtered = Some(now);
-    }
-
-    /// Whether `tid` is a member or one of a member's threads as last listed.
-    fn is_member_task(&self, tid: u32) -> bool {
-        tid == self.root
-            || self.members.contains_key(&tid)
-            || self.threads.values().any(|(_, t)| t.contains(&tid))
+        // Refused: every record comes, and the next poll tries again.
+        let set = ex.filter(now.as_ref().map(|(above, parents)| (*above, &parents[..])));
+        self.filtered = set.then_some(now);
     }
 
     /// The pending exits that were members' (a member's thread, or a process
@@ -448,26 +454,34 @@ impl ProcfsEngine {
         if self.pending.is_empty() {
             return;
         }
-        // Kept across polls: a thread listed once and ended since is still ours.
-        if self
-            .members
-            .contains_key(&std::os::unix::process::parent_id())
-        {
-            self.own_tids.extend(list_threads(std::process::id()));
-        }
+        let me = std::process::id();
+        // Without a record's process, a member's thread is known by the
+        // member's threads as last listed.
+        let tasks: IdSet = if self.pending.iter().any(|(e, _)| e.tgid.is_none()) {
+            self.threads
+                .values()
+                .flat_map(|(_, t)| t.iter().copied())
+                .collect()
+        } else {
+            IdSet::default()
+        };
         let mut found = IdSet::default();
         loop {
             let before = found.len();
             let mut i = 0;
             while i < self.pending.len() {
                 let e = self.pending[i].0;
-                let ours = !self.own_tids.contains(&e.tid)
-                    && (found.contains(&e.ppid)
-                        || self.members.contains_key(&e.ppid)
-                        || self.is_member_task(e.tid));
+                let above = |p: &u32| found.contains(p) || self.members.contains_key(p);
+                let ours = match e.tgid {
+                    Some(g) => g != me && (above(&e.ppid) || above(&g)),
+                    None => {
+                        !self.own_tids.contains(&e.tid)
+                            && (above(&e.ppid) || above(&e.tid) || tasks.contains(&e.tid))
+                    }
+                };
                 if ours {
                     self.max_rss_kib = self.max_rss_kib.max(e.hiwater_rss_kib);
-                    found.insert(e.tid);
+                    found.insert(e.tgid.unwrap_or(e.tid));
                     self.pending.swap_remove(i);
                 } else {
                     i += 1;
@@ -615,8 +629,10 @@ impl ProcfsEngine {
         let mut kids = std::mem::take(&mut self.scratch.kids);
         stack.clear();
         stack.extend_from_slice(roots);
+        let me = std::process::id();
         while let Some(p) = stack.pop() {
-            if out.contains_key(&p) {
+            // The tracker and its own children are not the job's (`walk`).
+            if p == me || out.contains_key(&p) {
                 continue;
             }
             let Some(st) = known.remove(&p).or_else(|| {
@@ -1103,9 +1119,11 @@ impl ProcfsEngine {
     }
 
     pub fn read(&mut self) -> anyhow::Result<TreeTotals> {
-        // Before the poll: the members that vanished since are still members.
-        self.hear_exits();
         self.find_tree();
+        // Before the vanished leave the members: one the poll found gone has
+        // its record queued already (the kernel sends it in `do_exit`, before
+        // the task can be reaped).
+        self.hear_exits();
         let all = std::mem::take(&mut self.scratch.all);
         let set = std::mem::take(&mut self.scratch.set);
 
@@ -1125,9 +1143,9 @@ impl ProcfsEngine {
                 self.seen += u64::from(started);
                 Member {
                     starttime: st.starttime,
-                    // A member there from the first reading has its peak from
-                    // before the run read at the final sample, or once it
-                    // faults again; one that began since, now.
+                    // A member there from the first reading has its high-water
+                    // mark read once it faults again (what it held before the
+                    // run is not the run's); one that began since, now.
                     hwm_faults: if self.first_done { u64::MAX } else { st.faults },
                     child_faults: st.child_faults,
                     ..Default::default()

@@ -22,6 +22,8 @@ use anyhow::{bail, Context};
 pub struct Exit {
     /// The task (thread) id; a process's leader's is its pid.
     pub tid: u32,
+    /// Its process (records of version 12 on: kernel 5.19 and later).
+    pub tgid: Option<u32>,
     /// Its process's parent (a thread's parent is its process's).
     pub ppid: u32,
     /// Its memory map's high-water mark of RSS (KiB).
@@ -38,11 +40,15 @@ const TASKSTATS_TYPE_STATS: u16 = 3;
 const TASKSTATS_TYPE_AGGR_PID: u16 = 4;
 const TASKSTATS_CMD_ATTR_REGISTER_CPUMASK: u16 = 3;
 const TASKSTATS_CMD_ATTR_DEREGISTER_CPUMASK: u16 = 4;
-/// `struct taskstats` offsets (include/uapi/linux/taskstats.h, unchanged since
-/// version 1 for these: later versions append).
+/// `struct taskstats` offsets (include/uapi/linux/taskstats.h): later versions
+/// append, and these three have not moved since they came; `ac_tgid` came in
+/// version 12.
+const VERSION: usize = 0;
 const AC_PID: usize = 128;
 const AC_PPID: usize = 132;
 const HIWATER_RSS: usize = 200;
+const AC_TGID: usize = 368;
+const TGID_VERSION: u16 = 12;
 /// Where a record's parts lie in the datagram the socket filter sees: the
 /// netlink header (16), the family header (4), AGGR_PID's header (4), the PID
 /// attribute (8), STATS's header (4), then the record. A kernel that pads
@@ -54,8 +60,9 @@ const STATS_AT: u32 = 36;
 /// The most parents the filter names (two instructions each); a larger tree
 /// is heard unfiltered.
 pub const FILTER_PARENTS: usize = 256;
-/// Room for a burst of exits between two drains: a record is about 450 bytes
-/// with its framing, so some 9,000 exits (the kernel doubles what is asked).
+/// Room for a burst of exits between two drains: the buffer is charged by each
+/// record's whole buffer (1.2–2.5 KB, twice that where a process of several
+/// threads ends), so some 2,000 exits (the kernel doubles what is asked).
 const RCVBUF: libc::c_int = 2 << 20;
 
 /// A registered listener for every CPU's exits.
@@ -119,7 +126,7 @@ fn program(family: u16, above_kib: u64, parents: &[u32]) -> Vec<libc::sock_filte
         op(BPF_JMP | BPF_JEQ | BPF_K, 1, 0, 0),
         op(BPF_RET | BPF_K, 0, 0, PASS),
     ];
-    // A = the low half, from its four bytes (least significant first).
+    // A = the low half, from its four bytes (most significant first).
     for (i, shift) in [(3u32, 24u32), (2, 16), (1, 8), (0, 0)] {
         p.push(op(BPF_LD | BPF_B | BPF_ABS, 0, 0, hwm + i));
         if shift > 0 {
@@ -196,8 +203,12 @@ pub fn parse_exit(body: &[u8]) -> Option<Exit> {
     }
     let (_, aggr) = attrs(body.get(4..)?).find(|(t, _)| *t == TASKSTATS_TYPE_AGGR_PID)?;
     let (_, st) = attrs(aggr).find(|(t, _)| *t == TASKSTATS_TYPE_STATS)?;
+    let tgid = u16_at(st, VERSION)
+        .filter(|&v| v >= TGID_VERSION)
+        .and_then(|_| u32_at(st, AC_TGID));
     Some(Exit {
         tid: u32_at(st, AC_PID)?,
+        tgid,
         ppid: u32_at(st, AC_PPID)?,
         hiwater_rss_kib: u64_at(st, HIWATER_RSS)?,
     })
@@ -249,10 +260,12 @@ impl Exits {
         Ok(ex)
     }
 
-    /// A SOL_SOCKET option of the socket.
+    /// A SOL_SOCKET option of the socket: `T` is the type the option `name`
+    /// takes (an int, a `sock_fprog`); the kernel only reads it.
     fn set_option<T>(&self, name: libc::c_int, value: &T) -> std::io::Result<()> {
-        // SAFETY: `value` is a live `T` of the size passed, for the option
-        // `name` takes; the socket is ours.
+        // SAFETY: `value` is a live `T` of the size passed (a wrong type for
+        // the option is refused with EINVAL or EFAULT, never written through);
+        // the socket is ours.
         let rc = unsafe {
             libc::setsockopt(
                 self.fd.as_raw_fd(),
@@ -382,7 +395,8 @@ impl Exits {
     /// than `FILTER_PARENTS`): every record. Beside churn each record costs the
     /// tracker about a microsecond to receive (docs/cost.md); a filtered one is
     /// dropped in the kernel before it is copied.
-    pub fn filter(&mut self, keep: Option<(u64, &[u32])>) {
+    /// False where the kernel refused it (every record then comes).
+    pub fn filter(&mut self, keep: Option<(u64, &[u32])>) -> bool {
         let prog = match keep {
             Some((above, parents))
                 if parents.len() <= FILTER_PARENTS && cfg!(target_endian = "little") =>
@@ -397,9 +411,13 @@ impl Exits {
         };
         // `fprog` points at `prog`, which lives across the call (the kernel
         // copies it).
-        if let Err(e) = self.set_option(libc::SO_ATTACH_FILTER, &fprog) {
-            log::debug!("taskstats: the socket filter: {e}; every record is received");
-        }
+        let Err(e) = self.set_option(libc::SO_ATTACH_FILTER, &fprog) else {
+            return true;
+        };
+        // The old filter would stay, with its old parents: none at all.
+        let _ = self.set_option(libc::SO_DETACH_FILTER, &0);
+        log::debug!("taskstats: the socket filter: {e}; every record is received");
+        false
     }
 
     /// Every exit the kernel has sent since the last drain, into `out`.
@@ -428,7 +446,7 @@ impl Exits {
 /// What an NLMSG_ERROR body says.
 fn nl_error(body: &[u8]) -> String {
     match u32_at(body, 0) {
-        Some(c) => std::io::Error::from_raw_os_error(-(c as i32)).to_string(),
+        Some(c) => std::io::Error::from_raw_os_error((c as i32).wrapping_neg()).to_string(),
         None => "a truncated netlink error".to_string(),
     }
 }
@@ -454,6 +472,8 @@ mod tests {
     /// A record as the kernel frames it: AGGR_PID { PID, STATS }.
     fn record(tid: u32, ppid: u32, hwm: u64, stats_len: usize) -> Vec<u8> {
         let mut st = vec![0u8; 416];
+        st[VERSION..VERSION + 2].copy_from_slice(&13u16.to_ne_bytes());
+        st[AC_TGID..AC_TGID + 4].copy_from_slice(&(tid + 1000).to_ne_bytes());
         st[AC_PID..AC_PID + 4].copy_from_slice(&tid.to_ne_bytes());
         st[AC_PPID..AC_PPID + 4].copy_from_slice(&ppid.to_ne_bytes());
         st[HIWATER_RSS..HIWATER_RSS + 8].copy_from_slice(&hwm.to_ne_bytes());
@@ -479,9 +499,20 @@ mod tests {
             parse_exit(&record(41, 7, 512_000, 416)),
             Some(Exit {
                 tid: 41,
+                tgid: Some(1041),
                 ppid: 7,
                 hiwater_rss_kib: 512_000
             })
+        );
+        // Before version 12 a record has no process id.
+        let mut old = record(41, 7, 512_000, 416);
+        let v = old.len() - 416;
+        old[v..v + 2].copy_from_slice(&11u16.to_ne_bytes());
+        assert_eq!(parse_exit(&old).and_then(|e| e.tgid), None);
+        // Version 12 cut before its process id: the rest still stands.
+        assert_eq!(
+            parse_exit(&record(41, 7, 512_000, 300)).map(|e| (e.tgid, e.hiwater_rss_kib)),
+            Some((None, 512_000))
         );
         // A record cut short is no exit, never a panic.
         assert_eq!(parse_exit(&record(41, 7, 1, 120)), None);
@@ -518,6 +549,7 @@ mod tests {
         }
         let e = got.iter().find(|e| e.tid == pid).expect("the child's exit");
         assert_eq!(e.ppid, me, "{e:?}");
+        assert!(e.tgid.is_none_or(|g| g == pid), "{e:?}");
         assert!(e.hiwater_rss_kib >= 64 << 10, "{e:?}");
         // Filtered: a small child of a parent not named is dropped in the
         // kernel; a large one, or a child of a parent named, comes.
@@ -542,7 +574,7 @@ mod tests {
             }
             false
         };
-        ex.filter(Some((48 << 10, &[1])));
+        assert!(ex.filter(Some((48 << 10, &[1]))));
         let small = child(1);
         assert!(
             !heard(&mut ex, small),
@@ -550,13 +582,13 @@ mod tests {
         );
         let large = child(64);
         assert!(heard(&mut ex, large), "a large child was dropped");
-        ex.filter(Some((48 << 10, &[7, me])));
+        assert!(ex.filter(Some((48 << 10, &[7, me]))));
         let named = child(1);
         assert!(
             heard(&mut ex, named),
             "a child of a named parent was dropped"
         );
-        ex.filter(None);
+        assert!(ex.filter(None));
         let any = child(1);
         assert!(heard(&mut ex, any), "unfiltered, a child was dropped");
     }
