@@ -144,8 +144,10 @@ pub struct ProcfsEngine {
     /// (inner None: unfiltered).
     filtered: Option<Option<(u64, Vec<u32>)>>,
     /// The tracker's own threads as listed while its parent was a member: not
-    /// the job's when they end.
+    /// the job's when they end (kernels whose records lack their process).
     own_tids: IdSet,
+    /// A record heard carried its process (`ac_tgid`): `own_tids` is not needed.
+    records_tgid: bool,
     /// Attached without exits or a told account: a member ended, or reaped a
     /// child, since the first reading, so the peak may lack what it reached
     /// after its last poll.
@@ -377,6 +379,7 @@ impl ProcfsEngine {
             heard: 0,
             filtered: None,
             own_tids: IdSet::default(),
+            records_tgid: false,
             unseen_ends: false,
         }
     }
@@ -403,10 +406,13 @@ impl ProcfsEngine {
         ex.drain(&mut got);
         // Kernels before 5.19 give no record's process: the tracker's own
         // threads, children of a member when the tracker is, are told apart by
-        // their ids, listed while they live.
-        if self
-            .members
-            .contains_key(&std::os::unix::process::parent_id())
+        // their ids, listed while they live. Once a record has shown its
+        // process, every record will, and the listing is not needed.
+        self.records_tgid |= got.iter().any(|e| e.tgid.is_some());
+        if !self.records_tgid
+            && self
+                .members
+                .contains_key(&std::os::unix::process::parent_id())
         {
             self.own_tids.extend(list_threads(std::process::id()));
         }

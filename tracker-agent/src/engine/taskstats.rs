@@ -69,7 +69,9 @@ const RCVBUF: libc::c_int = 2 << 20;
 pub struct Exits {
     fd: OwnedFd,
     family: u16,
-    cpus: String,
+    /// Every possible CPU, as the register and deregister attributes take
+    /// them (a C string).
+    mask: Vec<u8>,
     buf: Vec<u8>,
     /// Records the kernel dropped because the socket's buffer was full.
     pub overflowed: bool,
@@ -234,14 +236,16 @@ impl Exits {
         }
         // SAFETY: `raw` is a socket this function just made and owns alone.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        let cpus = std::fs::read_to_string("/sys/devices/system/cpu/possible")
+        let mut mask = std::fs::read_to_string("/sys/devices/system/cpu/possible")
             .context("/sys/devices/system/cpu/possible")?
             .trim()
-            .to_string();
+            .as_bytes()
+            .to_vec();
+        mask.push(0);
         let mut ex = Exits {
             fd,
             family: 0,
-            cpus,
+            mask,
             buf: vec![0; 64 << 10],
             overflowed: false,
         };
@@ -254,7 +258,7 @@ impl Exits {
             (libc::NLM_F_REQUEST | libc::NLM_F_ACK) as u16,
             TASKSTATS_CMD_GET,
             TASKSTATS_CMD_ATTR_REGISTER_CPUMASK,
-            &ex.mask(),
+            &ex.mask,
         ))?;
         ex.ack().context("registering for taskstats exits")?;
         Ok(ex)
@@ -280,14 +284,6 @@ impl Exits {
         } else {
             Err(std::io::Error::last_os_error())
         }
-    }
-
-    /// The CPUs listened to, as the register and deregister attributes take
-    /// them (a C string).
-    fn mask(&self) -> Vec<u8> {
-        let mut mask = self.cpus.clone().into_bytes();
-        mask.push(0);
-        mask
     }
 
     fn send(&self, m: &[u8]) -> anyhow::Result<()> {
@@ -460,7 +456,7 @@ impl Drop for Exits {
             libc::NLM_F_REQUEST as u16,
             TASKSTATS_CMD_GET,
             TASKSTATS_CMD_ATTR_DEREGISTER_CPUMASK,
-            &self.mask(),
+            &self.mask,
         ));
     }
 }
