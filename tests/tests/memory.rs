@@ -441,6 +441,57 @@ fn without_rights_memory_is_pss_said_once() {
     assert_eq!(sum["memory_source"], "pss", "{sum}");
 }
 
+/// A member this tracker may not read (a set-user-ID process in a user's tree):
+/// Σ PSS is short of it, and says so (`pss_partial`, naming why), instead of
+/// passing the sum off as whole; the members it can read are counted.
+#[test]
+fn a_member_whose_rollup_cannot_be_read_makes_pss_a_named_lower_bound() {
+    if !need_root() || !e2e::require(e2e::have("setpriv"), "setpriv is needed") {
+        return;
+    }
+    let s = Scratch::new("mempartial");
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&s.0, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    let sleep = ["/bin/sleep", "/usr/bin/sleep"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .expect("sleep");
+    // A root-owned copy with the set-user-ID bit: run by the user, it runs as
+    // root, and its /proc files are not the user's to read.
+    let suid = s.path("suidsleep");
+    std::fs::copy(sleep, &suid).expect("copy of sleep");
+    std::fs::set_permissions(&suid, std::fs::Permissions::from_mode(0o4755)).expect("chmod u+s");
+    let o = run(Command::new("setpriv")
+        .args([
+            "--reuid",
+            "65534",
+            "--regid",
+            "65534",
+            "--clear-groups",
+            "--",
+        ])
+        .arg(tracker())
+        .args(["run", "-q", "-i", "0.2", "--summary", "s.json", "--"])
+        .args(["sh", "-c", "./suidsleep 1.2 & sleep 1.2; wait"])
+        .current_dir(&s.0));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let sum = read_json(&s.path("s.json"));
+    assert_eq!(sum["memory_source"], "pss", "{sum}");
+    let partial = sum["degraded"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|d| d["name"] == "pss_partial")
+        .unwrap_or_else(|| panic!("pss_partial named: {sum}"));
+    let detail = partial["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.contains("lower bound") && detail.contains("ermission denied"),
+        "{detail}"
+    );
+    assert!(f(&sum, "peak_memory_mib") > 0.0, "{sum}");
+}
+
 /// The cgroup the tracker makes is gone after the run however it ends: normally,
 /// with a daemon that outlives the root (moved back to the cgroup it started in),
 /// and on SIGTERM to the tracker.

@@ -12,7 +12,7 @@ use super::ids::IdHasher;
 /// the whole file: unlike `read_to_string`, no `statx` for a size hint (always 0 on
 /// procfs) and no second `read` to see EOF, which matters at 3 files per member.
 pub fn read_into(path: &str, buf: &mut String) -> Option<()> {
-    pread_into(&File::open(path).ok()?, buf)
+    pread_into(&File::open(path).ok()?, buf).ok()
 }
 
 /// The kernel's count of what moves a process's RSS while it does not run, from
@@ -372,11 +372,24 @@ fn key(tid: u32, kind: Kind) -> u64 {
 impl FileCache {
     /// Reads the file for (tgid, tid, kind) into `buf`.
     pub fn read(&mut self, tgid: u32, tid: u32, kind: Kind, buf: &mut String) -> Option<()> {
+        self.read_or_why(tgid, tid, kind, buf).ok()
+    }
+
+    /// As `read`, with why it could not: the open's or the read's error, or
+    /// `UnexpectedEof` for a file that read nothing (a process past its memory
+    /// map: exiting, a zombie, a kernel thread).
+    pub fn read_or_why(
+        &mut self,
+        tgid: u32,
+        tid: u32,
+        kind: Kind,
+        buf: &mut String,
+    ) -> std::io::Result<()> {
         let k = key(tid, kind);
         if let Some((f, used)) = self.files.get_mut(&k) {
             *used = self.sweeps;
-            if pread_into(f, buf).is_some() {
-                return Some(());
+            if pread_into(f, buf).is_ok() {
+                return Ok(());
             }
             // The process is gone (or the pid was reused): open afresh.
             self.files.remove(&k);
@@ -389,12 +402,12 @@ impl FileCache {
             Kind::Rollup => format!("/proc/{tgid}/smaps_rollup"),
             Kind::Status => format!("/proc/{tgid}/status"),
         };
-        let f = File::open(path).ok()?;
+        let f = File::open(path)?;
         pread_into(&f, buf)?;
         if self.files.len() < MAX_CACHED {
             self.files.insert(k, (f, self.sweeps));
         }
-        Some(())
+        Ok(())
     }
 
     /// Closes every file held for `tid` (a member that left), for a reader that
@@ -413,14 +426,15 @@ impl FileCache {
     }
 }
 
-/// Reads the whole file from offset 0 into `buf`; `None` when unreadable or empty.
-fn pread_into(f: &File, buf: &mut String) -> Option<()> {
+/// Reads the whole file from offset 0 into `buf`; an empty file is
+/// `UnexpectedEof`.
+fn pread_into(f: &File, buf: &mut String) -> std::io::Result<()> {
     let mut bytes = std::mem::take(buf).into_bytes();
     bytes.clear();
     bytes.resize(4096, 0);
     let mut len = 0;
     loop {
-        let n = f.read_at(&mut bytes[len..], len as u64).ok()?;
+        let n = f.read_at(&mut bytes[len..], len as u64)?;
         len += n;
         if n == 0 || len < bytes.len() {
             break;
@@ -428,6 +442,10 @@ fn pread_into(f: &File, buf: &mut String) -> Option<()> {
         bytes.resize(bytes.len() * 2, 0);
     }
     bytes.truncate(len);
-    *buf = String::from_utf8(bytes).ok()?;
-    (len > 0).then_some(())
+    *buf = String::from_utf8(bytes)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+    if len == 0 {
+        return Err(std::io::ErrorKind::UnexpectedEof.into());
+    }
+    Ok(())
 }

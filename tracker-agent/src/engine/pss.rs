@@ -20,6 +20,12 @@
 //!   in a quiet hour here, 2.9–4.5 % on a busy one, and no larger over 360 s
 //!   than over 10).
 //!
+//! A member that left its memory map between the engine's reading and its rollup
+//! (exited, reaped) holds nothing: its pages are counted with the sharers left,
+//! and a sample whose members have all gone so is 0. Only members this tracker
+//! may not read (another user's) are short in the sum, which is then named a
+//! lower bound (`pss_partial`); Σ RSS stands in only where none can be read.
+//!
 //! A stat (the engine's of this sample where it read one, else ~3 µs here) stands
 //! in for a smaps_rollup (15 µs for an idle `sleep`, 56 µs for an idle Python, and
 //! more with its mapped memory; docs/cost.md).
@@ -68,10 +74,43 @@ pub struct PssSum {
     due: Vec<u32>,
     credit: usize,
     buf: String,
+    /// Members whose smaps_rollup this tracker has no right to read, at the
+    /// last `read`: Σ PSS is then short of their share (a lower bound).
+    denied: Option<Denied>,
     /// The members' smaps_rollup and stat, held open: a settled pass of an idle
     /// tree of 300 took 1,800 syscalls (open, read, close of each), now 600.
     files: FileCache,
     pub counts: PssCounts,
+}
+
+/// Members of the last `read` whose smaps_rollup could not be read while they
+/// lived: how many, and the first of them with the reason.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Denied {
+    pub members: usize,
+    pub pid: u32,
+    pub why: String,
+}
+
+/// Why a member's smaps_rollup gave no figure.
+enum Unread {
+    /// Gone, exiting or past its memory map (`ESRCH`, no /proc entry, an empty
+    /// file): its pages are the other sharers' now, and its share is no longer
+    /// the tree's to count.
+    Gone,
+    /// Not this tracker's to read (another user's process: `EACCES`), or not a
+    /// rollup it knows: the sum is short of its share.
+    Denied(String),
+}
+
+/// Whether a smaps_rollup's error says its process has left its memory map:
+/// no /proc entry any more (reaped), `ESRCH` (exited, or a file held across its
+/// exec), or nothing to read.
+fn gone(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::NotFound | std::io::ErrorKind::UnexpectedEof
+    ) || e.raw_os_error() == Some(libc::ESRCH)
 }
 
 /// Whether a member is exiting or gone: its pages are on their way to the others.
@@ -85,13 +124,39 @@ impl PssSum {
         procread::parse_stat(&self.buf)
     }
 
-    fn rollup(&mut self, pid: u32) -> Option<Rollup> {
-        self.files.read(pid, pid, Kind::Rollup, &mut self.buf)?;
-        procread::parse_rollup(&self.buf)
+    fn rollup(&mut self, pid: u32) -> Result<Rollup, Unread> {
+        match self
+            .files
+            .read_or_why(pid, pid, Kind::Rollup, &mut self.buf)
+        {
+            Ok(()) => procread::parse_rollup(&self.buf)
+                .ok_or_else(|| Unread::Denied("no Pss line in its smaps_rollup".into())),
+            Err(e) if gone(&e) => Err(Unread::Gone),
+            Err(e) => Err(Unread::Denied(e.to_string())),
+        }
+    }
+
+    /// The members whose smaps_rollup could not be read at the last `read`,
+    /// while they lived (None when every live member's was).
+    pub fn denied(&self) -> Option<&Denied> {
+        self.denied.as_ref()
+    }
+
+    fn deny(&mut self, pid: u32, why: String) {
+        match &mut self.denied {
+            Some(d) => d.members += 1,
+            None => {
+                self.denied = Some(Denied {
+                    members: 1,
+                    pid,
+                    why,
+                })
+            }
+        }
     }
 
     /// Σ PSS of `live` now; None when no live member's smaps_rollup could be read
-    /// (none there, or no right to read them): Σ RSS is then the figure. `known`:
+    /// for want of the right to (`denied`): Σ RSS is then the figure. `known`:
     /// a member's signature as the engine read it this sample (read before any
     /// rollup here, so never newer than the figure kept beside it), else None and
     /// its stat is read here.
@@ -100,6 +165,7 @@ impl PssSum {
         live: &HashSet<u32>,
         known: &dyn Fn(u32) -> Option<MemSig>,
     ) -> Option<u64> {
+        self.denied = None;
         let same_members =
             live.len() == self.cache.len() && live.iter().all(|p| self.cache.contains_key(p));
         if !same_members {
@@ -126,7 +192,7 @@ impl PssSum {
             }
             self.counts.rollups_read += 1;
             match self.rollup(pid) {
-                Some(r) if r.shared == e.shared => {
+                Ok(r) if r.shared == e.shared => {
                     self.cache.insert(
                         pid,
                         Entry {
@@ -137,10 +203,12 @@ impl PssSum {
                     );
                     sum += r.pss;
                 }
-                // Its shared pages changed, and with them their sharers' PSS.
-                Some(_) => return self.settled(live, known),
-                None => {
+                // Its shared pages changed, and with them their sharers' PSS;
+                // one that left gave its pages to them.
+                Ok(_) | Err(Unread::Gone) => return self.settled(live, known),
+                Err(Unread::Denied(why)) => {
                     self.cache.remove(&pid);
+                    self.deny(pid, why);
                 }
             }
         }
@@ -170,15 +238,17 @@ impl PssSum {
             };
             self.counts.rollups_read += 1;
             match self.rollup(pid) {
-                Some(r) if r.shared == e.shared => {
+                Ok(r) if r.shared == e.shared => {
                     sum = sum.saturating_sub(e.pss) + r.pss;
                     self.cache.insert(pid, Entry { pss: r.pss, ..e });
                 }
-                // Its shared pages changed, and with them their sharers' PSS.
-                Some(_) => return self.settled(live, known),
-                None => {
+                // Its shared pages changed, and with them their sharers' PSS;
+                // one that left gave its pages to them.
+                Ok(_) | Err(Unread::Gone) => return self.settled(live, known),
+                Err(Unread::Denied(why)) => {
                     sum = sum.saturating_sub(e.pss);
                     self.cache.remove(&pid);
+                    self.deny(pid, why);
                 }
             }
         }
@@ -208,41 +278,54 @@ impl PssSum {
         for _ in 0..PASSES {
             let mut sum = 0;
             let mut read = IdMap::with_capacity_and_hasher(live.len(), Default::default());
-            let mut any_live = false;
+            let mut denied = None;
             for &pid in live {
                 // The signature before the rollup: a fault in between makes the next
                 // sample read it again, never keep a figure older than its signature.
                 // The engine's of this sample where it has one (read before this
                 // pass, and live then), else the stat's.
                 let sig = match known(pid) {
-                    Some(sig) => {
-                        any_live = true;
-                        sig
-                    }
-                    None => {
-                        let st = self.stat(pid);
-                        any_live |= !exiting(st.as_ref());
-                        let Some(st) = st else { continue };
-                        MemSig::of(&st)
-                    }
+                    Some(sig) => sig,
+                    None => match self.stat(pid) {
+                        Some(st) => MemSig::of(&st),
+                        None => continue,
+                    },
                 };
                 self.counts.rollups_read += 1;
-                if let Some(r) = self.rollup(pid) {
-                    sum += r.pss;
-                    read.insert(
-                        pid,
-                        Entry {
-                            sig,
-                            pss: r.pss,
-                            shared: r.shared,
-                        },
-                    );
+                match self.rollup(pid) {
+                    Ok(r) => {
+                        sum += r.pss;
+                        read.insert(
+                            pid,
+                            Entry {
+                                sig,
+                                pss: r.pss,
+                                shared: r.shared,
+                            },
+                        );
+                    }
+                    // A member the engine read alive that has exited since (or is
+                    // past its memory map) holds nothing: its pages are counted
+                    // with the sharers left. Never a reason for Σ RSS, which
+                    // would count the pages once per sharer.
+                    Err(Unread::Gone) => {}
+                    Err(Unread::Denied(why)) => {
+                        let d = denied.get_or_insert(Denied {
+                            members: 0,
+                            pid,
+                            why,
+                        });
+                        d.members += 1;
+                    }
                 }
             }
-            if read.is_empty() && any_live {
+            if read.is_empty() && denied.is_some() {
+                // No right to read any live member's: Σ RSS is the figure.
                 self.cache.clear();
+                self.denied = denied;
                 return None;
             }
+            self.denied = denied;
             let settled = prev.is_some_and(|p| p.abs_diff(sum) <= (p / 100).max(1 << 20))
                 // Exiting by the end of the pass: its shares moved while it ran.
                 && !read.keys().any(|&p| exiting(self.stat(p).as_ref()));
@@ -424,6 +507,61 @@ mod tests {
         }
         assert_eq!(p.counts.settled_passes, 1);
         assert_eq!(p.counts.rollups_read, after_first + 3);
+    }
+
+    /// Members the engine read alive that exited before their rollups (a zombie
+    /// and a reaped one: `ESRCH`, no /proc entry) hold nothing: Σ PSS is that of
+    /// the member left, and with none left it is 0, never None, which would make
+    /// Σ RSS the sample's figure and count every shared page once per sharer
+    /// (903 MiB for a 301 MiB tree of three, as the eBPF engine's last readings of
+    /// exiting children carry their RSS).
+    #[test]
+    fn members_gone_since_the_engines_reading_are_no_reason_for_rss() {
+        use std::cell::Cell;
+
+        use crate::engine::procread::MemSig;
+        let mut kids = Sleepers::new(3);
+        let live = kids.pids();
+        // As on eBPF: the engine read every member this sample, and each ran
+        // since the last (an exit runs), so each is read again.
+        let faults = Cell::new(1);
+        let known = |_| {
+            Some(MemSig {
+                starttime: 0,
+                rss_pages: 100,
+                faults: faults.get(),
+            })
+        };
+        let mut p = PssSum::default();
+        let all = p.read(&live, &known).expect("Σ PSS of three sleeps");
+        let left = kids.kids[0].id();
+        // One zombie, one reaped.
+        let zombie = kids.kids[1].id();
+        let _ = kids.kids[1].kill();
+        let _ = kids.kids[2].kill();
+        let _ = kids.kids[2].wait();
+        let t0 = std::time::Instant::now();
+        while !std::fs::read_to_string(format!("/proc/{zombie}/stat")).is_ok_and(|s| {
+            s.rsplit(')')
+                .next()
+                .is_some_and(|r| r.trim_start().starts_with('Z'))
+        }) {
+            assert!(t0.elapsed().as_secs() < 5, "pid {zombie} never a zombie");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        // What the one left holds now: the pages it shared are its own.
+        let alone = PssSum::default()
+            .read(&[left].into(), &known)
+            .expect("the one left");
+        faults.set(2);
+        let now = p.read(&live, &known);
+        assert_eq!(now, Some(alone), "three sleeps {all}, the one left {alone}");
+        assert_eq!(p.denied(), None);
+        let _ = kids.kids[0].kill();
+        let _ = kids.kids[0].wait();
+        faults.set(3);
+        assert_eq!(p.read(&live, &known), Some(0), "none left");
+        assert_eq!(p.denied(), None);
     }
 
     #[test]

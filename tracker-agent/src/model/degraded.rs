@@ -37,6 +37,9 @@ pub const EXITS_LOST: &str = "exits_lost";
 /// Attached on procfs without CAP_NET_ADMIN: members' exits are not heard, and
 /// the peak lacks what a member reached after its last poll.
 pub const EXITS_UNHEARD: &str = "exits_unheard";
+/// Σ PSS is the memory figure and some live members' smaps_rollup could not be
+/// read (another user's processes): the figure is a lower bound.
+pub const PSS_PARTIAL: &str = "pss_partial";
 
 /// Sentinel's spool file failed (full, read-only): batches past the memory limit
 /// went to kept files or memory instead.
@@ -53,7 +56,7 @@ pub const EBPF_LOAD_FAILED: &str = "ebpf_load_failed";
 
 /// Every name, for the documentation's check.
 #[cfg(test)]
-pub const ALL: [&str; 19] = [
+pub const ALL: [&str; 20] = [
     MAP_FULL,
     EXIT_UNREAD,
     RING_FULL,
@@ -65,6 +68,7 @@ pub const ALL: [&str; 19] = [
     ROOT_FROM_PARENT,
     EXITS_LOST,
     EXITS_UNHEARD,
+    PSS_PARTIAL,
     NO_TASK_IO,
     NO_ON_CPU,
     NO_GROUP_DEAD,

@@ -26,14 +26,14 @@ use crate::{
     },
     engine::{procread, pss::PssSum, Engine, ReadOpts, Ring},
     model::{
-        degraded::Degradations,
+        degraded::{self, Degradations},
         reading::{unix_now, MemcgReading, Pressure, TreeTotals},
         OwnCost, Reading, Sample, Sampler, Stamp, TopCommand,
     },
     selfcost,
     settings::Settings,
     sink::Sinks,
-    warn::warn_once,
+    warn::{self, warn_once},
 };
 
 /// What the loop reads.
@@ -330,6 +330,17 @@ impl Loop {
                 let live = live.get(&self.engine);
                 tree.pss_bytes = self.pss.read(live, &|p| e.mem_sig(p));
                 log::trace!("Σ PSS: {:?}", self.pss.counts);
+                if let (Some(d), Some(_)) = (self.pss.denied(), tree.pss_bytes) {
+                    self.sampler.degrade(
+                        degraded::PSS_PARTIAL,
+                        format!(
+                            "{} live member(s)' smaps_rollup could not be read (pid {}: {}): Σ PSS is a lower bound, short of their share",
+                            d.members,
+                            d.pid,
+                            warn::escaped(&d.why)
+                        ),
+                    );
+                }
             }
         }
         let mut host = self.host.sample();
