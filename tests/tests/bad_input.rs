@@ -358,3 +358,26 @@ fn a_config_path_with_a_newline_stays_one_line() {
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
     assert!(err.contains("a\\nb.toml"), "{err}");
 }
+
+/// A tracked process names itself: a command called with terminal control
+/// sequences (ESC, BEL, a newline) reaches the summary's "top commands" escaped,
+/// never raw, so it can neither clear the screen nor forge or erase a line.
+#[test]
+fn control_sequences_in_a_commands_name_reach_the_terminal_escaped() {
+    let s = Scratch::new("comm-escape");
+    let o = run(Command::new(tracker())
+        .args(["run", "-o", "s.jsonl", "--", "sh", "-c"])
+        .arg("cp /bin/true \"$(printf 'a\\033[2Jb\\007c\\nd')\" && \"./$(printf 'a\\033[2Jb\\007c\\nd')\"")
+        .current_dir(&s.0));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let tops = err
+        .lines()
+        .find(|l| l.contains("top commands by cpu"))
+        .unwrap_or_else(|| panic!("no top commands line: {err}"));
+    assert!(tops.contains("a\\u{1b}[2Jb\\u{7}c\\nd"), "{tops}");
+    assert!(
+        !err.contains('\u{1b}') && !err.contains('\u{7}'),
+        "a control character reached the terminal: {err:?}"
+    );
+}

@@ -324,6 +324,28 @@ fn cases() -> Vec<Case> {
             "only a root the tracker attached to",
         ],
     ));
+    // The ready line closes its pipe: one number for both would then name
+    // whatever is opened next.
+    let mut c = env(
+        "TRACKER_READY_FD",
+        "5",
+        2,
+        &[
+            "TRACKER_READY_FD and TRACKER_ROOT_CHILDREN_FD are both fd 5",
+            "a pipe of its own",
+        ],
+    );
+    c.input = "TRACKER_READY_FD=\"5\" TRACKER_ROOT_CHILDREN_FD=\"5\"".into();
+    c.env.push(("TRACKER_ROOT_CHILDREN_FD".into(), "5".into()));
+    v.push(c);
+    for bad in ["x", "0", "-3", "4294967295"] {
+        v.push(env(
+            "TRACKER_PARENT_PID",
+            bad,
+            2,
+            &["TRACKER_PARENT_PID", "is not a process id"],
+        ));
+    }
     v.push(env(
         "TRACKER_RECOMMEND_SERVER",
         "perhaps",

@@ -379,3 +379,48 @@ fn a_report_on_a_read_only_mount_is_refused_at_start() {
         assert!(!marker.exists(), "{flag}: the command started");
     }
 }
+
+/// A host-only tracker with `TRACKER_STOP_WITH_PARENT` whose starter is gone
+/// before the tracker first looks (the starter leaves right after spawning it):
+/// with `TRACKER_PARENT_PID` naming the starter, the tracker sees at its first
+/// sample that its parent is now another (the reaper that adopted it) and stops,
+/// its summary written. Without the variable it would take the reaper for its
+/// starter and run for ever.
+#[test]
+fn a_starter_gone_before_the_tracker_started_is_seen() {
+    let tmp = Scratch::new("gone-starter");
+    let script = format!(
+        "TRACKER_PARENT_PID=$$ TRACKER_STOP_WITH_PARENT=1 '{}' -q -i 0.2 --summary '{}' \
+         </dev/null >/dev/null 2>&1 & echo $!",
+        tracker().display(),
+        tmp.path("s.json").display()
+    );
+    let o = Command::new("sh")
+        .args(["-c", &script])
+        .output()
+        .expect("sh");
+    let pid: i32 = String::from_utf8_lossy(&o.stdout)
+        .trim()
+        .parse()
+        .expect("the tracker's pid");
+    let t0 = Instant::now();
+    let alive = |pid: i32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|st| {
+            !st.rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        })
+    };
+    while alive(pid) {
+        if t0.elapsed() > Duration::from_secs(5) {
+            // SAFETY: kill takes a pid and a signal.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            panic!("the tracker {pid} still runs 5 s after its starter left");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let sum = read_json(&tmp.path("s.json"));
+    assert_eq!(sum["backend"], "none", "{sum}");
+}

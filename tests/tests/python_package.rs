@@ -899,7 +899,7 @@ fn metaflow_decorator_runs_the_step_under_its_limits() {
     let (ok, log) = flow.run_output(&[("LIMIT_MEMORY", "256"), ("ALLOC", "600")]);
     assert!(!ok, "600 MiB under a 256 MiB limit: {log}");
     assert!(
-        log.contains("1 OOM kills"),
+        log.contains("1 OOM kill") && !log.contains("1 OOM kills"),
         "the task's log says it was the limit: {log}"
     );
     let (ok, log) = flow.run_output(&[("LIMIT_CPUS", "-1")]);
@@ -1094,6 +1094,23 @@ fn report_is_the_binarys_html_report() {
         assert!(problems.is_empty(), "the report's console: {problems:?}");
         assert!(dom.contains("<body"), "{}", &dom[..dom.len().min(300)]);
     }
+}
+
+/// An artifact holding markup where the card shows the summary's counts
+/// (`processes_spawned`, `lost_events`, `limits.oom_kills`): the card shows it
+/// escaped, and no script of it runs.
+#[test]
+fn the_card_escapes_every_field_of_the_artifact() {
+    let Some(whl) = wheel() else { return };
+    let s = Scratch::new("py-card-escape");
+    let py = fresh_venv(&s, "mf", &whl, &[py_build()]);
+    let o = run_fixture(&py, "card_escape.py", &[], &s.0);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    let got: serde_json::Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}{err}", String::from_utf8_lossy(&o.stdout)));
+    assert_eq!(got["raw"], false, "the markup reached the card raw: {got}");
+    assert_eq!(got["escaped"], true, "the escaped markup is shown: {got}");
 }
 
 #[test]

@@ -408,6 +408,9 @@ class ResourceTracker:
         env = {
             **os.environ,
             "TRACKER_STOP_WITH_PARENT": "1",
+            # Who started it: a binary whose starter died before it looked is
+            # told apart from one started by the reaper that adopted it.
+            "TRACKER_PARENT_PID": str(os.getpid()),
             "TRACKER_READY_FD": str(ready_w),
         }
         told_r = None

@@ -16,18 +16,39 @@ use std::{
 pub struct Ready(File);
 
 impl Ready {
-    /// Takes over `fd` (`TRACKER_READY_FD`), as `claim_pipe` does.
+    /// Takes over `fd` (`TRACKER_READY_FD`), as `claim_pipe` does, its writes
+    /// made not to wait: a starter that filled the pipe and never reads it
+    /// cannot hold the tracker.
     pub fn claim(fd: RawFd) -> Result<Ready, String> {
-        claim_pipe("TRACKER_READY_FD", fd).map(Ready)
+        let pipe = claim_pipe("TRACKER_READY_FD", fd)?;
+        nonblocking(&pipe, "TRACKER_READY_FD")?;
+        Ok(Ready(pipe))
     }
 
     /// Says that tracking is in place and closes the pipe. A starter that went
-    /// away (EPIPE: Rust ignores SIGPIPE) changes nothing for the run.
+    /// away (EPIPE: Rust ignores SIGPIPE) or left its pipe full (EAGAIN)
+    /// changes nothing for the run.
     pub fn signal(mut self) {
         if let Err(e) = self.0.write_all(b"ready\n") {
             log::debug!("TRACKER_READY_FD: the starter did not take the ready line: {e}");
         }
     }
+}
+
+/// Makes the I/O on a claimed pipe not wait (`var` names it in the error).
+pub fn nonblocking(pipe: &File, var: &str) -> Result<(), String> {
+    use std::os::fd::AsRawFd as _;
+    let fd = pipe.as_raw_fd();
+    // SAFETY: fcntl on a claimed, open fd reads its status flags.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    // SAFETY: as above; only O_NONBLOCK is added.
+    if flags < 0 || unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
+        return Err(format!(
+            "{var}={fd}: it cannot be made non-blocking ({})",
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(())
 }
 
 /// Takes over the starter's pipe `fd`, named by the variable `var`: it must be
@@ -121,6 +142,36 @@ mod tests {
         let (r, w) = pipe();
         drop(r);
         Ready::claim(w).expect("a pipe").signal();
+    }
+
+    /// A starter that filled its pipe and never reads it: the line is dropped
+    /// at once, the tracker not held.
+    #[test]
+    fn a_full_pipe_does_not_hold_the_tracker() {
+        let (r, w) = pipe();
+        // Fill it through a non-blocking write end.
+        // SAFETY: F_SETFL on an open fd only changes its flags.
+        assert_eq!(
+            unsafe { libc::fcntl(w, libc::F_SETFL, libc::O_NONBLOCK) },
+            0
+        );
+        let chunk = [0u8; 4096];
+        // SAFETY: writes from a valid buffer to an open fd.
+        while unsafe { libc::write(w, chunk.as_ptr().cast(), chunk.len()) } > 0 {}
+        // As inherited: blocking again.
+        // SAFETY: as above.
+        assert_eq!(unsafe { libc::fcntl(w, libc::F_SETFL, 0) }, 0);
+        let ready = Ready::claim(w).expect("a pipe");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            ready.signal();
+            let _ = tx.send(());
+        });
+        assert!(
+            rx.recv_timeout(std::time::Duration::from_secs(2)).is_ok(),
+            "the ready line waited on a full pipe"
+        );
+        drop(r);
     }
 
     fn tempfile_fd() -> i32 {

@@ -18,10 +18,10 @@
 use std::{
     fs::File,
     io::{ErrorKind, Read},
-    os::fd::{AsRawFd, RawFd},
+    os::fd::RawFd,
 };
 
-use super::ready::claim_pipe;
+use super::ready::{claim_pipe, nonblocking};
 
 /// The most of the root's writing held or read at one time (bytes).
 const MAX_HELD: usize = 4096;
@@ -61,17 +61,7 @@ impl Told {
     /// Takes over `fd` (as `claim_pipe` does) and makes its reads not wait.
     pub fn claim(fd: RawFd) -> Result<Told, String> {
         let pipe = claim_pipe("TRACKER_ROOT_CHILDREN_FD", fd)?;
-        // SAFETY: fcntl on the fd just claimed reads its status flags.
-        let flags = unsafe { libc::fcntl(pipe.as_raw_fd(), libc::F_GETFL) };
-        // SAFETY: as above; only O_NONBLOCK is added.
-        if flags < 0
-            || unsafe { libc::fcntl(pipe.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0
-        {
-            return Err(format!(
-                "TRACKER_ROOT_CHILDREN_FD={fd}: its reads cannot be made non-blocking ({})",
-                std::io::Error::last_os_error()
-            ));
-        }
+        nonblocking(&pipe, "TRACKER_ROOT_CHILDREN_FD")?;
         Ok(Told {
             pipe,
             partial: Vec::new(),

@@ -825,11 +825,15 @@ fn root_exit(lp: &Loop, ends: &Ends) -> Option<AsyncFd<OwnedFd>> {
 /// TRACKER_STOP_WITH_PARENT (set by the Python package): an attached or host-only
 /// tracker stops, as on SIGTERM, once the process that started it is gone (a
 /// killed interpreter must not leave a tracker running for ever). Checked at each
-/// sample: one getppid() call. The parent to watch, if any.
+/// sample: one getppid() call. The parent to watch, if any: the one
+/// TRACKER_PARENT_PID names, so that a starter gone before this check (the
+/// tracker then a reaper's child already) is seen at the first sample.
 fn stop_with(ends: &Ends, st: &Settings) -> Option<libc::pid_t> {
-    (ends.command_root.is_none() && st.stop_with_parent)
+    (ends.command_root.is_none() && st.stop_with_parent).then(|| match st.parent_pid {
+        Some(p) => p as libc::pid_t,
         // SAFETY: getppid has no preconditions.
-        .then(|| unsafe { libc::getppid() })
+        None => unsafe { libc::getppid() },
+    })
 }
 
 /// Whether the process that started the tracker (`parent`, when it must stop with

@@ -30,6 +30,8 @@ pub struct Cli {
 #[derive(Subcommand, Debug, Clone)]
 pub enum Command {
     /// Run a command and track its whole process tree.
+    // `run` tracks the command it starts: `--pid` is refused there, so not offered.
+    #[command(mut_arg("pid", |a| a.hide(true)))]
     Run {
         #[command(flatten)]
         opts: Opts,

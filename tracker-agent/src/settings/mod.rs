@@ -86,6 +86,11 @@ pub struct Settings {
     /// Attached or host-only: stop once the process that started the tracker is
     /// gone (`TRACKER_STOP_WITH_PARENT`, set by the Python package).
     pub stop_with_parent: bool,
+    /// The pid of the process that started the tracker, as it said
+    /// (`TRACKER_PARENT_PID`, set by the Python package): with
+    /// `stop_with_parent`, a starter already gone when the tracker starts is
+    /// told apart from the reaper that adopted it.
+    pub parent_pid: Option<u32>,
     /// The write end of a pipe that gets one line once tracking is in place
     /// (`TRACKER_READY_FD`, set by the Python package, whose `start()` waits for it).
     pub ready_fd: Option<i32>,
@@ -499,6 +504,17 @@ pub fn resolve(cli: Cli, get_env: GetEnv) -> Result<Settings, String> {
                 .into(),
         );
     }
+    let ready_fd = env_fd(get_env, "TRACKER_READY_FD")?;
+    let root_children_fd = env_fd(get_env, "TRACKER_ROOT_CHILDREN_FD")?;
+    if let (Some(r), Some(c)) = (ready_fd, root_children_fd) {
+        // The ready line closes its pipe: the number would then name whatever
+        // the tracker opens next, and the children's account would be lost.
+        if r == c {
+            return Err(format!(
+                "TRACKER_READY_FD and TRACKER_ROOT_CHILDREN_FD are both fd {r}: each needs a pipe of its own"
+            ));
+        }
+    }
     Ok(Settings {
         target,
         limits,
@@ -528,8 +544,9 @@ pub fn resolve(cli: Cli, get_env: GetEnv) -> Result<Settings, String> {
         report: opts.report.clone(),
         keeper,
         stop_with_parent: env_bool(get_env, "TRACKER_STOP_WITH_PARENT")?.unwrap_or(false),
-        ready_fd: env_fd(get_env, "TRACKER_READY_FD")?,
-        root_children_fd: env_fd(get_env, "TRACKER_ROOT_CHILDREN_FD")?,
+        parent_pid: values::env_pid(get_env, "TRACKER_PARENT_PID")?,
+        ready_fd,
+        root_children_fd,
         tail_timeout: Duration::from_secs_f64(tail),
     })
 }

@@ -387,3 +387,32 @@ fn sentinel_api_key_is_an_alias() {
     let e = resolve(opts(&[]), &env_of(&[("SENTINEL_API_KEY", "a b")])).unwrap_err();
     assert!(e.contains("SENTINEL_API_KEY") && !e.contains("a b"), "{e}");
 }
+
+/// One descriptor named by both starter pipes is refused: the ready line closes
+/// it, and the children's account would then read whatever reused the number.
+#[test]
+fn the_same_fd_for_both_starter_pipes_is_refused() {
+    let o = opts(&["-c", "/dev/null"]);
+    let env = env_of(&[("TRACKER_READY_FD", "5"), ("TRACKER_ROOT_CHILDREN_FD", "5")]);
+    let e = resolve(o.clone(), &env).unwrap_err();
+    assert!(
+        e.contains("TRACKER_READY_FD") && e.contains("TRACKER_ROOT_CHILDREN_FD") && e.contains('5'),
+        "{e}"
+    );
+    let env = env_of(&[("TRACKER_READY_FD", "5"), ("TRACKER_ROOT_CHILDREN_FD", "6")]);
+    let s = resolve(o, &env).unwrap();
+    assert_eq!((s.ready_fd, s.root_children_fd), (Some(5), Some(6)));
+}
+
+/// `run` tracks the command it starts: its help does not offer `--pid`, which it
+/// refuses; the top level, which attaches, does.
+#[test]
+fn run_help_does_not_offer_pid() {
+    let mut top = Cli::command();
+    let top_help = top.render_long_help().to_string();
+    assert!(top_help.contains("--pid"), "{top_help}");
+    let run = top.find_subcommand_mut("run").expect("the run subcommand");
+    let run_help = run.render_long_help().to_string();
+    assert!(!run_help.contains("--pid"), "{run_help}");
+    assert!(run_help.contains("--interval"), "{run_help}");
+}

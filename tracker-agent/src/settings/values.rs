@@ -209,6 +209,19 @@ pub fn env_fd(get: GetEnv, var: &str) -> Result<Option<i32>, String> {
     }
 }
 
+/// A process id from the environment variable `var`, when set.
+pub fn env_pid(get: GetEnv, var: &str) -> Result<Option<u32>, String> {
+    match env_var(get, var)?.as_deref().map(str::trim) {
+        None | Some("") => Ok(None),
+        Some(v) => v
+            .parse::<u32>()
+            .ok()
+            .filter(|&n| n > 0 && n <= i32::MAX as u32)
+            .map(Some)
+            .ok_or_else(|| format!("environment variable {var}: '{v}' is not a process id")),
+    }
+}
+
 /// Seconds from the environment variable `var`, when set.
 pub fn env_seconds(get: GetEnv, var: &str, min: f64) -> Result<Option<f64>, String> {
     match env_var(get, var)? {

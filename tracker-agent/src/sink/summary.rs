@@ -13,6 +13,7 @@ use super::base::{create_or_keep, fallback_file, Sink};
 use crate::{
     fsafe::Owner,
     model::{Sample, Summary},
+    warn::escaped,
 };
 
 pub struct SummaryOut {
@@ -112,7 +113,8 @@ fn human(sum: &Summary) -> String {
     for d in &sum.degraded {
         s.push_str(&format!(
             "resource-tracker: degraded: {}: {}\n",
-            d.name, d.detail
+            d.name,
+            escaped(&d.detail)
         ));
     }
     if let Some(r) = &sum.recommendation {
@@ -128,7 +130,9 @@ fn human(sum: &Summary) -> String {
         let tops: Vec<String> = sum
             .top_commands
             .iter()
-            .map(|t| format!("{} ×{} {:.3}s", t.comm, t.processes, t.cpu_secs))
+            // A command's name is the tracked tree's to choose: no control
+            // sequence of it reaches the terminal.
+            .map(|t| format!("{} ×{} {:.3}s", escaped(&t.comm), t.processes, t.cpu_secs))
             .collect();
         s.push_str(&format!(
             "resource-tracker: top commands by cpu: {}\n",
@@ -169,8 +173,14 @@ fn recommendation_lines(r: &crate::model::stats::Recommendation) -> String {
     }
     if r.cpu_slowdown > 1.0 {
         s.push_str(&format!(
-            "resource-tracker: at {} CPU the run is predicted to take {:.2}× its measured time ({:.1} s); {} CPU keep it within 5 %\n",
-            r.cpu, r.cpu_slowdown, r.predicted_duration_secs, r.cpu_within_5pct
+            "resource-tracker: at {} the run is predicted to take {:.2}× its measured time ({:.1} s); {} within 5 %\n",
+            cpus(r.cpu),
+            r.cpu_slowdown,
+            r.predicted_duration_secs,
+            match r.cpu_within_5pct {
+                1 => "1 CPU keeps it".to_string(),
+                n => format!("{n} CPUs keep it"),
+            }
         ));
     }
     s
@@ -203,7 +213,7 @@ fn limits_line(l: &crate::model::summary::LimitsReport) -> String {
     }
     let mut did = Vec::new();
     if let Some(k) = l.oom_kills {
-        did.push(format!("{k} OOM kills"));
+        did.push(format!("{k} OOM kill{}", plural(k)));
     }
     if let (Some(secs), Some(n)) = (l.throttled_secs, l.throttled_periods) {
         did.push(format!("throttled {secs:.2} s in {n} periods"));
@@ -217,6 +227,20 @@ fn limits_line(l: &crate::model::summary::LimitsReport) -> String {
             did.join(", ")
         }
     )
+}
+
+/// "s" for a count other than one.
+fn plural(n: u64) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        "s"
+    }
+}
+
+/// A count of CPUs in words: "1 CPU", "2 CPUs".
+fn cpus(n: u64) -> String {
+    format!("{n} CPU{}", plural(n))
 }
 
 fn human_bytes(b: u64) -> String {

@@ -27,11 +27,12 @@ def _e(x: Any) -> str:
 
 
 def _fmt(v: Any, nd: int = 2) -> str:
+    """A figure for the page, escaped: an artifact may hold anything there."""
     if v is None:
         return "–"
     if isinstance(v, float):
         return f"{v:.{nd}f}"
-    return str(v)
+    return _e(v)
 
 
 def _chart(
@@ -115,7 +116,7 @@ def _pressure(summary: Dict[str, Any]) -> str:
     if lim:
         out += (
             f'<p id="limits">Ran under {_fmt(lim.get("cpus"))} CPU, {_fmt(lim.get("memory_mib"))} MiB: '
-            f'{lim.get("oom_kills") or 0} OOM kill(s), throttled {_fmt(lim.get("throttled_secs"))} s.</p>'
+            f'{_e(lim.get("oom_kills") or 0)} OOM kill(s), throttled {_fmt(lim.get("throttled_secs"))} s.</p>'
         )
     return out
 
@@ -173,8 +174,8 @@ class TrackedResourcesEbpfCard(MetaflowCard):
             f"<p>Backend <b>{_e(t.backend)}</b>"
             + (f" ({_e(summary.get('backend_reason'))})" if summary.get("backend_reason") else "")
             + f", {len(t.samples)} samples every {t.interval:g} s, "
-            f"{summary.get('processes_spawned', 0)} processes started, "
-            f"{summary.get('lost_events', 0)} events lost; the tracker used "
+            f"{_e(summary.get('processes_spawned', 0))} processes started, "
+            f"{_e(summary.get('lost_events', 0))} events lost; the tracker used "
             f"{_fmt(summary.get('tracker_cpu_secs'), 3)} s CPU and at most "
             f"{_fmt(summary.get('tracker_max_rss_mib'), 1)} MiB.</p>"
         )
