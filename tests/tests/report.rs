@@ -397,6 +397,67 @@ fn several_runs_combine() {
     assert_eq!(d2["combined"]["stats"], c["stats"]);
 }
 
+/// A wall-clock step of an hour either way in the middle of a recorded run (the
+/// samples' timestamps jump, their intervals, measured on the monotonic clock,
+/// do not): `report` reads one run, its duration within 15 % of the run's
+/// `wall_secs`, and its time axis without the hour.
+#[test]
+fn a_wall_clock_step_leaves_one_run_of_its_own_length() {
+    let s = Scratch::new("report-step");
+    let f = s.path("s.jsonl");
+    let sum = s.path("s.json");
+    let w = workload().display().to_string();
+    let o = run(Command::new(tracker())
+        .args(["run", "-q", "-i", "0.2", "-o"])
+        .arg(&f)
+        .arg("--summary")
+        .arg(&sum)
+        .args(["--", &w, "burner", "1", "1500"]));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let wall = read_json(&sum)["wall_secs"].as_f64().expect("wall_secs");
+    let text = std::fs::read_to_string(&f).unwrap();
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a sample"))
+        .collect();
+    assert!(lines.len() >= 6, "{} samples", lines.len());
+    for step in [-3600.0, 3600.0] {
+        let stepped: String = lines
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                let mut v = v.clone();
+                if i >= 3 {
+                    let t = v["timestamp_secs"].as_f64().unwrap();
+                    v["timestamp_secs"] = serde_json::json!(t + step);
+                }
+                format!("{v}\n")
+            })
+            .collect();
+        let g = s.path(&format!("stepped{step}.jsonl"));
+        std::fs::write(&g, stepped).unwrap();
+        let page = s.path(&format!("stepped{step}.html"));
+        let o = run(Command::new(tracker())
+            .arg("report")
+            .arg(&g)
+            .arg("-o")
+            .arg(&page));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{err}");
+        assert!(!err.contains("the time goes back"), "step {step}: {err}");
+        let d = page_data(&std::fs::read_to_string(&page).unwrap());
+        assert_eq!(d["runs"].as_array().unwrap().len(), 1, "step {step}: {err}");
+        let dur = d["runs"][0]["stats"]["duration_secs"].as_f64().unwrap();
+        assert!(
+            (dur - wall).abs() <= 0.15 * wall,
+            "step {step}: duration {dur} s against wall {wall} s"
+        );
+        let t = d["runs"][0]["t"].as_array().unwrap();
+        let span = t.last().unwrap().as_f64().unwrap() - t[0].as_f64().unwrap();
+        assert!(span < wall + 1.0, "step {step}: the axis spans {span} s");
+    }
+}
+
 /// What the stand-in Keeper was asked, and how it answers.
 #[derive(Clone, Copy)]
 enum Keeper {

@@ -51,6 +51,7 @@ struct JSample {
     timestamp_secs: Option<f64>,
     interval_secs: f64,
     job_name: Option<String>,
+    tracked_pid: Option<u32>,
     cpu: JCpu,
     memory: JMemory,
     network: Vec<JBytes>,
@@ -283,6 +284,7 @@ fn sample_of(j: JSample) -> Result<JsonLine, String> {
         timestamp_secs: j.timestamp_secs.unwrap_or(f64::NAN),
         interval_secs: j.interval_secs,
         job_name: j.job_name,
+        tracked_pid: j.tracked_pid,
         cpu: CpuSample {
             utilization_pct: j.cpu.utilization_pct,
             process_cores_used: j.cpu.process_cores_used,

@@ -128,6 +128,12 @@ pub struct RunBuilder {
     t: Vec<f64>,
     cols: Vec<Vec<Option<f64>>>,
     usage: UsageAccum,
+    /// The last sample's tree (its pid and cumulative CPU), by which a sample
+    /// is known to continue the run whatever its timestamp says.
+    tree: Option<(u32, f64)>,
+    /// What a step of the wall clock moved the timestamps by, taken back out so
+    /// that the run's time axis stays its own (`continues`).
+    shift: f64,
     cost: Cost,
     skips: Vec<Skip>,
     skipped: u64,
@@ -150,6 +156,8 @@ impl RunBuilder {
             t: Vec::new(),
             cols: vec![Vec::new(); NCOL],
             usage: UsageAccum::default(),
+            tree: None,
+            shift: 0.0,
             cost: Cost::default(),
             skips: Vec::new(),
             skipped: 0,
@@ -170,13 +178,43 @@ impl RunBuilder {
         self.first_ts.map(|f| (f, self.last_ts))
     }
 
+    /// Whether `s` continues this run: the same tree, its cumulative CPU not
+    /// gone back. Samples of one tracker run do, whatever the wall clock did
+    /// between them; a second run appended to the file does not.
+    pub fn continues(&self, s: &Sample) -> bool {
+        match (self.tree, &s.process, s.tracked_pid) {
+            (Some((pid, cpu)), Some(p), Some(now)) => now == pid && p.cpu_secs_total >= cpu - 1e-6,
+            _ => false,
+        }
+    }
+
+    /// A sample's time on the run's own axis: where it continues the run and
+    /// its timestamp is more than a second from the last one's plus its
+    /// interval (measured on the monotonic clock), the wall clock stepped, and
+    /// the step is taken out from here on.
+    fn on_own_axis(&mut self, s: &Sample) -> f64 {
+        let ts = s.timestamp_secs + self.shift;
+        if self.first_ts.is_some() && s.interval_secs > 0.0 && self.continues(s) {
+            let expected = self.last_ts + s.interval_secs;
+            if (ts - expected).abs() > 1.0 {
+                self.shift += expected - ts;
+                return expected;
+            }
+        }
+        ts
+    }
+
     pub fn add(&mut self, s: &Sample) {
         if !s.timestamp_secs.is_finite() {
             return;
         }
+        let ts = self.on_own_axis(s);
+        if let (Some(p), Some(pid)) = (&s.process, s.tracked_pid) {
+            self.tree = Some((pid, p.cpu_secs_total));
+        }
         self.samples += 1;
-        self.first_ts.get_or_insert(s.timestamp_secs);
-        self.last_ts = s.timestamp_secs;
+        self.first_ts.get_or_insert(ts);
+        self.last_ts = ts;
         if self.interval.is_none() && s.interval_secs > 0.0 {
             self.interval = Some(s.interval_secs);
         }
@@ -200,7 +238,7 @@ impl RunBuilder {
         let v = values(s);
         let (sum, n, t0, k) = &mut self.acc;
         if *k == 0 {
-            *t0 = s.timestamp_secs;
+            *t0 = ts;
         }
         for (i, x) in v.iter().enumerate() {
             if let Some(x) = x.filter(|x| x.is_finite()) {

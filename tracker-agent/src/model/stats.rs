@@ -164,6 +164,10 @@ pub struct UsageAccum {
     sys_memory: Column,
     sys_gpu: Column,
     sys_vram: Column,
+    /// The samples' intervals added up: each is measured on the monotonic
+    /// clock, so a step of the wall clock (which moves the timestamps) leaves the
+    /// duration as it was.
+    elapsed: f64,
     /// Set by `combine`: the mean of the runs' durations.
     duration: Option<f64>,
 }
@@ -239,12 +243,18 @@ impl UsageAccum {
             sys_memory: col(|r| &r.sys_memory),
             sys_gpu: col(|r| &r.sys_gpu),
             sys_vram: col(|r| &r.sys_vram),
+            elapsed: 0.0,
             duration: Some(durations.iter().sum::<f64>() / durations.len() as f64),
         }
     }
 
+    /// The run's duration: its samples' intervals added up; from the
+    /// timestamps only for recordings whose samples carry no interval.
     fn duration_secs(&self) -> f64 {
         self.duration.unwrap_or_else(|| {
+            if self.elapsed > 0.0 {
+                return self.elapsed;
+            }
             self.first_ts
                 .map_or(0.0, |f| self.last_ts - f + self.first_interval)
         })
@@ -271,6 +281,9 @@ impl UsageAccum {
             self.first_interval = s.interval_secs;
         }
         self.last_ts = s.timestamp_secs;
+        if s.interval_secs.is_finite() && s.interval_secs > 0.0 {
+            self.elapsed += s.interval_secs;
+        }
         self.cpu.add(s.cpu.process_cores_used);
         self.cpu_profile
             .add(s.interval_secs, s.cpu.process_cores_used);
@@ -705,6 +718,28 @@ mod tests {
                 ..Default::default()
             }),
             ..Default::default()
+        }
+    }
+
+    /// A step of the wall clock moves the samples' timestamps, not their
+    /// intervals (the monotonic clock's): the duration, and the prediction made
+    /// from it, are the intervals'.
+    #[test]
+    fn a_wall_clock_step_leaves_the_duration_as_measured() {
+        for step in [-3600.0, 3600.0] {
+            let mut u = UsageAccum::default();
+            for i in 0..6 {
+                let ts = 100.0 + i as f64 + if i >= 3 { step } else { 0.0 };
+                u.add(&sample(ts, 1.0, 100.0, 1.1, 0));
+            }
+            let s = u.stats().unwrap();
+            assert_eq!(s.duration_secs, 6.0, "step {step}");
+            let r = u.recommendation().unwrap();
+            assert!(
+                r.predicted_duration_secs >= 6.0 && r.predicted_duration_secs < 7.0,
+                "step {step}: {}",
+                r.predicted_duration_secs
+            );
         }
     }
 

@@ -331,8 +331,12 @@ impl Inputs {
             );
             return;
         }
+        // Time going back starts another run, unless the sample continues the
+        // last one (the same tree, its CPU not gone back): then the wall clock
+        // stepped, and the run's own axis takes it out.
         let split = matches!(self.runs.last(), Some(r)
-            if r.run.span().is_some_and(|(_, last)| s.timestamp_secs < last - BACKWARDS_SECS));
+            if !r.run.continues(s)
+                && r.run.span().is_some_and(|(_, last)| s.timestamp_secs < last - BACKWARDS_SECS));
         if split {
             self.notes.push(format!(
                 "{name}: the time goes back at line {n}; read from there as another run"
