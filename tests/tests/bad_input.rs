@@ -381,3 +381,46 @@ fn control_sequences_in_a_commands_name_reach_the_terminal_escaped() {
         "a control character reached the terminal: {err:?}"
     );
 }
+
+/// A PID namespace of its own that still sees the host's /proc (`unshare --pid
+/// --fork` without `--mount-proc`), as root and as a user in a user namespace:
+/// every pid the tracker knows names another process in that /proc (pid 2 is
+/// kthreadd), so the run is refused with one line and exit 2 before the command
+/// starts, never reported as another process's figures. With a /proc of its own
+/// the same run is tracked, the sleep's CPU and processes its own.
+#[test]
+fn a_pid_namespace_that_sees_the_hosts_proc_is_refused() {
+    if !e2e::require(e2e::is_root() && e2e::have("unshare"), "root and unshare") {
+        return;
+    }
+    let s = Scratch::new("pidns");
+    for pre in [
+        &["unshare", "--pid", "--fork"][..],
+        &["unshare", "--user", "--map-root-user", "--pid", "--fork"][..],
+    ] {
+        let o = run(Command::new(pre[0])
+            .args(&pre[1..])
+            .arg(tracker())
+            .args(["run", "-q", "--summary", "s.json", "--", "touch", "started"])
+            .current_dir(&s.0));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{pre:?}: {err}");
+        assert!(err.contains("another PID namespace"), "{pre:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{pre:?}: {err}");
+        assert!(!s.path("started").exists(), "{pre:?}: the command ran");
+    }
+    let o = run(Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc"])
+        .arg(tracker())
+        .args(["run", "-q", "--summary", "s.json", "--", "sleep", "2"])
+        .current_dir(&s.0));
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let sum = read_json(&s.path("s.json"));
+    assert!(sum["cpu_total_secs"].as_f64().unwrap() <= 0.5, "{sum}");
+    assert!(sum["processes_spawned"].as_u64().unwrap() <= 5, "{sum}");
+}

@@ -1,5 +1,6 @@
 //! The system's constants every layer reads: clock ticks and the page size; the
-//! monotonic clock and a process's CPU clock; and the open-file limit.
+//! monotonic clock and a process's CPU clock; the open-file limit; and whether
+//! /proc shows this process's own PID namespace.
 
 /// `sysconf(name)`, or `default` where the system does not say.
 fn sysconf(name: libc::c_int, default: u64) -> u64 {
@@ -120,4 +121,37 @@ pub fn page_out_own_file() -> u64 {
         }
     }
     advised
+}
+
+/// Why /proc does not show this process's PID namespace, if it does not: a
+/// /proc mounted for another namespace (the host's, seen from `unshare --pid`
+/// without `--mount-proc`) names other processes by the numbers this process
+/// knows, so every pid the tracker would read there is another process.
+/// `/proc/self` is this process as /proc's namespace numbers it.
+pub fn proc_of_another_pid_ns() -> Option<String> {
+    let own = std::process::id();
+    match std::fs::read_link("/proc/self") {
+        Ok(p) => match p.to_str().and_then(|s| s.parse::<u32>().ok()) {
+            Some(n) if n == own => None,
+            Some(n) => Some(format!(
+                "/proc shows another PID namespace than the tracker's (this process is pid {own} here and pid {n} in /proc)"
+            )),
+            None => Some(format!(
+                "/proc/self is '{}', not a pid",
+                crate::warn::escaped(&p.display().to_string())
+            )),
+        },
+        Err(e) => Some(format!(
+            "/proc/self cannot be read ({e}): /proc is missing or shows another PID namespace than the tracker's"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The test runs where /proc is its own namespace's.
+    #[test]
+    fn proc_is_this_namespaces_here() {
+        assert_eq!(super::proc_of_another_pid_ns(), None);
+    }
 }

@@ -83,6 +83,17 @@ fn report_destination(
 /// What `run` will do, checked before anything starts: the command found on PATH
 /// (or the exit code of its refusal), a process that exists, or the host.
 fn resolve_start(target: &Target) -> anyhow::Result<Result<Start, i32>> {
+    // Every pid of a tree is read in /proc: one that shows another PID
+    // namespace would make another process the tree (kthreadd for a command
+    // that is pid 2 here).
+    if !matches!(target, Target::Host) {
+        if let Some(why) = crate::sys::proc_of_another_pid_ns() {
+            say(format_args!(
+                "{why}: no process of the tree can be told apart there; mount a /proc of this namespace (unshare --pid --fork --mount-proc) or run the tracker outside it"
+            ));
+            return Ok(Err(2));
+        }
+    }
     Ok(Ok(match target {
         Target::Command(argv) => {
             let Some(first) = argv.first() else {

@@ -207,7 +207,7 @@ impl fmt::Display for EbpfUnavailable {
             }
             EbpfUnavailable::PidNamespace => write!(
                 f,
-                "the tracker runs in a PID namespace other than the host's (the kernel's pids are not the ones this /proc shows)"
+                "the tracker runs in a PID namespace other than the host's (the kernel programs see the host's pids, not this namespace's)"
             ),
             EbpfUnavailable::Load(s) => write!(f, "loading the BPF programs failed: {s}"),
             EbpfUnavailable::NoMemory(s) => write!(f, "{s}"),
