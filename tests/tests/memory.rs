@@ -561,6 +561,45 @@ fn the_charges_parts_follow_the_workload() {
     );
 }
 
+/// A tracker in a PID namespace of its own (with its own /proc) sweeps the
+/// cgroups killed trackers left beside its own, and must not take a host
+/// tracker's for one: the host tracker's pid names no process in its namespace.
+/// The host tracker's cgroup, made and still empty (its command not moved in
+/// yet), stays; the namespaced tracker's run makes and removes its own.
+#[test]
+fn a_namespaced_tracker_leaves_a_host_trackers_cgroup() {
+    if !need_root() || !e2e::require(e2e::have("unshare"), "unshare is needed") {
+        return;
+    }
+    let cg = Cgroup::new("memns");
+    let mdir = memory_dir(&cg);
+    // As a host tracker names its cgroup: after its pid, one alive on the host
+    // (this test's) and unseen in the new namespace.
+    let host = mdir.join(format!("resource-tracker-{}", std::process::id()));
+    std::fs::create_dir(&host).expect("a host tracker's cgroup");
+    let s = Scratch::new("memns");
+    let o = run(Command::new(workload())
+        .arg("incgroup")
+        .arg(cg.join_arg())
+        .arg("--")
+        .args(["unshare", "--pid", "--fork", "--mount-proc"])
+        .arg(tracker())
+        .args(["run", "-q", "-i", "0.2", "--summary"])
+        .arg(s.path("s.json"))
+        .args(["--", "sleep", "0.3"])
+        .current_dir(&s.0));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    let kept = host.exists();
+    let _ = std::fs::remove_dir(&host);
+    assert!(
+        kept,
+        "the namespaced tracker removed {}: {err}",
+        host.display()
+    );
+    assert!(ours_under(&mdir).is_empty(), "{:?}", ours_under(&mdir));
+}
+
 #[test]
 fn no_cgroup_is_left_behind() {
     if !need_root() {

@@ -136,15 +136,21 @@ pub fn proc_of_another_pid_ns() -> Option<String> {
             Some(n) => Some(format!(
                 "/proc shows another PID namespace than the tracker's (this process is pid {own} here and pid {n} in /proc)"
             )),
-            None => Some(format!(
-                "/proc/self is '{}', not a pid",
-                crate::warn::escaped(&p.display().to_string())
-            )),
+            None => Some(format!("/proc/self is {p:?}, not a pid")),
         },
         Err(e) => Some(format!(
             "/proc/self cannot be read ({e}): /proc is missing or shows another PID namespace than the tracker's"
         )),
     }
+}
+
+/// A PID namespace's inode that is the host's (`PROC_PID_INIT_INO`).
+pub const INIT_PID_NS_INO: u64 = 0xEFFF_FFFC;
+
+/// This process's PID namespace (its inode); None where it cannot be read.
+pub fn pid_ns() -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self/ns/pid").ok().map(|m| m.ino())
 }
 
 #[cfg(test)]

@@ -142,25 +142,50 @@ fn is_cgroupfs(dir: &Path) -> io::Result<bool> {
     Ok(magic == CGROUP_SUPER_MAGIC || magic == CGROUP2_SUPER_MAGIC)
 }
 
+/// This tracker's PID namespace as its cgroups' names carry it: nothing in the
+/// host's (the names of every version before), `ns<inode>-` in another, so that
+/// a tracker only ever takes for dead a tracker of its own namespace, where the
+/// pid in the name means the same process.
+fn ns_tag() -> String {
+    match crate::sys::pid_ns() {
+        Some(ino) if ino != crate::sys::INIT_PID_NS_INO => format!("ns{ino}-"),
+        _ => String::new(),
+    }
+}
+
+/// The tracker that made the cgroup `name`: its PID namespace's tag (as
+/// `ns_tag` writes it) and its pid there; None for a name that is not a
+/// tracker's.
+fn owner_of(name: &str) -> Option<(&str, u32)> {
+    let rest = name.strip_prefix("resource-tracker-")?;
+    let (tag, rest) = match rest.strip_prefix("ns") {
+        Some(r) => {
+            let end = r.find('-')?;
+            rest.split_at(end + 3)
+        }
+        None => ("", rest),
+    };
+    let pid = rest.split('-').next()?.parse().ok()?;
+    Some((tag, pid))
+}
+
 /// Removes the cgroups that killed trackers left in `parent` (SIGKILL gives a
-/// tracker no chance to remove its own): those named after a pid with no process
-/// in this PID namespace. Only an empty cgroup can be removed, so one that still
-/// holds a dead tracker's command stays until a later sweep.
+/// tracker no chance to remove its own): those named after a pid of this PID
+/// namespace with no process here. A cgroup of a tracker in another namespace
+/// is never taken for dead (its pid means another process here, or none). Only
+/// an empty cgroup can be removed, so one that still holds a dead tracker's
+/// command stays until a later sweep.
 fn sweep_stale(parent: &Path) {
     let Ok(entries) = std::fs::read_dir(parent) else {
         return;
     };
+    let own = ns_tag();
     for e in entries.flatten() {
         let name = e.file_name();
-        let Some(pid) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix("resource-tracker-"))
-            .and_then(|rest| rest.split('-').next())
-            .and_then(|p| p.parse::<u32>().ok())
-        else {
+        let Some((tag, pid)) = name.to_str().and_then(owner_of) else {
             continue;
         };
-        if Path::new(&format!("/proc/{pid}")).exists() {
+        if tag != own || Path::new(&format!("/proc/{pid}")).exists() {
             continue;
         }
         match std::fs::remove_dir(e.path()) {
@@ -173,16 +198,18 @@ fn sweep_stale(parent: &Path) {
     }
 }
 
-/// Makes `resource-tracker-PID` (this tracker's pid, then `-1` … `-15`) in
-/// `parent`: its path and name. mkdir is exclusive: a cgroup of that name (another
-/// tracker's, or one left by a tracker that was killed) is never taken over.
+/// Makes `resource-tracker-PID` (this tracker's pid, then `-1` … `-15`, after
+/// `ns_tag`) in `parent`: its path and name. mkdir is exclusive: a cgroup of
+/// that name (another tracker's, or one left by a tracker that was killed) is
+/// never taken over.
 fn make_dir(parent: &Path) -> Result<(PathBuf, String), Unavailable> {
     let me = std::process::id();
+    let ns = ns_tag();
     for n in 0..16 {
         let name = if n == 0 {
-            format!("resource-tracker-{me}")
+            format!("resource-tracker-{ns}{me}")
         } else {
-            format!("resource-tracker-{me}-{n}")
+            format!("resource-tracker-{ns}{me}-{n}")
         };
         let dir = parent.join(&name);
         match std::fs::DirBuilder::new().mode(0o755).create(&dir) {
@@ -192,7 +219,7 @@ fn make_dir(parent: &Path) -> Result<(PathBuf, String), Unavailable> {
         }
     }
     Err(Unavailable(format!(
-        "cgroups named resource-tracker-{me}* exist already in {}",
+        "cgroups named resource-tracker-{ns}{me}* exist already in {}",
         parent.display()
     )))
 }
@@ -703,6 +730,44 @@ impl Drop for TreeCgroup {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cgroups_owner_is_read_from_its_name() {
+        assert_eq!(owner_of("resource-tracker-123"), Some(("", 123)));
+        assert_eq!(owner_of("resource-tracker-123-4"), Some(("", 123)));
+        assert_eq!(
+            owner_of("resource-tracker-ns4026531-77-2"),
+            Some(("ns4026531-", 77))
+        );
+        assert_eq!(owner_of("resource-tracker-ns-1"), Some(("ns-", 1)));
+        assert_eq!(owner_of("resource-tracker-x"), None);
+        assert_eq!(owner_of("other-123"), None);
+    }
+
+    /// A sweep takes for dead only a tracker of its own PID namespace whose pid
+    /// has no process: a namespaced tracker's fresh cgroup, whose pid means
+    /// nothing here, stays (it was removed under a host tracker, which then
+    /// could not move its command in).
+    #[test]
+    fn a_sweep_leaves_another_namespaces_cgroups() {
+        let parent = std::env::temp_dir().join(format!("rt-sweep-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&parent);
+        std::fs::create_dir(&parent).unwrap();
+        // No pid is above pid_max (at most 2^22).
+        let dead = 4_999_999;
+        let own = format!("resource-tracker-{}{dead}", ns_tag());
+        let other = format!("resource-tracker-ns1-{dead}");
+        let alive = format!("resource-tracker-{}{}", ns_tag(), std::process::id());
+        for d in [&own, &other, &alive] {
+            std::fs::create_dir(parent.join(d)).unwrap();
+        }
+        sweep_stale(&parent);
+        let left = |d: &str| parent.join(d).exists();
+        assert!(!left(&own), "a dead tracker's of this namespace is removed");
+        assert!(left(&other), "another namespace's stays");
+        assert!(left(&alive), "a live tracker's stays");
+        let _ = std::fs::remove_dir_all(&parent);
+    }
 
     #[test]
     fn stall_totals() {

@@ -148,8 +148,6 @@ pub(crate) fn recursion_misses(fd: std::os::fd::BorrowedFd<'_>) -> u64 {
     u64::from_ne_bytes(b)
 }
 
-/// A PID namespace's inode that is the host's (`PROC_PID_INIT_INO`).
-const INIT_PID_NS_INO: u64 = 0xEFFF_FFFC;
 /// The kernel's BTF is a few MiB; a file far past that is not one (and /dev/zero
 /// never ends).
 pub(super) const MAX_BTF: u64 = 64 << 20;
@@ -157,8 +155,7 @@ pub(super) const MAX_BTF: u64 = 64 << 20;
 /// True when this process is in the host's PID namespace, where the kernel's pids and
 /// /proc's agree. An unreadable namespace link (no /proc) counts as the host's.
 pub(crate) fn in_host_pid_ns() -> bool {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata("/proc/self/ns/pid").map_or(true, |m| m.ino() == INIT_PID_NS_INO)
+    crate::sys::pid_ns().is_none_or(|ino| ino == crate::sys::INIT_PID_NS_INO)
 }
 
 /// Why the eBPF engine could not start; the agent then falls back to procfs.
