@@ -48,6 +48,62 @@ fn a_memory_limit_holds_and_names_its_kills() {
     }
 }
 
+/// A command that moves itself out of the cgroup that holds `--memory 64M`
+/// (root may) and then holds 300 MiB: the summary never says it ran under the
+/// limit. `limits.escaped` says how it left, `limit_escaped` is named in
+/// `degraded`, the verdict line says the limits did not hold, and its memory is
+/// measured (Σ PSS, the tree no longer the cgroup's), not the cgroup's 64 MiB.
+#[test]
+fn a_limit_a_member_left_is_named_never_reported_as_held() {
+    if !e2e::require(e2e::is_root(), "root is needed to make cgroups") {
+        return;
+    }
+    let cg = Cgroup::new("escape");
+    let w = workload().display().to_string();
+    let scratch = Scratch::new("escape");
+    let sum = scratch.path("summary.json");
+    // Not -q: the verdict is a line at a terminal; the samples go to a file.
+    let o = run(Command::new(tracker())
+        .args(["run", "-i", "0.2", "--memory", "64M", "-o"])
+        .arg(scratch.path("s.jsonl"))
+        .arg("--summary")
+        .arg(&sum)
+        .args([
+            "--",
+            &w,
+            "incgroup",
+            &cg.join_arg(),
+            "--",
+            &w,
+            "memory",
+            "300",
+            "1",
+            "1500",
+        ]));
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let s = read_json(&sum);
+    let l = &s["limits"];
+    assert_eq!(l["memory_mib"], 64.0, "{s}");
+    let why = l["escaped"]
+        .as_str()
+        .unwrap_or_else(|| panic!("limits.escaped: {s}"));
+    assert!(why.contains("left"), "{why}");
+    let names: Vec<&str> = s["degraded"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|d| d["name"].as_str())
+        .collect();
+    assert!(names.contains(&"limit_escaped"), "{names:?}");
+    let verdict = err
+        .lines()
+        .find(|l| l.contains("resource-tracker: limits"))
+        .unwrap_or_else(|| panic!("no limits line: {err}"));
+    assert!(verdict.contains("did not hold"), "{verdict}");
+    assert!(f(&s, "peak_memory_mib") > 250.0, "{s}");
+}
+
 /// A root that would keep a CPU busy for 0.6 s gets at most half a CPU: no more
 /// CPU than half its wall time (and one period's allowance), and the quota says it
 /// throttled the tree.

@@ -188,6 +188,7 @@ impl Limited {
             oom_kills,
             throttled_periods: periods,
             throttled_secs,
+            escaped: None,
         }
     }
 }

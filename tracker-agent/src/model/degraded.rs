@@ -41,6 +41,10 @@ pub const EXITS_UNHEARD: &str = "exits_unheard";
 /// read (another user's processes): the figure is a lower bound.
 pub const PSS_PARTIAL: &str = "pss_partial";
 
+/// Under `--cpus`/`--memory`, a member left the cgroup that holds the limits:
+/// they did not hold for it.
+pub const LIMIT_ESCAPED: &str = "limit_escaped";
+
 /// Sentinel's spool file failed (full, read-only): batches past the memory limit
 /// went to kept files or memory instead.
 pub const SPOOL_FAILED: &str = "spool_failed";
@@ -56,7 +60,7 @@ pub const EBPF_LOAD_FAILED: &str = "ebpf_load_failed";
 
 /// Every name, for the documentation's check.
 #[cfg(test)]
-pub const ALL: [&str; 20] = [
+pub const ALL: [&str; 21] = [
     MAP_FULL,
     EXIT_UNREAD,
     RING_FULL,
@@ -69,6 +73,7 @@ pub const ALL: [&str; 20] = [
     EXITS_LOST,
     EXITS_UNHEARD,
     PSS_PARTIAL,
+    LIMIT_ESCAPED,
     NO_TASK_IO,
     NO_ON_CPU,
     NO_GROUP_DEAD,

@@ -188,6 +188,9 @@ pub struct LimitsReport {
     /// null without a CPU limit.
     pub throttled_periods: Option<u64>,
     pub throttled_secs: Option<f64>,
+    /// How a member of the tree left the cgroup that holds the limits; null
+    /// while they held for the whole tree.
+    pub escaped: Option<String>,
 }
 
 /// How streaming went; in the summary as `streaming`.

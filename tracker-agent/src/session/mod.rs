@@ -507,8 +507,11 @@ fn end_summary(
     discovery: Option<std::thread::JoinHandle<Discovered>>,
 ) -> crate::model::Summary {
     // What the limits did, read before their cgroups go.
-    let limits = limited.as_ref().map(Limited::outcome);
+    let mut limits = limited.as_ref().map(Limited::outcome);
     drop(limited);
+    if let Some(l) = &mut limits {
+        l.escaped.clone_from(&ended.left_cgroup);
+    }
     if let Some(mut cg) = ended.memcg.take() {
         cg.remove();
     }

@@ -68,6 +68,9 @@ pub struct Ended {
     /// To be removed once the tree is gone.
     pub memcg: Option<TreeCgroup>,
     pub cpucg: Option<TreeCpu>,
+    /// How a member left the cgroup made for the command, if one did: under
+    /// `--cpus`/`--memory` the limits did not hold for it.
+    pub left_cgroup: Option<String>,
 }
 
 struct Loop {
@@ -80,6 +83,11 @@ struct Loop {
     memcg: Option<TreeCgroup>,
     /// The tree is no longer exactly the cgroup's (a member left it).
     memcg_stale: bool,
+    /// How a member left the cgroup made for the command (moved out, or ran
+    /// outside it), for the limits' verdict.
+    left_cgroup: Option<String>,
+    /// The command runs under `--cpus`/`--memory` in that cgroup.
+    limited: bool,
     cpucg: Option<TreeCpu>,
     /// The CPU cgroup's last total: the tree's CPU is never below it.
     cpu_floor: u64,
@@ -152,28 +160,38 @@ impl Loop {
         } else {
             None
         };
-        let why = match (stray, stranger) {
-            (_, Some(why)) => why,
+        // Whether a member left it (moved out, or ran outside it).
+        let (why, left) = match (stray, stranger) {
+            (_, Some(why)) => (why, false),
             (None, None) => match cg.read() {
                 Some(r) if !ran_outside(tree.max_rss_kib, &r) => {
                     self.adopted_used |= cg.is_adopted();
                     return Some(less_tracker(r, cg.tracker_inside()));
                 }
-                Some(r) => format!(
-                    "a member's RSS ({} MiB) is far above all {} was ever charged ({} MiB): members ran outside it",
-                    tree.max_rss_kib / 1024,
-                    cg.dir().display(),
-                    r.peak.unwrap_or(r.current) >> 20
+                Some(r) => (
+                    format!(
+                        "a member's RSS ({} MiB) is far above all {} was ever charged ({} MiB): members ran outside it",
+                        tree.max_rss_kib / 1024,
+                        cg.dir().display(),
+                        r.peak.unwrap_or(r.current) >> 20
+                    ),
+                    true,
                 ),
-                None => format!("{} cannot be read", cg.dir().display()),
+                None => (format!("{} cannot be read", cg.dir().display()), false),
             },
-            (Some(l), None) => format!(
-                "pid {} of the tree left {} (it is in {})",
-                l.pid,
-                cg.dir().display(),
-                l.cgroup
+            (Some(l), None) => (
+                format!(
+                    "pid {} of the tree left {} (it is in {})",
+                    l.pid,
+                    cg.dir().display(),
+                    warn::escaped(&l.cgroup)
+                ),
+                true,
             ),
         };
+        if left {
+            self.left(&why);
+        }
         // A cgroup that never held only the tree (a login session's, the
         // machine's) is given up without a word; one that did is said.
         if self.adopted_used {
@@ -187,6 +205,18 @@ impl Loop {
         // From here on `PssSum` reads it.
         self.opts.memcg_id = None;
         None
+    }
+
+    /// A member left the cgroup made for the command (`why`): kept for the
+    /// limits' verdict and, under limits, named from this sample on.
+    fn left(&mut self, why: &str) {
+        if self.limited {
+            self.sampler.degrade(
+                degraded::LIMIT_ESCAPED,
+                format!("{why}: the limits do not hold for it"),
+            );
+        }
+        self.left_cgroup.get_or_insert_with(|| why.to_string());
     }
 
     /// The stall times of the v2 cgroup made for the command: the CPU one of its
@@ -615,6 +645,8 @@ fn start_loop(t: Tracked, st: &Settings, started: Instant) -> (Loop, Ends) {
         },
         memcg: t.memcg,
         memcg_stale: false,
+        left_cgroup: None,
+        limited: st.limits.any(),
         cpucg: t.cpucg,
         cpu_floor: 0,
         cpu_offset: None,
@@ -964,5 +996,6 @@ async fn run_loop(
         engine: lp.engine,
         memcg: lp.memcg,
         cpucg: lp.cpucg,
+        left_cgroup: lp.left_cgroup,
     })
 }

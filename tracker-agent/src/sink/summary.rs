@@ -218,15 +218,20 @@ fn limits_line(l: &crate::model::summary::LimitsReport) -> String {
     if let (Some(secs), Some(n)) = (l.throttled_secs, l.throttled_periods) {
         did.push(format!("throttled {secs:.2} s in {n} periods"));
     }
-    format!(
-        "resource-tracker: limits {}: {}\n",
-        asked.join(" "),
-        if did.is_empty() {
-            "what they did could not be read".to_string()
-        } else {
-            did.join(", ")
-        }
-    )
+    let did = if did.is_empty() {
+        "what they did could not be read".to_string()
+    } else {
+        did.join(", ")
+    };
+    match &l.escaped {
+        // Never a verdict for a job that did not run under them.
+        Some(why) => format!(
+            "resource-tracker: limits {} did not hold for the whole tree: {}; within them: {did}\n",
+            asked.join(" "),
+            escaped(why)
+        ),
+        None => format!("resource-tracker: limits {}: {did}\n", asked.join(" ")),
+    }
 }
 
 /// "s" for a count other than one.

@@ -113,7 +113,13 @@ def _pressure(summary: Dict[str, Any]) -> str:
             out += " The step stalled on memory: its memory figures, and the advice, are low."
         out += "</p>"
     lim = summary.get("limits")
-    if lim:
+    if lim and lim.get("escaped"):
+        # Never a verdict for a step that did not run under them.
+        out += (
+            f'<p id="limits" class="failed">The limits ({_fmt(lim.get("cpus"))} CPU, {_fmt(lim.get("memory_mib"))} MiB) '
+            f"did not hold for the whole step: {_e(lim['escaped'])}.</p>"
+        )
+    elif lim:
         out += (
             f'<p id="limits">Ran under {_fmt(lim.get("cpus"))} CPU, {_fmt(lim.get("memory_mib"))} MiB: '
             f'{_e(lim.get("oom_kills") or 0)} OOM kill(s), throttled {_fmt(lim.get("throttled_secs"))} s.</p>'
