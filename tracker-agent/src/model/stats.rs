@@ -441,7 +441,9 @@ impl Recommendation {
     /// grows a pod the OOM killer ended), when that is above what was measured.
     pub fn after_oom_kill(&mut self, limit_mib: f64) {
         let need = round_memory((limit_mib + 100.0).max(limit_mib * 1.2));
-        if need <= self.memory_mib {
+        // Only a measured advice above it stands; one the floor made equal
+        // (128 MiB after a kill under 10 MiB) would hide the kill.
+        if need < self.memory_mib {
             return;
         }
         self.basis = format!(
@@ -1025,6 +1027,19 @@ mod tests {
         // Never below what was measured.
         r.after_oom_kill(100.0);
         assert_eq!(r.memory_mib, 1280);
+        // Under a limit so small that the advice's floor equals what the kill
+        // asks (10 + 100 → 128): the basis names the kill all the same.
+        let mut u = UsageAccum::default();
+        u.add(&sample(1.0, 1.0, 10.0, 1.0, 0));
+        let mut r = u.recommendation().unwrap();
+        assert_eq!((r.memory_mib, r.memory_basis), (128, "rss"));
+        r.after_oom_kill(10.0);
+        assert_eq!(
+            (r.memory_mib, r.memory_basis),
+            (128, "oom_kill"),
+            "{}",
+            r.basis
+        );
     }
 
     #[test]
