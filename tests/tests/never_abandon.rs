@@ -147,28 +147,52 @@ fn a_full_disk_keeps_the_command_and_what_it_can() {
         let sum = read_json(&summary);
         assert_eq!(sum["exit_code"], 7);
         assert!(e2e::num(&sum, "/processes_spawned") >= 300.0, "{sum}");
-        // The events go on in their kept file from the failure on: with what the
-        // full disk took, every process's exit (a line the disk cut in two is lost
-        // at most; the kept file's first line may be its rest).
+        // Where the samples went is in the summary; the summary the full disk
+        // could not take is not left behind empty or cut.
+        assert_eq!(
+            sum["samples_kept_in"].as_str(),
+            samples.to_str(),
+            "{format}: {sum}"
+        );
+        assert!(
+            !d.join("summary.json").exists(),
+            "{format}: a summary the disk could not take is left"
+        );
+        // The events go on in their kept file from the failure on: every line
+        // whole in one of the two files, every process's exit once.
+        let whole = |text: &str, what: &str| {
+            for l in text.lines() {
+                serde_json::from_str::<Value>(l)
+                    .unwrap_or_else(|e| panic!("{format}: a cut line in {what} ({e}): {l:?}"));
+            }
+        };
         let exits = |text: &str| {
             text.lines()
                 .filter_map(|l| serde_json::from_str::<Value>(l).ok())
                 .filter(|v| v["kind"] == "exit")
-                .count()
+                .map(|v| v["pid"].as_u64().unwrap_or(0))
+                .collect::<Vec<u64>>()
         };
         let kept = std::fs::read_to_string(&events).expect("kept events");
         let first = std::fs::read_to_string(d.join("events.jsonl")).unwrap_or_default();
+        whole(&first, "the events file asked for");
+        whole(&kept, "the kept events file");
         let (a, b) = (exits(&first), exits(&kept));
+        let mut all: Vec<u64> = a.iter().chain(&b).copied().collect();
+        let n = all.len();
+        all.sort_unstable();
+        all.dedup();
+        assert_eq!(all.len(), n, "{format}: an exit in both files");
         assert!(
-            a + b >= 300,
-            "exit events: {a} in the file asked for, {b} kept"
+            n >= 300,
+            "exit events: {} in the file asked for, {} kept",
+            a.len(),
+            b.len()
         );
-        assert!(
-            kept.lines()
-                .skip(1)
-                .all(|l| serde_json::from_str::<Value>(l).is_ok()),
-            "whole lines kept: {kept}"
-        );
+        if *format == "json" {
+            let asked = std::fs::read_to_string(d.join("out")).unwrap_or_default();
+            whole(&asked, "the samples file asked for");
+        }
         let kept = std::fs::read_to_string(&samples).expect("kept samples");
         let rows: Vec<&str> = kept.lines().collect();
         assert!(rows.len() >= 3, "{kept}");
@@ -185,6 +209,42 @@ fn a_full_disk_keeps_the_command_and_what_it_can() {
         for f in ["out", "summary.json", "events.jsonl", "filler"] {
             let _ = std::fs::remove_file(d.join(f));
         }
+    }
+}
+
+/// Samples on stderr, and stderr a file on a full disk: the samples go on in a
+/// kept file, and the summary says which (`samples_kept_in`); the line that
+/// names it, which the full stderr cannot take, goes to the system log.
+#[test]
+fn a_full_stderr_says_where_the_samples_went() {
+    if skip_unless_root() {
+        return;
+    }
+    let s = Scratch::new("full-stderr");
+    let tmp = s.path("tmp");
+    std::fs::create_dir(&tmp).expect("tmp");
+    let fs = SmallFs::mount(s.path("disk"), 64);
+    fs.fill(600);
+    let marker = s.path("marker");
+    let err = std::fs::File::create(fs.0.join("stderr")).expect("stderr file");
+    let st = tracker_in(&tmp)
+        .args(["run", "-i", "0.1", "--summary"])
+        .arg(s.path("summary.json"))
+        .arg("--")
+        .args(command(&marker))
+        .stderr(err)
+        .status()
+        .expect("run the tracker");
+    assert_eq!(st.code(), Some(7), "{st:?}");
+    let sum = read_json(&s.path("summary.json"));
+    let kept = sum["samples_kept_in"]
+        .as_str()
+        .unwrap_or_else(|| panic!("samples_kept_in: {sum}"));
+    assert!(Path::new(kept).starts_with(&tmp), "{kept}");
+    let rows = std::fs::read_to_string(kept).expect("kept samples");
+    assert!(rows.lines().count() >= 3, "{rows}");
+    for r in rows.lines() {
+        serde_json::from_str::<Value>(r).expect("a whole JSON line");
     }
 }
 

@@ -62,10 +62,20 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
     s
 }
 
-/// One line to the user on stderr. A closed or full stderr loses the line but
-/// never ends the run (`eprintln!` would panic).
+/// One line to the user on stderr; where stderr cannot take it (full, closed,
+/// a reader gone), to the system log instead, so that a line saying where the
+/// samples went is never lost with the stderr that failed. Never ends the run
+/// (`eprintln!` would panic).
 pub fn say(msg: impl std::fmt::Display) {
-    let _ = writeln!(std::io::stderr().lock(), "resource-tracker: {msg}");
+    let line = format!("resource-tracker: {msg}\n");
+    let mut err = std::io::stderr().lock();
+    if err
+        .write_all(line.as_bytes())
+        .and_then(|()| err.flush())
+        .is_err()
+    {
+        to_syslog(line.trim_end());
+    }
 }
 
 static SEEN: Mutex<Option<HashSet<String>>> = Mutex::new(None);

@@ -121,6 +121,22 @@ pub fn fallback_file(name: &str, owner: Option<&Owner>) -> std::io::Result<(File
     Ok((f, dir.join(name)))
 }
 
+/// After a failed write to `f`, which had `whole` bytes of whole lines: cuts
+/// off what the failed write left of a line (a full disk takes part of one), so
+/// that every line is whole in one file, never split between this one and the
+/// file kept instead. Where it cannot be cut, the partial line stays: said once.
+pub fn whole_lines_only(f: &File, whole: u64) {
+    let len = f.metadata().map(|m| m.len()).unwrap_or(whole);
+    if len > whole {
+        if let Err(e) = f.set_len(whole) {
+            crate::warn::warn_once(
+                "partial-line",
+                format_args!("a partial line stays at the end of a file that filled up ({e})"),
+            );
+        }
+    }
+}
+
 /// Encoding of the sample lines.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {

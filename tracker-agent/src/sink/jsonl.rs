@@ -2,16 +2,12 @@
 //! the node agent's `--output`. When the file fails (a full disk), the lines go on
 //! in a private file that is named, as the samples' do.
 
-use std::{
-    fs::File,
-    io::{BufWriter, Write},
-    path::PathBuf,
-};
+use std::{fs::File, io::Write, path::PathBuf};
 
 use anyhow::Context as _;
 use serde::Serialize;
 
-use super::base::{fallback_file, Sink};
+use super::base::{fallback_file, whole_lines_only, Sink};
 use crate::{
     fsafe::Owner,
     model::{node::NodeScan, ProcEvent},
@@ -20,7 +16,13 @@ use crate::{
 const KEEP_TEXT: usize = 64 * 1024;
 
 pub struct JsonLines {
-    file: Option<BufWriter<File>>,
+    file: Option<File>,
+    /// Bytes of whole lines the file holds: after a failed write it is cut back
+    /// to them, so that every line is whole in one file, never split between it
+    /// and the one kept instead.
+    on_disk: u64,
+    /// Whole lines not written yet (at most `capacity`, then written).
+    pending: Vec<u8>,
     /// How errors name it: "the events file".
     what: String,
     /// The name of the file kept instead.
@@ -29,11 +31,8 @@ pub struct JsonLines {
     owner: Option<Owner>,
     /// Whether the file is already the one kept instead: a second failure stops.
     kept: bool,
-    /// The buffer's size; 0 writes each call's lines straight through.
+    /// Bytes held before a write; 0 writes each call's lines straight through.
     capacity: usize,
-    /// The call's lines, kept between calls so that they are not grown anew (up to
-    /// `KEEP_TEXT`: a node scan of hundreds of containers gives its memory back).
-    text: Vec<u8>,
 }
 
 impl JsonLines {
@@ -47,8 +46,7 @@ impl JsonLines {
         Self::with_capacity(file, what, kept_name, owner, 8 * 1024)
     }
 
-    /// Every write goes to the file at once, so nothing written stays in a buffer
-    /// that a failed flush would leave to be written twice.
+    /// Every call's lines go to the file at once.
     pub fn unbuffered(
         file: File,
         what: String,
@@ -66,44 +64,64 @@ impl JsonLines {
         capacity: usize,
     ) -> JsonLines {
         JsonLines {
-            file: Some(BufWriter::with_capacity(capacity, file)),
+            file: Some(file),
+            on_disk: 0,
+            pending: Vec::new(),
             what,
             kept_name,
             owner,
             kept: false,
             capacity,
-            text: Vec::new(),
         }
     }
 
-    /// The items as lines in one write: a failure then leaves none of them in
-    /// the buffer, and the kept file gets them once.
+    /// The items as whole lines. A failure leaves none of this call's lines
+    /// held (the call is tried again in the file kept instead) and the file
+    /// with whole lines only.
     fn put<'a, T: Serialize + 'a>(
         &mut self,
         items: impl IntoIterator<Item = &'a T>,
     ) -> anyhow::Result<()> {
-        let Some(w) = self.file.as_mut() else {
+        if self.file.is_none() {
             return Ok(());
-        };
-        let text = &mut self.text;
-        text.clear();
-        for item in items {
-            serde_json::to_writer(&mut *text, item)?;
-            text.push(b'\n');
         }
-        let written = w
-            .write_all(text)
-            .with_context(|| format!("writing {}", self.what));
-        if text.capacity() > KEEP_TEXT {
-            *text = Vec::new();
+        let before = self.pending.len();
+        for item in items {
+            serde_json::to_writer(&mut self.pending, item)?;
+            self.pending.push(b'\n');
+        }
+        if self.pending.len() <= self.capacity {
+            return Ok(());
+        }
+        let written = self.write_pending();
+        if written.is_err() {
+            self.pending.truncate(before);
         }
         written
     }
 
-    fn flush(&mut self) -> anyhow::Result<()> {
-        match self.file.as_mut() {
-            Some(w) => w.flush().with_context(|| format!("writing {}", self.what)),
-            None => Ok(()),
+    /// Writes the lines held; on failure the file is cut back to its whole
+    /// lines and they stay held, for the file kept instead.
+    fn write_pending(&mut self) -> anyhow::Result<()> {
+        let Some(f) = self.file.as_mut() else {
+            return Ok(());
+        };
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        match f.write_all(&self.pending) {
+            Ok(()) => {
+                self.on_disk += self.pending.len() as u64;
+                self.pending.clear();
+                if self.pending.capacity() > KEEP_TEXT {
+                    self.pending = Vec::new();
+                }
+                Ok(())
+            }
+            Err(e) => {
+                whole_lines_only(f, self.on_disk);
+                Err(e).with_context(|| format!("writing {}", self.what))
+            }
         }
     }
 }
@@ -114,7 +132,7 @@ impl Sink<ProcEvent, ()> for JsonLines {
     }
 
     fn finish(&mut self, _: &mut ()) -> anyhow::Result<()> {
-        self.flush()
+        self.write_pending()
     }
 
     fn fall_back(&mut self) -> Option<PathBuf> {
@@ -129,7 +147,7 @@ impl Sink<NodeScan, ()> for JsonLines {
     }
 
     fn finish(&mut self, _: &mut ()) -> anyhow::Result<()> {
-        self.flush()
+        self.write_pending()
     }
 
     fn fall_back(&mut self) -> Option<PathBuf> {
@@ -138,21 +156,38 @@ impl Sink<NodeScan, ()> for JsonLines {
 }
 
 impl JsonLines {
-    /// What the failed file still held unwritten goes first into the kept file;
-    /// the failed call, tried again, then adds its own.
+    /// The lines still held go on into the kept file (the failed file holds
+    /// whole lines only); the failed call, tried again, then adds its own.
     fn move_to_kept(&mut self) -> Option<PathBuf> {
-        let unwritten = self.file.take().map(|w| {
-            let (_, rest) = w.into_parts();
-            rest.unwrap_or_default()
-        });
+        self.file = None;
         if self.kept {
             return None;
         }
         let (f, p) = fallback_file(self.kept_name, self.owner.as_ref()).ok()?;
-        let mut w = BufWriter::with_capacity(self.capacity, f);
-        w.write_all(&unwritten.unwrap_or_default()).ok()?;
-        self.file = Some(w);
+        self.file = Some(f);
+        self.on_disk = 0;
         self.kept = true;
         Some(p)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_write_leaves_whole_lines_only() {
+        // /dev/full fails every write: nothing of the call is kept in the file
+        // or held, and what was held stays for the kept file.
+        let f = File::options()
+            .write(true)
+            .open("/dev/full")
+            .expect("/dev/full");
+        let mut j = JsonLines::with_capacity(f, "the test file".into(), "t.jsonl", None, 64);
+        j.put(["a"].iter()).expect("held, not written");
+        assert_eq!(j.pending, b"\"a\"\n");
+        let big = "x".repeat(100);
+        assert!(j.put([big.as_str()].iter()).is_err());
+        assert_eq!(j.pending, b"\"a\"\n", "the failed call's line is not held");
     }
 }

@@ -3,13 +3,13 @@
 
 use std::{
     fs::File,
-    io::{BufWriter, Write},
+    io::Write,
     path::{Path, PathBuf},
 };
 
 use anyhow::Context as _;
 
-use super::base::{create_or_keep, fallback_file, Format, Sink};
+use super::base::{create_or_keep, fallback_file, whole_lines_only, Format, Sink};
 use crate::{
     fsafe::Owner,
     model::{csv, Sample, Summary},
@@ -17,7 +17,8 @@ use crate::{
 
 enum Target {
     Stderr,
-    File(BufWriter<File>, String),
+    /// The file, how it is named, and the bytes of whole lines it holds.
+    File(File, String, u64),
     Null,
 }
 
@@ -26,8 +27,9 @@ pub struct Lines {
     format: Format,
     header_done: bool,
     owner: Option<Owner>,
-    /// Where the samples went instead of a stderr that was closed at start.
-    instead_of_stderr: Option<PathBuf>,
+    /// Where the samples went instead of where they were asked to go (a
+    /// stderr closed at start, a file or stderr that failed mid-run).
+    kept_in: Option<PathBuf>,
     /// The line being written, kept between samples: serialised in place, it grew
     /// from nothing (~6 reallocations for 3 KB) and was copied once more.
     text: Vec<u8>,
@@ -42,7 +44,7 @@ impl Lines {
         format: Format,
         owner: Option<&Owner>,
     ) -> anyhow::Result<Lines> {
-        let mut instead_of_stderr = None;
+        let mut kept_in = None;
         let name = match format {
             Format::Json => "samples.jsonl",
             Format::Csv => "samples.csv",
@@ -51,7 +53,7 @@ impl Lines {
             Some(p) => {
                 let (f, kept) = create_or_keep(p, "output", name, owner)?;
                 let shown = kept.as_deref().unwrap_or(p).display().to_string();
-                Target::File(BufWriter::new(f), shown)
+                Target::File(f, shown, 0)
             }
             None if quiet => Target::Null,
             // Started with `2>&-`: the runtime put /dev/null there. The samples
@@ -64,8 +66,8 @@ impl Lines {
                         p.display()
                     ));
                     let shown = p.display().to_string();
-                    instead_of_stderr = Some(p);
-                    Target::File(BufWriter::new(f), shown)
+                    kept_in = Some(p);
+                    Target::File(f, shown, 0)
                 }
                 Err(e) => {
                     crate::warn::to_syslog(&format!(
@@ -81,7 +83,7 @@ impl Lines {
             format,
             header_done: false,
             owner: owner.cloned(),
-            instead_of_stderr,
+            kept_in,
             text: Vec::new(),
         })
     }
@@ -111,18 +113,21 @@ impl Sink for Lines {
                 .lock()
                 .write_all(text)
                 .context("writing a sample to stderr")?,
-            Target::File(w, name) => {
-                w.write_all(text)
-                    .and_then(|_| w.flush())
-                    .with_context(|| format!("writing a sample to {name}"))?;
-            }
+            Target::File(f, name, whole) => match f.write_all(text) {
+                Ok(()) => *whole += text.len() as u64,
+                Err(e) => {
+                    // The sample goes whole to the file kept instead.
+                    whole_lines_only(f, *whole);
+                    return Err(e).with_context(|| format!("writing a sample to {name}"));
+                }
+            },
             Target::Null => {}
         }
         Ok(())
     }
 
     fn finish(&mut self, summary: &mut Summary) -> anyhow::Result<()> {
-        summary.samples_kept_in = self.instead_of_stderr.clone();
+        summary.samples_kept_in = self.kept_in.clone();
         Ok(())
     }
 
@@ -132,8 +137,9 @@ impl Sink for Lines {
             Format::Csv => "samples.csv",
         };
         let (f, path) = fallback_file(name, self.owner.as_ref()).ok()?;
-        self.target = Target::File(BufWriter::new(f), path.display().to_string());
+        self.target = Target::File(f, path.display().to_string(), 0);
         self.header_done = false;
+        self.kept_in = Some(path.clone());
         Some(path)
     }
 }

@@ -19,6 +19,9 @@ use crate::{
 pub struct SummaryOut {
     terminal: bool,
     file: Option<(File, String)>,
+    /// The file the user named, as made here: removed if it could not be
+    /// written whole (no empty or cut summary is left behind).
+    made: Option<PathBuf>,
     owner: Option<Owner>,
 }
 
@@ -29,15 +32,20 @@ impl SummaryOut {
         path: Option<&Path>,
         owner: Option<&Owner>,
     ) -> anyhow::Result<SummaryOut> {
+        let mut made = None;
         let file = path
             .map(|p| {
-                create_or_keep(p, "summary", "summary.json", owner)
-                    .map(|(f, kept)| (f, kept.as_deref().unwrap_or(p).display().to_string()))
+                create_or_keep(p, "summary", "summary.json", owner).map(|(f, kept)| {
+                    let shown = kept.as_deref().unwrap_or(p);
+                    made = Some(shown.to_path_buf());
+                    (f, shown.display().to_string())
+                })
             })
             .transpose()?;
         Ok(SummaryOut {
             terminal,
             file,
+            made,
             owner: owner.cloned(),
         })
     }
@@ -64,10 +72,25 @@ impl Sink for SummaryOut {
     }
 
     fn fall_back(&mut self) -> Option<PathBuf> {
-        self.file.as_ref()?;
+        let (failed, _) = self.file.as_ref()?;
+        if let Some(p) = self.made.take() {
+            remove_if_same(&p, failed);
+        }
         let (f, path) = fallback_file("summary.json", self.owner.as_ref()).ok()?;
         self.file = Some((f, path.display().to_string()));
         Some(path)
+    }
+}
+
+/// Removes `path` where it still names the file `f` (not a file put there
+/// since): a summary that could not be written whole.
+fn remove_if_same(path: &Path, f: &File) {
+    use std::os::unix::fs::MetadataExt as _;
+    let (Ok(open), Ok(there)) = (f.metadata(), std::fs::symlink_metadata(path)) else {
+        return;
+    };
+    if (open.dev(), open.ino()) == (there.dev(), there.ino()) {
+        let _ = std::fs::remove_file(path);
     }
 }
 
