@@ -74,6 +74,12 @@ fn a_limit_a_member_left_is_named_never_reported_as_held() {
     if !e2e::require(e2e::is_root(), "root is needed to make cgroups") {
         return;
     }
+    for backend in [&[][..], &["--no-ebpf"][..]] {
+        escaped_limit(backend);
+    }
+}
+
+fn escaped_limit(backend: &[&str]) {
     let cg = Cgroup::new("escape");
     let w = workload().display().to_string();
     let scratch = Scratch::new("escape");
@@ -84,6 +90,7 @@ fn a_limit_a_member_left_is_named_never_reported_as_held() {
         .arg(scratch.path("s.jsonl"))
         .arg("--summary")
         .arg(&sum)
+        .args(backend)
         .args([
             "--",
             &w,
@@ -97,13 +104,13 @@ fn a_limit_a_member_left_is_named_never_reported_as_held() {
             "1500",
         ]));
     let err = String::from_utf8_lossy(&o.stderr).into_owned();
-    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert_eq!(o.status.code(), Some(0), "{backend:?}: {err}");
     let s = read_json(&sum);
     let l = &s["limits"];
     assert_eq!(l["memory_mib"], 64.0, "{s}");
     let why = l["escaped"]
         .as_str()
-        .unwrap_or_else(|| panic!("limits.escaped: {s}"));
+        .unwrap_or_else(|| panic!("{backend:?}: limits.escaped: {s}"));
     assert!(why.contains("left"), "{why}");
     let names: Vec<&str> = s["degraded"]
         .as_array()
@@ -111,13 +118,13 @@ fn a_limit_a_member_left_is_named_never_reported_as_held() {
         .flatten()
         .filter_map(|d| d["name"].as_str())
         .collect();
-    assert!(names.contains(&"limit_escaped"), "{names:?}");
+    assert!(names.contains(&"limit_escaped"), "{backend:?}: {names:?}");
     let verdict = err
         .lines()
         .find(|l| l.contains("resource-tracker: limits"))
         .unwrap_or_else(|| panic!("no limits line: {err}"));
     assert!(verdict.contains("did not hold"), "{verdict}");
-    assert!(f(&s, "peak_memory_mib") > 250.0, "{s}");
+    assert!(f(&s, "peak_memory_mib") > 250.0, "{backend:?}: {s}");
 }
 
 /// A root that would keep a CPU busy for 0.6 s gets at most half a CPU: no more
