@@ -2,13 +2,19 @@
 # Idempotent fresh-machine setup: nightly rust-src, bpf-linker (against the nightly
 # toolchain's own LLVM), and the few Debian packages the tests use.
 # Fast when everything is already present.
+# `--run` (cargo xtask run, cargo xtask install): only what building and running
+# the tracker needs, the nightly toolchain's rust-src and bpf-linker; none of the
+# tests' packages, peers or virtual environments.
 set -euo pipefail
+run_only=0
+[ "${1:-}" = "--run" ] && run_only=1
 
 log() { echo "setup: $*" >&2; }
 
 # --- Debian packages (tests: sudo for the user-drop test, jq for output checks,
 # prometheus and podman for the node agent, chromium for the report) ---
 need_apt=()
+if [ "$run_only" = 0 ]; then
 command -v sudo >/dev/null 2>&1 || need_apt+=(sudo)
 command -v jq >/dev/null 2>&1 || need_apt+=(jq)
 command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)
@@ -25,6 +31,7 @@ command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 command -v sudo >/dev/null 2>&1 || need_apt+=(sudo)
 # stress-ng's stressors are real workloads of `cargo xtask bench --only-real`.
 command -v stress-ng >/dev/null 2>&1 || need_apt+=(stress-ng)
+fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     log "installing ${need_apt[*]}"
@@ -100,6 +107,10 @@ else
   LLVM_PREFIX="$llvm_dir" cargo install bpf-linker --version 0.13.0 --locked \
     --no-default-features --features llvm-22 --force
   echo "$want" > "$stamp"
+fi
+if [ "$run_only" = 1 ]; then
+  log "ok (what running needs: rust-src for nightly, bpf-linker)"
+  exit 0
 fi
 # --- Python peers in their own virtual environment (side-by-side tests, benchmarks) ---
 repo=$(cd "$(dirname "$0")/.." && pwd)

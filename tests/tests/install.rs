@@ -149,3 +149,46 @@ fn sudo_finds_the_installed_binary() {
     );
     drop(restore);
 }
+
+/// `scripts/setup.sh --run`, the set-up of the README's run command, asks for
+/// nothing but what building and running the tracker needs (the nightly
+/// toolchain's rust-src and bpf-linker, present here after the suite's own
+/// set-up): no Debian package, no virtual environment, no peer. Run with
+/// stand-ins for the tools the tests' set-up uses, which record any call.
+#[test]
+fn the_run_setup_installs_only_what_running_needs() {
+    let s = Scratch::new("setup-run");
+    let stubs = s.path("bin");
+    std::fs::create_dir(&stubs).unwrap();
+    let calls = s.path("calls");
+    for tool in ["apt-get", "python3", "pip", "dpkg-deb"] {
+        let p = stubs.join(tool);
+        std::fs::write(
+            &p,
+            format!(
+                "#!/bin/sh\necho {tool} \"$@\" >> '{}'\nexit 1\n",
+                calls.display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let path = format!(
+        "{}:{}",
+        stubs.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    // The sudo, jq and podman the full set-up would look for: hidden too.
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let o = Command::new("bash")
+        .arg(repo.join("scripts/setup.sh"))
+        .arg("--run")
+        .env("PATH", &path)
+        .output()
+        .expect("setup.sh --run");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("what running needs"), "{err}");
+    let called = std::fs::read_to_string(&calls).unwrap_or_default();
+    assert!(called.is_empty(), "setup --run called: {called}");
+}

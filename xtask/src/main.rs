@@ -59,6 +59,19 @@ fn setup() -> anyhow::Result<()> {
     sh(Command::new("bash").arg(root().join("scripts/setup.sh")))
 }
 
+/// What building and running the tracker needs, and nothing the tests do.
+fn setup_run() -> anyhow::Result<()> {
+    sh(Command::new("bash")
+        .arg(root().join("scripts/setup.sh"))
+        .arg("--run"))
+}
+
+/// The tracker alone in release: what `cargo xtask run` and `install` need.
+pub fn build_release_agent() -> anyhow::Result<PathBuf> {
+    sh(cargo().args(["build", "--release", "-p", "tracker-agent"]))?;
+    Ok(root().join("target/release"))
+}
+
 pub fn build_release() -> anyhow::Result<PathBuf> {
     sh(cargo().args([
         "build",
@@ -152,8 +165,8 @@ fn install(args: &[String]) -> anyhow::Result<()> {
     let bin = match flag_value(args, "--binary")? {
         Some(b) => PathBuf::from(b),
         None => {
-            setup()?;
-            build_release()?.join("resource-tracker")
+            setup_run()?;
+            build_release_agent()?.join("resource-tracker")
         }
     };
     let dest = dist::install(&bin, Path::new(&prefix))?;
@@ -195,8 +208,8 @@ fn run() -> anyhow::Result<()> {
         }
         Some("install") => install(&args),
         Some("run") => {
-            setup()?;
-            let dir = build_release()?;
+            setup_run()?;
+            let dir = build_release_agent()?;
             let rest: Vec<&String> = args.iter().skip(1).skip_while(|a| *a == "--").collect();
             let st = Command::new(dir.join("resource-tracker"))
                 .args(rest)
