@@ -55,6 +55,18 @@ struct Entry {
     shared: u64,
 }
 
+impl Entry {
+    /// A member whose rollup this tracker may not read: kept, counting nothing,
+    /// until its signature moves.
+    fn denied(sig: MemSig) -> Entry {
+        Entry {
+            sig,
+            pss: 0,
+            shared: 0,
+        }
+    }
+}
+
 /// How many smaps_rollup files the reads took, for the debug log and the tests.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PssCounts {
@@ -206,8 +218,10 @@ impl PssSum {
                 // Its shared pages changed, and with them their sharers' PSS;
                 // one that left gave its pages to them.
                 Ok(_) | Err(Unread::Gone) => return self.settled(live, known),
+                // Kept with nothing counted, so that it does not make every
+                // sample a settled pass.
                 Err(Unread::Denied(why)) => {
-                    self.cache.remove(&pid);
+                    self.cache.insert(pid, Entry::denied(sig));
                     self.deny(pid, why);
                 }
             }
@@ -247,7 +261,7 @@ impl PssSum {
                 Ok(_) | Err(Unread::Gone) => return self.settled(live, known),
                 Err(Unread::Denied(why)) => {
                     sum = sum.saturating_sub(e.pss);
-                    self.cache.remove(&pid);
+                    self.cache.insert(pid, Entry::denied(e.sig));
                     self.deny(pid, why);
                 }
             }
@@ -310,6 +324,7 @@ impl PssSum {
                     // would count the pages once per sharer.
                     Err(Unread::Gone) => {}
                     Err(Unread::Denied(why)) => {
+                        read.insert(pid, Entry::denied(sig));
                         let d = denied.get_or_insert(Denied {
                             members: 0,
                             pid,
@@ -319,7 +334,8 @@ impl PssSum {
                     }
                 }
             }
-            if read.is_empty() && denied.is_some() {
+            let readable = read.len() - denied.as_ref().map_or(0, |d| d.members);
+            if readable == 0 && denied.is_some() {
                 // No right to read any live member's: Σ RSS is the figure.
                 self.cache.clear();
                 self.denied = denied;
