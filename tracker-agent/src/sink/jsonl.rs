@@ -126,6 +126,14 @@ impl JsonLines {
     }
 }
 
+impl Drop for JsonLines {
+    /// Lines still held when the sink goes without its `finish` (as a buffered
+    /// writer's drop would): written if the file takes them.
+    fn drop(&mut self) {
+        let _ = self.write_pending();
+    }
+}
+
 impl Sink<ProcEvent, ()> for JsonLines {
     fn write(&mut self, ev: &ProcEvent) -> anyhow::Result<()> {
         self.put([ev])
