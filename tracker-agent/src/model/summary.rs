@@ -135,6 +135,9 @@ pub struct Summary {
     /// Where the samples went because stderr, their destination, was closed at
     /// start (`2>&-`); null otherwise.
     pub samples_kept_in: Option<PathBuf>,
+    /// Samples that went nowhere: their output failed and no file could take
+    /// them instead (0 while every sample reached a file or stderr).
+    pub samples_lost: u64,
     /// The Python package's `stats()` over the tree's samples; null without a tree.
     pub stats: Option<RunStatsOut>,
     /// What the run needs (`recommend_resources()`), and whether the server was
@@ -296,6 +299,7 @@ impl Summary {
             cloud: None,
             streaming: None,
             samples_kept_in: None,
+            samples_lost: 0,
             stats: stats.usage.stats(),
             recommendation: stats.usage.recommendation(),
             recommended_server: None,

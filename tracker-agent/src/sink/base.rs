@@ -34,26 +34,38 @@ pub trait Sink<T: ?Sized = Sample, E: ?Sized = Summary> {
     fn degraded(&self) -> Option<(&'static str, String)> {
         None
     }
+    /// At the end, for a sink that stopped (nowhere to fall back to): `lost`
+    /// items never reached it, the one that failed included; it may say so in
+    /// the end (the samples' count in the summary).
+    fn stopped(&mut self, _end: &mut E, _lost: u64) {}
 }
 
 /// The sinks of one stream in order. A failing sink never ends the run (the
 /// command it tracks goes on and its exit code is kept): it is said in one line,
 /// the sink falls back to a file it names or, failing that, stops.
+/// A sink, whether it lives, and the items it never got once it stopped.
+type Slot<T, E> = (Box<dyn Sink<T, E>>, bool, u64);
+
 pub struct Sinks<T: ?Sized = Sample, E: ?Sized = Summary> {
-    list: Vec<(Box<dyn Sink<T, E>>, bool)>,
+    list: Vec<Slot<T, E>>,
 }
 
 impl<T: ?Sized, E: ?Sized> Sinks<T, E> {
     pub fn new(list: Vec<Box<dyn Sink<T, E>>>) -> Sinks<T, E> {
         Sinks {
-            list: list.into_iter().map(|s| (s, true)).collect(),
+            list: list.into_iter().map(|s| (s, true, 0)).collect(),
         }
     }
 
     pub fn write(&mut self, item: &T) {
-        for (sink, live) in self.list.iter_mut().filter(|(_, l)| *l) {
+        for (sink, live, lost) in self.list.iter_mut() {
+            if !*live {
+                *lost += 1;
+                continue;
+            }
             if let Err(e) = sink.write(item) {
                 *live = recover(sink.as_mut(), e, |k| k.write(item));
+                *lost += u64::from(!*live);
             }
         }
     }
@@ -62,12 +74,16 @@ impl<T: ?Sized, E: ?Sized> Sinks<T, E> {
     pub fn degraded(&self) -> impl Iterator<Item = (&'static str, String)> + '_ {
         self.list
             .iter()
-            .filter(|(_, l)| *l)
-            .filter_map(|(s, _)| s.degraded())
+            .filter(|(_, l, _)| *l)
+            .filter_map(|(s, _, _)| s.degraded())
     }
 
     pub fn finish(&mut self, end: &mut E) {
-        for (sink, live) in self.list.iter_mut().filter(|(_, l)| *l) {
+        for (sink, live, lost) in self.list.iter_mut() {
+            if !*live {
+                sink.stopped(end, *lost);
+                continue;
+            }
             if let Err(e) = sink.finish(end) {
                 *live = recover(sink.as_mut(), e, |k| k.finish(end));
             }
@@ -195,4 +211,44 @@ pub fn create_or_keep(
 pub fn create(path: &Path, what: &str, owner: Option<&Owner>) -> anyhow::Result<File> {
     fsafe::create_output(path, owner)
         .with_context(|| format!("cannot write {what} file {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A sink that takes `ok` items, then fails with nowhere to fall back to.
+    struct Failing {
+        ok: usize,
+        got: usize,
+    }
+
+    impl Sink<u32, u64> for Failing {
+        fn write(&mut self, _: &u32) -> anyhow::Result<()> {
+            if self.got == self.ok {
+                anyhow::bail!("full");
+            }
+            self.got += 1;
+            Ok(())
+        }
+        fn finish(&mut self, _: &mut u64) -> anyhow::Result<()> {
+            Ok(())
+        }
+        fn stopped(&mut self, end: &mut u64, lost: u64) {
+            *end = lost;
+        }
+    }
+
+    /// A sink that stops is told at the end how many items it never got, the
+    /// one that failed included: every item is either written or counted.
+    #[test]
+    fn a_stopped_sink_is_told_what_it_lost() {
+        let mut sinks: Sinks<u32, u64> = Sinks::new(vec![Box::new(Failing { ok: 3, got: 0 })]);
+        for i in 0..10 {
+            sinks.write(&i);
+        }
+        let mut lost = 0;
+        sinks.finish(&mut lost);
+        assert_eq!(lost, 7);
+    }
 }

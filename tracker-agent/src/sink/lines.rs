@@ -131,6 +131,11 @@ impl Sink for Lines {
         Ok(())
     }
 
+    fn stopped(&mut self, summary: &mut Summary, lost: u64) {
+        summary.samples_kept_in = self.kept_in.clone();
+        summary.samples_lost = lost;
+    }
+
     fn fall_back(&mut self) -> Option<PathBuf> {
         let name = match self.format {
             Format::Json => "samples.jsonl",

@@ -200,10 +200,7 @@ fn recommendation_lines(r: &crate::model::stats::Recommendation) -> String {
             cpus(r.cpu),
             r.cpu_slowdown,
             r.predicted_duration_secs,
-            match r.cpu_within_5pct {
-                1 => "1 CPU keeps it".to_string(),
-                n => format!("{n} CPUs keep it"),
-            }
+            keep_it(r.cpu_within_5pct)
         ));
     }
     s
@@ -266,6 +263,14 @@ fn plural(n: u64) -> &'static str {
     }
 }
 
+/// "1 CPU keeps it", "2 CPUs keep it".
+fn keep_it(n: u64) -> String {
+    match n {
+        1 => "1 CPU keeps it".to_string(),
+        n => format!("{n} CPUs keep it"),
+    }
+}
+
 /// A count of CPUs in words: "1 CPU", "2 CPUs".
 fn cpus(n: u64) -> String {
     format!("{n} CPU{}", plural(n))
@@ -283,5 +288,32 @@ fn human_bytes(b: u64) -> String {
         format!("{b} B")
     } else {
         format!("{v:.1} {}", UNITS[i])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::summary::LimitsReport;
+
+    /// Counts read as a person would write them.
+    #[test]
+    fn plural_forms() {
+        let line = |kills| {
+            limits_line(&LimitsReport {
+                memory_mib: Some(64.0),
+                oom_kills: Some(kills),
+                ..Default::default()
+            })
+        };
+        assert!(line(1).contains(": 1 OOM kill\n"), "{}", line(1));
+        assert!(line(0).contains(": 0 OOM kills\n"), "{}", line(0));
+        assert!(line(2).contains(": 2 OOM kills\n"), "{}", line(2));
+        assert_eq!(
+            (cpus(1), cpus(2)),
+            ("1 CPU".to_string(), "2 CPUs".to_string())
+        );
+        assert_eq!(keep_it(1), "1 CPU keeps it");
+        assert_eq!(keep_it(2), "2 CPUs keep it");
     }
 }
