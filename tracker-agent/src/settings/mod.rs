@@ -441,6 +441,20 @@ fn renice_of(lay: &Layers, flag: Option<i32>, file: Option<i64>) -> Result<Optio
 /// Applies the layers. `get_env` is `std::env::var_os` outside tests; clap has
 /// already applied the environment to the flags that name a variable (checked
 /// first by [`check_flag_env`]).
+/// The starter's two pipes (`TRACKER_READY_FD`, `TRACKER_ROOT_CHILDREN_FD`),
+/// never one descriptor for both: the ready line closes its pipe, and the number
+/// would then name whatever the tracker opens next.
+fn starter_pipes(get_env: GetEnv) -> Result<(Option<i32>, Option<i32>), String> {
+    let ready = env_fd(get_env, "TRACKER_READY_FD")?;
+    let children = env_fd(get_env, "TRACKER_ROOT_CHILDREN_FD")?;
+    match (ready, children) {
+        (Some(r), Some(c)) if r == c => Err(format!(
+            "TRACKER_READY_FD and TRACKER_ROOT_CHILDREN_FD are both fd {r}: each needs a pipe of its own"
+        )),
+        _ => Ok((ready, children)),
+    }
+}
+
 pub fn resolve(cli: Cli, get_env: GetEnv) -> Result<Settings, String> {
     let (opts, cmd) = match cli.command {
         Some(Command::Run { opts, cmd }) => (opts, cmd),
@@ -504,17 +518,7 @@ pub fn resolve(cli: Cli, get_env: GetEnv) -> Result<Settings, String> {
                 .into(),
         );
     }
-    let ready_fd = env_fd(get_env, "TRACKER_READY_FD")?;
-    let root_children_fd = env_fd(get_env, "TRACKER_ROOT_CHILDREN_FD")?;
-    if let (Some(r), Some(c)) = (ready_fd, root_children_fd) {
-        // The ready line closes its pipe: the number would then name whatever
-        // the tracker opens next, and the children's account would be lost.
-        if r == c {
-            return Err(format!(
-                "TRACKER_READY_FD and TRACKER_ROOT_CHILDREN_FD are both fd {r}: each needs a pipe of its own"
-            ));
-        }
-    }
+    let (ready_fd, root_children_fd) = starter_pipes(get_env)?;
     Ok(Settings {
         target,
         limits,
