@@ -409,15 +409,12 @@ fn a_cgroup_that_cannot_be_made_is_said_once_and_the_run_goes_on() {
 }
 
 /// No rights to make cgroups (the tracker as an unprivileged user): the same.
-#[test]
-fn without_rights_memory_is_pss_said_once() {
-    if !need_root() || !e2e::require(e2e::have("setpriv"), "setpriv is needed") {
-        return;
-    }
-    let s = Scratch::new("memnobody");
+/// The tracker as the unprivileged user 65534 (`setpriv`), in `dir`, which it
+/// may write: `run -q -i 0.2 --summary s.json -- sh -c SCRIPT`.
+fn run_as_nobody(dir: &Path, script: &str) -> std::process::Output {
     use std::os::unix::fs::PermissionsExt as _;
-    std::fs::set_permissions(&s.0, std::fs::Permissions::from_mode(0o777)).expect("chmod");
-    let o = run(Command::new("setpriv")
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    run(Command::new("setpriv")
         .args([
             "--reuid",
             "65534",
@@ -428,8 +425,17 @@ fn without_rights_memory_is_pss_said_once() {
         ])
         .arg(tracker())
         .args(["run", "-q", "-i", "0.2", "--summary", "s.json", "--"])
-        .args(["sh", "-c", "exit 5"])
-        .current_dir(&s.0));
+        .args(["sh", "-c", script])
+        .current_dir(dir))
+}
+
+#[test]
+fn without_rights_memory_is_pss_said_once() {
+    if !need_root() || !e2e::require(e2e::have("setpriv"), "setpriv is needed") {
+        return;
+    }
+    let s = Scratch::new("memnobody");
+    let o = run_as_nobody(&s.0, "exit 5");
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(5), "{err}");
     let said = err
@@ -451,7 +457,6 @@ fn a_member_whose_rollup_cannot_be_read_makes_pss_a_named_lower_bound() {
     }
     let s = Scratch::new("mempartial");
     use std::os::unix::fs::PermissionsExt as _;
-    std::fs::set_permissions(&s.0, std::fs::Permissions::from_mode(0o777)).expect("chmod");
     let sleep = ["/bin/sleep", "/usr/bin/sleep"]
         .into_iter()
         .find(|p| Path::new(p).exists())
@@ -461,19 +466,7 @@ fn a_member_whose_rollup_cannot_be_read_makes_pss_a_named_lower_bound() {
     let suid = s.path("suidsleep");
     std::fs::copy(sleep, &suid).expect("copy of sleep");
     std::fs::set_permissions(&suid, std::fs::Permissions::from_mode(0o4755)).expect("chmod u+s");
-    let o = run(Command::new("setpriv")
-        .args([
-            "--reuid",
-            "65534",
-            "--regid",
-            "65534",
-            "--clear-groups",
-            "--",
-        ])
-        .arg(tracker())
-        .args(["run", "-q", "-i", "0.2", "--summary", "s.json", "--"])
-        .args(["sh", "-c", "./suidsleep 1.2 & sleep 1.2; wait"])
-        .current_dir(&s.0));
+    let o = run_as_nobody(&s.0, "./suidsleep 1.2 & sleep 1.2; wait");
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(0), "{err}");
     let sum = read_json(&s.path("s.json"));

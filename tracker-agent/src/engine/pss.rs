@@ -371,6 +371,7 @@ mod tests {
     };
 
     use super::PssSum;
+    use crate::engine::procread::MemSig;
 
     /// Sleeping processes whose every file-backed page is theirs alone: `sleep`,
     /// its libraries and the dynamic loader are private copies, and with no
@@ -477,21 +478,25 @@ mod tests {
 
     /// The engine's signature, where it gives one, is what a member is compared
     /// by: kept while it stays, read again once it moves, whatever /proc says.
-    #[test]
-    fn the_engines_signature_decides() {
-        use std::cell::Cell;
-
-        use crate::engine::procread::MemSig;
-        let kid = Sleepers::new(1);
-        let live = kid.pids();
-        let faults = Cell::new(1);
-        let known = |_| {
+    /// The engine's signature of every member, as eBPF gives it: its faults
+    /// are `faults`, which a test moves to say that the members ran.
+    fn engine_sig(faults: &std::cell::Cell<u64>) -> impl Fn(u32) -> Option<MemSig> + '_ {
+        move |_| {
             Some(MemSig {
                 starttime: 0,
                 rss_pages: 100,
                 faults: faults.get(),
             })
-        };
+        }
+    }
+
+    #[test]
+    fn the_engines_signature_decides() {
+        use std::cell::Cell;
+        let kid = Sleepers::new(1);
+        let live = kid.pids();
+        let faults = Cell::new(1);
+        let known = engine_sig(&faults);
         let mut p = PssSum::default();
         p.read(&live, &known).expect("settled");
         let read = p.counts.rollups_read;
@@ -534,20 +539,12 @@ mod tests {
     #[test]
     fn members_gone_since_the_engines_reading_are_no_reason_for_rss() {
         use std::cell::Cell;
-
-        use crate::engine::procread::MemSig;
         let mut kids = Sleepers::new(3);
         let live = kids.pids();
         // As on eBPF: the engine read every member this sample, and each ran
         // since the last (an exit runs), so each is read again.
         let faults = Cell::new(1);
-        let known = |_| {
-            Some(MemSig {
-                starttime: 0,
-                rss_pages: 100,
-                faults: faults.get(),
-            })
-        };
+        let known = engine_sig(&faults);
         let mut p = PssSum::default();
         let all = p.read(&live, &known).expect("Σ PSS of three sleeps");
         let left = kids.kids[0].id();
