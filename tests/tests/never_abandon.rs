@@ -443,9 +443,9 @@ fn a_report_on_a_read_only_mount_is_refused_at_start() {
 /// A host-only tracker with `TRACKER_STOP_WITH_PARENT` whose starter is gone
 /// before the tracker first looks (the starter leaves right after spawning it):
 /// with `TRACKER_PARENT_PID` naming the starter, the tracker sees at its first
-/// sample that its parent is now another (the reaper that adopted it) and stops,
-/// its summary written. Without the variable it would take the reaper for its
-/// starter and run for ever.
+/// sample that the starter is gone and stops, its summary written. Without the
+/// variable it would take the reaper that adopted it for its starter and run
+/// for ever.
 #[test]
 fn a_starter_gone_before_the_tracker_started_is_seen() {
     let tmp = Scratch::new("gone-starter");
@@ -483,4 +483,37 @@ fn a_starter_gone_before_the_tracker_started_is_seen() {
     }
     let sum = read_json(&tmp.path("s.json"));
     assert_eq!(sum["backend"], "none", "{sum}");
+
+    // A starter that is alive but not the tracker's parent (a wrapper stands
+    // between): the tracker runs while it lives and stops once it is gone.
+    let mut starter = Command::new("sleep").arg("1.5").spawn().expect("sleep");
+    let script = format!(
+        "TRACKER_PARENT_PID={} TRACKER_STOP_WITH_PARENT=1 '{}' -q -i 0.2 --summary '{}' \
+         </dev/null >/dev/null 2>&1 & echo $!",
+        starter.id(),
+        tracker().display(),
+        tmp.path("s2.json").display()
+    );
+    let o = Command::new("sh")
+        .args(["-c", &script])
+        .output()
+        .expect("sh");
+    let pid: i32 = String::from_utf8_lossy(&o.stdout)
+        .trim()
+        .parse()
+        .expect("the tracker's pid");
+    std::thread::sleep(Duration::from_millis(800));
+    let running = alive(pid);
+    let _ = starter.wait();
+    let t0 = Instant::now();
+    while alive(pid) {
+        if t0.elapsed() > Duration::from_secs(5) {
+            // SAFETY: kill takes a pid and a signal.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            panic!("the tracker {pid} still runs 5 s after its starter ended");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(running, "the tracker stopped while its starter lived");
+    assert_eq!(read_json(&tmp.path("s2.json"))["backend"], "none");
 }

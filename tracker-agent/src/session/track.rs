@@ -447,21 +447,22 @@ fn emit(lp: &mut Loop, ring: Option<&mut Ring>, sinks: &mut Sinks) {
 /// exited (a zombie or gone). None where the kernel has no pidfd_open (before
 /// 5.3) or the process is gone already.
 fn pidfd(pid: u32) -> Option<AsyncFd<OwnedFd>> {
+    let fd = open_pidfd(pid as libc::pid_t).ok()?;
+    // SAFETY: a descriptor just opened, which nothing else owns; the OwnedFd the
+    // AsyncFd keeps holds it open, unchanged, until it is dropped.
+    unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }.ok()
+}
+
+/// A pidfd of `pid`: readable once the process has exited.
+fn open_pidfd(pid: libc::pid_t) -> std::io::Result<OwnedFd> {
     use std::os::fd::FromRawFd as _;
     // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::c_int, 0) };
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
     if fd < 0 {
-        return None;
+        return Err(std::io::Error::last_os_error());
     }
-    // SAFETY: a descriptor the call above just opened, which nothing else owns;
-    // the OwnedFd the AsyncFd keeps holds it open, unchanged, until it is dropped.
-    unsafe {
-        AsyncFd::register_with_interest(
-            OwnedFd::from_raw_fd(fd as libc::c_int),
-            tokio::io::Interest::READABLE,
-        )
-    }
-    .ok()
+    // SAFETY: a descriptor the call above just opened, which nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) })
 }
 
 /// The eBPF engine's event ring, registered with the runtime: the kernel wakes the
@@ -854,25 +855,58 @@ fn root_exit(lp: &Loop, ends: &Ends) -> Option<AsyncFd<OwnedFd>> {
     }
 }
 
-/// TRACKER_STOP_WITH_PARENT (set by the Python package): an attached or host-only
-/// tracker stops, as on SIGTERM, once the process that started it is gone (a
-/// killed interpreter must not leave a tracker running for ever). Checked at each
-/// sample: one getppid() call. The parent to watch, if any: the one
-/// TRACKER_PARENT_PID names, so that a starter gone before this check (the
-/// tracker then a reaper's child already) is seen at the first sample.
-fn stop_with(ends: &Ends, st: &Settings) -> Option<libc::pid_t> {
-    (ends.command_root.is_none() && st.stop_with_parent).then(|| match st.parent_pid {
+/// The process an attached or host-only tracker stops with
+/// (TRACKER_STOP_WITH_PARENT, set by the Python package): a killed interpreter
+/// must not leave a tracker running for ever.
+enum Parent {
+    /// Its pidfd, readable once it has exited.
+    Fd(OwnedFd),
+    /// Where pidfds cannot be had (before 5.3): its pid, while it is the
+    /// tracker's parent.
+    Ppid(libc::pid_t),
+    /// Gone before the tracker first looked.
+    Gone,
+}
+
+/// The parent to watch, if any: the one TRACKER_PARENT_PID names (the Python
+/// package's interpreter, which a wrapper may stand between), else the
+/// tracker's parent now. Checked at each sample: a poll of its pidfd.
+fn stop_with(ends: &Ends, st: &Settings) -> Option<Parent> {
+    if ends.command_root.is_some() || !st.stop_with_parent {
+        return None;
+    }
+    let pid = match st.parent_pid {
         Some(p) => p as libc::pid_t,
         // SAFETY: getppid has no preconditions.
         None => unsafe { libc::getppid() },
+    };
+    Some(match open_pidfd(pid) {
+        Ok(fd) => Parent::Fd(fd),
+        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => Parent::Gone,
+        Err(_) => Parent::Ppid(pid),
     })
 }
 
-/// Whether the process that started the tracker (`parent`, when it must stop with
-/// it) is gone.
-fn orphaned(parent: Option<libc::pid_t>) -> bool {
-    // SAFETY: getppid has no preconditions.
-    let gone = parent.is_some_and(|p| p != unsafe { libc::getppid() });
+/// Whether the process that started the tracker (`parent`, when it must stop
+/// with it) is gone.
+fn orphaned(parent: Option<&Parent>) -> bool {
+    use std::os::fd::AsRawFd as _;
+    let gone = match parent {
+        None => false,
+        Some(Parent::Gone) => true,
+        // SAFETY: getppid has no preconditions.
+        Some(Parent::Ppid(p)) => *p != unsafe { libc::getppid() },
+        Some(Parent::Fd(fd)) => {
+            let mut p = libc::pollfd {
+                fd: fd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd; a zero timeout never waits.
+            let ready = unsafe { libc::poll(&mut p, 1, 0) };
+            ready > 0
+        }
+    };
     if gone {
         log::info!("the process that started the tracker is gone: stopping");
     }
@@ -932,7 +966,7 @@ async fn run_loop(
                 while next <= now {
                     next += period;
                 }
-                if orphaned(parent) {
+                if orphaned(parent.as_ref()) {
                     break; // the final sample is written below
                 }
                 emit(&mut lp, ring.as_mut().map(|r| r.get_mut()), sinks);
