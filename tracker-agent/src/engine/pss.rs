@@ -342,11 +342,27 @@ impl PssSum {
                 return None;
             }
             self.denied = denied;
-            let settled = prev.is_some_and(|p| p.abs_diff(sum) <= (p / 100).max(1 << 20))
-                // Exiting by the end of the pass: its shares moved while it ran.
-                && !read.keys().any(|&p| exiting(self.stat(p).as_ref()));
-            if best.as_ref().is_none_or(|(b, _)| sum < *b) {
-                best = Some((sum, read));
+            // Exiting by the end of the pass: its shares moved while it ran, to
+            // members read after it at a larger share, while its own reading
+            // still counts them. Where the passes do not settle, its reading is
+            // left out of the pass's figure (an exit storm under-counts for a
+            // sample, never counts a page twice into the peak), and it is read
+            // again at the next sample.
+            let leaving: Vec<u32> = read
+                .keys()
+                .copied()
+                .filter(|&p| exiting(self.stat(p).as_ref()))
+                .collect();
+            let settled = leaving.is_empty()
+                && prev.is_some_and(|p| p.abs_diff(sum) <= (p / 100).max(1 << 20));
+            let figure = sum
+                - leaving
+                    .iter()
+                    .filter_map(|p| read.remove(p))
+                    .map(|e| e.pss)
+                    .sum::<u64>();
+            if best.as_ref().is_none_or(|(b, _)| figure < *b) {
+                best = Some((figure, read));
             }
             if settled {
                 break;
