@@ -446,74 +446,65 @@ fn a_report_on_a_read_only_mount_is_refused_at_start() {
 /// sample that the starter is gone and stops, its summary written. Without the
 /// variable it would take the reaper that adopted it for its starter and run
 /// for ever.
-#[test]
-fn a_starter_gone_before_the_tracker_started_is_seen() {
-    let tmp = Scratch::new("gone-starter");
+/// A host-only tracker started in the background by `sh`, which then leaves,
+/// told to stop with the process `parent` names (a shell expression); its pid.
+fn tracker_stopping_with(parent: &str, summary: &Path) -> i32 {
     let script = format!(
-        "TRACKER_PARENT_PID=$$ TRACKER_STOP_WITH_PARENT=1 '{}' -q -i 0.2 --summary '{}' \
+        "TRACKER_PARENT_PID={parent} TRACKER_STOP_WITH_PARENT=1 '{}' -q -i 0.2 --summary '{}' \
          </dev/null >/dev/null 2>&1 & echo $!",
         tracker().display(),
-        tmp.path("s.json").display()
+        summary.display()
     );
     let o = Command::new("sh")
         .args(["-c", &script])
         .output()
         .expect("sh");
-    let pid: i32 = String::from_utf8_lossy(&o.stdout)
+    String::from_utf8_lossy(&o.stdout)
         .trim()
         .parse()
-        .expect("the tracker's pid");
+        .expect("the tracker's pid")
+}
+
+/// Whether `pid` runs (not a zombie).
+fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|st| {
+        !st.rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z')
+    })
+}
+
+/// Waits up to 5 s for the tracker `pid` to end; kills it and fails otherwise.
+fn gone_within_5s(pid: i32, after: &str) {
     let t0 = Instant::now();
-    let alive = |pid: i32| {
-        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|st| {
-            !st.rsplit(')')
-                .next()
-                .unwrap_or("")
-                .trim_start()
-                .starts_with('Z')
-        })
-    };
     while alive(pid) {
         if t0.elapsed() > Duration::from_secs(5) {
             // SAFETY: kill takes a pid and a signal.
             unsafe { libc::kill(pid, libc::SIGKILL) };
-            panic!("the tracker {pid} still runs 5 s after its starter left");
+            panic!("the tracker {pid} still runs 5 s after {after}");
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+#[test]
+fn a_starter_gone_before_the_tracker_started_is_seen() {
+    let tmp = Scratch::new("gone-starter");
+    let pid = tracker_stopping_with("$$", &tmp.path("s.json"));
+    gone_within_5s(pid, "its starter left");
     let sum = read_json(&tmp.path("s.json"));
     assert_eq!(sum["backend"], "none", "{sum}");
 
     // A starter that is alive but not the tracker's parent (a wrapper stands
     // between): the tracker runs while it lives and stops once it is gone.
     let mut starter = Command::new("sleep").arg("1.5").spawn().expect("sleep");
-    let script = format!(
-        "TRACKER_PARENT_PID={} TRACKER_STOP_WITH_PARENT=1 '{}' -q -i 0.2 --summary '{}' \
-         </dev/null >/dev/null 2>&1 & echo $!",
-        starter.id(),
-        tracker().display(),
-        tmp.path("s2.json").display()
-    );
-    let o = Command::new("sh")
-        .args(["-c", &script])
-        .output()
-        .expect("sh");
-    let pid: i32 = String::from_utf8_lossy(&o.stdout)
-        .trim()
-        .parse()
-        .expect("the tracker's pid");
+    let pid = tracker_stopping_with(&starter.id().to_string(), &tmp.path("s2.json"));
     std::thread::sleep(Duration::from_millis(800));
     let running = alive(pid);
     let _ = starter.wait();
-    let t0 = Instant::now();
-    while alive(pid) {
-        if t0.elapsed() > Duration::from_secs(5) {
-            // SAFETY: kill takes a pid and a signal.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-            panic!("the tracker {pid} still runs 5 s after its starter ended");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    gone_within_5s(pid, "its starter ended");
     assert!(running, "the tracker stopped while its starter lived");
     assert_eq!(read_json(&tmp.path("s2.json"))["backend"], "none");
 }
