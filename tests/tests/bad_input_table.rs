@@ -393,6 +393,16 @@ fn cases() -> Vec<Case> {
         2,
         &["-o", "input"],
     ));
+    v.push(flag(
+        &["report", "{file}", "--status", "done"],
+        2,
+        &["--status", "done"],
+    ));
+    v.push(flag(
+        &["report", "{file}", "--title", " "],
+        2,
+        &["--title", "empty"],
+    ));
     v.push(flag(&["report", "{dir}"], 1, &["is a directory"]));
     v.push(flag(
         &["report", "{dir}/missing.jsonl"],

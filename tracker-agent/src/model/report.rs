@@ -676,6 +676,34 @@ pub struct Combined {
     pub recommendation: Option<Recommendation>,
 }
 
+/// How a reported run stands: the Python package's words (Pending while the job
+/// runs, then Finished, or Failed).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum RunStatus {
+    Pending,
+    Finished,
+    Failed,
+}
+
+impl RunStatus {
+    /// An ended run's status by its exit code: failed when the command exited non-zero
+    /// or was killed (a code over 128); finished otherwise, a `--pid` run included.
+    pub fn of_exit(exit_code: Option<i32>) -> RunStatus {
+        match exit_code {
+            Some(c) if c != 0 => RunStatus::Failed,
+            _ => RunStatus::Finished,
+        }
+    }
+
+    pub fn word(self) -> &'static str {
+        match self {
+            RunStatus::Pending => "Pending",
+            RunStatus::Finished => "Finished",
+            RunStatus::Failed => "Failed",
+        }
+    }
+}
+
 /// The runs combined: only those whose memory was measured as the first run's
 /// (`UsageAccum::combine`); the others are counted in `memory_left_out`.
 pub fn combine(runs: &[&UsageAccum]) -> Combined {
@@ -695,6 +723,15 @@ pub fn combine(runs: &[&UsageAccum]) -> Combined {
 mod tests {
     use super::*;
     use crate::model::sample::{CpuSample, ProcessSample};
+
+    #[test]
+    fn an_ended_runs_status_is_its_exit_code() {
+        assert_eq!(RunStatus::of_exit(Some(0)), RunStatus::Finished);
+        // A `--pid` run has no exit code of its own.
+        assert_eq!(RunStatus::of_exit(None), RunStatus::Finished);
+        assert_eq!(RunStatus::of_exit(Some(3)), RunStatus::Failed);
+        assert_eq!(RunStatus::of_exit(Some(137)).word(), "Failed");
+    }
 
     fn sample(ts: f64, cores: f64) -> Sample {
         Sample {

@@ -16,7 +16,7 @@ use crate::{
     model::{
         reading::unix_now,
         recorded::{self, CsvRows, JsonLine},
-        report::{self, ProcEventIn, RunBuilder, TimelineBuilder},
+        report::{self, ProcEventIn, RunBuilder, RunStatus, TimelineBuilder},
         stats::{self, ServerAdvice},
         CloudInfo, Sample, Summary,
     },
@@ -492,6 +492,25 @@ fn runs_to_pages(
     (data, usages)
 }
 
+/// The page's title and the run's status: as given, else the runs' file names and
+/// the first run's summary (how it ended).
+fn title_and_status(st: &ReportSettings, data: &[report::RunData]) -> (String, Option<RunStatus>) {
+    let title = match (&st.title, data) {
+        (Some(t), _) => t.clone(),
+        (None, [one]) => format!("resource-tracker report: {}", one.name),
+        (None, _) => format!("resource-tracker report: {} runs", data.len()),
+    };
+    let status = st.status.or_else(|| {
+        let sum = data.first()?.summary.as_ref()?;
+        Some(RunStatus::of_exit(
+            sum.get("exit_code")
+                .and_then(|v| v.as_i64())
+                .map(|c| i32::try_from(c).unwrap_or(1)),
+        ))
+    });
+    (title, status)
+}
+
 /// The page from `st.inputs`, written to `st.output`; exit code 0, or 1 when
 /// there was nothing to report.
 pub fn run(st: ReportSettings) -> anyhow::Result<i32> {
@@ -562,13 +581,10 @@ pub fn run(st: ReportSettings) -> anyhow::Result<i32> {
         ));
     }
     let skipped: u64 = data.iter().map(|d| d.skipped).sum();
-    let title = if data.len() == 1 {
-        format!("resource-tracker report: {}", data[0].name)
-    } else {
-        format!("resource-tracker report: {} runs", data.len())
-    };
+    let (title, status) = title_and_status(&st, &data);
     let page = Page {
         title,
+        status,
         version: env!("CARGO_PKG_VERSION"),
         generated_secs: unix_now(),
         runs: data,

@@ -61,6 +61,14 @@ pub struct ReportOpts {
     /// (network; env TRACKER_RECOMMEND_SERVER, TRACKER_KEEPER_URL).
     #[arg(long)]
     pub recommend_server: bool,
+    /// The page's title [default: "resource-tracker report: " and the run's file name].
+    #[arg(long, value_name = "TEXT")]
+    pub title: Option<String>,
+    /// How the run stands, shown beside the title: pending (still running), finished
+    /// or failed [default: from the run's summary file, finished or failed by its exit
+    /// code; none without one].
+    #[arg(long, value_parser = ["pending", "finished", "failed"])]
+    pub status: Option<String>,
 }
 
 #[derive(Args, Debug, Clone)]

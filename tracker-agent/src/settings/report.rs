@@ -2,6 +2,8 @@
 
 use std::path::PathBuf;
 
+use crate::model::report::RunStatus;
+
 use super::{
     cli::ReportOpts,
     values::{env_bool, env_var, url_setting, GetEnv},
@@ -16,6 +18,10 @@ pub struct ReportSettings {
     pub output: PathBuf,
     /// Keeper's base URL, when the cheapest fitting server is asked for.
     pub keeper: Option<String>,
+    /// The page's title, when given.
+    pub title: Option<String>,
+    /// How the run stands, when given; else from its summary.
+    pub status: Option<RunStatus>,
 }
 
 /// Keeper's base URL: `TRACKER_KEEPER_URL`, else Spare Cores' own.
@@ -37,9 +43,21 @@ pub fn resolve(o: ReportOpts, get_env: GetEnv) -> Result<ReportSettings, String>
         }
     }
     let ask = o.recommend_server || env_bool(get_env, "TRACKER_RECOMMEND_SERVER")?.unwrap_or(false);
+    let status = match o.status.as_deref() {
+        None => None,
+        Some("pending") => Some(RunStatus::Pending),
+        Some("finished") => Some(RunStatus::Finished),
+        Some("failed") => Some(RunStatus::Failed),
+        Some(other) => return Err(format!("--status {other}: not pending, finished or failed")),
+    };
+    if o.title.as_deref().is_some_and(|t| t.trim().is_empty()) {
+        return Err("--title: empty; leave it out for the run's file name".to_string());
+    }
     Ok(ReportSettings {
         inputs: o.files,
         output,
         keeper: ask.then(|| keeper_url(get_env)).transpose()?,
+        title: o.title,
+        status,
     })
 }

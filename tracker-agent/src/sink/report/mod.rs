@@ -15,7 +15,7 @@ use crate::{
     fsafe::{self, Owner},
     model::{
         reading::unix_now,
-        report::{Combined, ProcEventIn, RunBuilder, RunData, TimelineBuilder},
+        report::{Combined, ProcEventIn, RunBuilder, RunData, RunStatus, TimelineBuilder},
         stats::ServerAdvice,
         ProcEvent, Sample, Summary,
     },
@@ -31,6 +31,8 @@ const PAGE_CSS: &str = include_str!("report.css");
 #[derive(Serialize)]
 pub struct Page {
     pub title: String,
+    /// How the run stands, beside the title; none where it is not known.
+    pub status: Option<RunStatus>,
     pub version: &'static str,
     pub generated_secs: f64,
     pub runs: Vec<RunData>,
@@ -75,6 +77,13 @@ pub fn render(page: &Page) -> anyhow::Result<String> {
     html.push_str(PAGE_CSS);
     html.push_str("</style>\n</head>\n<body>\n<header><h1>");
     html.push_str(&escape_html(&page.title));
+    if let Some(st) = page.status {
+        html.push_str(" <span class=\"status status-");
+        html.push_str(&st.word().to_ascii_lowercase());
+        html.push_str("\">");
+        html.push_str(st.word());
+        html.push_str("</span>");
+    }
     html.push_str("</h1><div class=\"sub\">resource-tracker ");
     html.push_str(page.version);
     html.push_str(" · generated ");
@@ -227,6 +236,7 @@ impl Sink for ReportSink {
             data.summary = serde_json::to_value(&*summary).ok();
             let page = Page {
                 title: format!("resource-tracker report: {}", data.name),
+                status: Some(RunStatus::of_exit(summary.exit_code)),
                 version: env!("CARGO_PKG_VERSION"),
                 generated_secs: unix_now(),
                 runs: vec![data],
@@ -279,6 +289,7 @@ mod tests {
         assert_eq!(utc(951_782_400.0), "2000-02-29 00:00 UTC");
         let page = Page {
             title: "<b>x</b>".into(),
+            status: Some(RunStatus::Failed),
             version: "0",
             generated_secs: 0.0,
             runs: vec![RunBuilder::new("</script><script>alert(1)</script>", "f").finish(None)],
@@ -288,7 +299,8 @@ mod tests {
         };
         let html = render(&page).unwrap();
         assert!(!html.contains("</script><script>alert"));
-        assert!(html.contains("&lt;b&gt;x&lt;/b&gt;"));
+        assert!(html
+            .contains("&lt;b&gt;x&lt;/b&gt; <span class=\"status status-failed\">Failed</span>"));
         assert_eq!(html.matches("</script>").count(), 3);
     }
 }

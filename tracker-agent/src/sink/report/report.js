@@ -157,14 +157,14 @@
   (D.notes || []).forEach(function (n) { root.appendChild(el("div", { cls: "warn", text: n })); });
 
   var CHARTS = [
-    { title: "CPU (cores)", cols: [["proc_cpu", "process tree"], ["sys_cpu", "system"]], fmt: num },
-    { title: "Memory (MiB)", cols: [["proc_mem", "process tree"], ["sys_mem", "system used"]], fmt: function (x) { return num(x, 0); } },
-    { title: "Disk I/O (per second)", cols: [["proc_read", "tree read"], ["proc_write", "tree write"], ["sys_read", "system read"], ["sys_write", "system write"]], fmt: bytes },
-    { title: "Disk space used (GB)", cols: [["disk_used_gb", "used"]], fmt: num },
-    { title: "Network (per second)", cols: [["net_recv", "received"], ["net_sent", "sent"]], fmt: bytes },
-    { title: "GPU usage (GPUs)", cols: [["proc_gpu", "process tree"], ["sys_gpu", "system"]], fmt: num },
-    { title: "GPUs in use", cols: [["proc_gpus", "process tree"]], fmt: num },
-    { title: "VRAM (MiB)", cols: [["proc_vram", "process tree"], ["sys_vram", "system"]], fmt: function (x) { return num(x, 0); } },
+    { title: "CPU (cores)", cols: [["proc_cpu", "Process CPU usage"], ["sys_cpu", "System CPU usage"]], fmt: num },
+    { title: "Memory (MiB)", cols: [["proc_mem", "Process memory usage"], ["sys_mem", "System used memory"]], fmt: function (x) { return num(x, 0); } },
+    { title: "Disk I/O (per second)", cols: [["proc_read", "Process disk read"], ["proc_write", "Process disk write"], ["sys_read", "System disk read"], ["sys_write", "System disk write"]], fmt: bytes },
+    { title: "Disk space used (GB)", cols: [["disk_used_gb", "System disk space used"]], fmt: num },
+    { title: "Network (per second)", cols: [["net_recv", "System inbound network traffic"], ["net_sent", "System outbound network traffic"]], fmt: bytes },
+    { title: "GPU usage (GPUs)", cols: [["proc_gpu", "Process GPU usage"], ["sys_gpu", "System GPU usage"]], fmt: num },
+    { title: "GPUs in use", cols: [["proc_gpus", "Process GPUs in use"]], fmt: num },
+    { title: "VRAM (MiB)", cols: [["proc_vram", "Process VRAM used"], ["sys_vram", "System VRAM used"]], fmt: function (x) { return num(x, 0); } },
     { title: "Live processes of the tree", cols: [["live_procs", "processes"]], fmt: function (x) { return num(x, 0); } },
     { title: "Tracker's own CPU (cores)", cols: [["tracker_cpu", "tracker"]], fmt: function (x) { return num(x, 4); } }
   ];
