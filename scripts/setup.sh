@@ -114,15 +114,22 @@ if [ "$run_only" = 1 ]; then
 fi
 # --- Python peers in their own virtual environment (side-by-side tests, benchmarks) ---
 repo=$(cd "$(dirname "$0")/.." && pwd)
+# Its sdist's own tests (tests/test_tracker.py) run on our package too, with only the
+# import renamed (tests/tests/python_package.rs), by this venv's pytest.
 venv="$repo/target/py-peers"
-want_py="resource-tracker==0.5.0"
+peer_pkgs=("resource-tracker==0.5.0" "pytest==9.2.0")
+want_py="${peer_pkgs[*]} +sdist"
 if [ -x "$venv/bin/python" ] && [ -f "$venv/.installed" ] && [ "$(cat "$venv/.installed")" = "$want_py" ]; then
   :
 else
   log "creating $venv with $want_py"
   rm -rf "$venv"
   python3 -m venv "$venv"
-  "$venv/bin/pip" install -q --disable-pip-version-check "$want_py"
+  "$venv/bin/pip" install -q --disable-pip-version-check "${peer_pkgs[@]}"
+  "$venv/bin/pip" download -q --disable-pip-version-check --no-deps --no-binary :all: \
+    -d "$venv/sdist" "${peer_pkgs[0]}"
+  tar -xzf "$venv"/sdist/resource_tracker-0.5.0.tar.gz -C "$venv/sdist"
+  test -f "$venv/sdist/resource_tracker-0.5.0/tests/test_tracker.py"
   echo "$want_py" > "$venv/.installed"
 fi
 # --- moto (S3/IAM/STS server, SigV4 enforced) for the Sentinel streaming tests ---

@@ -258,6 +258,9 @@ fn check_api_run(out: &Value, copies: &Path, python_cols: &[String], kind: &str)
 
     let si = &out["server_info"];
     assert_eq!(si["host_vcpus"], summary["host"]["host_vcpus"], "{si}");
+    // 0.5.0's names of the same.
+    assert_eq!(si["vcpus"], summary["host"]["host_vcpus"], "{si}");
+    assert_eq!(si["memory_mib"], summary["host"]["host_memory_mib"], "{si}");
     assert_eq!(si["allocation"], summary["recommendation"]["allocation"]);
     // Once stopped: the binary's own stats and recommendation.
     let st = &summary["stats"];
@@ -683,12 +686,34 @@ fn side_by_side_with_python_resource_tracker_0_5_0() {
         let o = old[k].as_array().unwrap();
         assert_eq!(&new[k].as_array().unwrap()[..o.len()], o.as_slice(), "{k}");
     }
-    let oc = old["combined_columns"].as_array().unwrap();
-    assert_eq!(oc.len(), 32);
-    assert_eq!(
-        &new["combined_columns"].as_array().unwrap()[..32],
-        oc.as_slice()
+    for k in ["combined_columns", "human_columns"] {
+        let oc = old[k].as_array().unwrap();
+        assert_eq!(oc.len(), 32, "{k}");
+        assert_eq!(&new[k].as_array().unwrap()[..32], oc.as_slice(), "{k}");
+    }
+    // Every statistic 0.5.0 gives, under its name (ours add some).
+    let (ok, nk) = (
+        old["stats_keys"].as_object().unwrap(),
+        new["stats_keys"].as_object().unwrap(),
     );
+    for (col, aggs) in ok {
+        for a in aggs.as_array().unwrap() {
+            assert!(
+                nk.get(col)
+                    .and_then(|v| v.as_array())
+                    .is_some_and(|v| v.contains(a)),
+                "stats()[{col}][{a}] is missing from ours: {nk:?}"
+            );
+        }
+    }
+    // server_info's keys (0.5.0 adds `allocation` only once sampled).
+    let new_si = new["server_info_keys"].as_array().unwrap();
+    for k in old["server_info_keys"].as_array().unwrap() {
+        assert!(
+            new_si.contains(k),
+            "server_info[{k}] is missing from ours: {new_si:?}"
+        );
+    }
 
     // While one child burns CPU, both see it: the intervals inside that phase agree.
     let (b0, b1) = (
@@ -746,6 +771,152 @@ fn side_by_side_with_python_resource_tracker_0_5_0() {
     let spawned = new["summary"]["processes_spawned"].as_u64().unwrap();
     let want = 1 + out["swarm"][2].as_u64().unwrap() + 2 * out["orphans"].as_u64().unwrap();
     assert!(spawned >= want, "processes spawned {spawned} < {want}");
+}
+
+/// The Python resource-tracker 0.5.0's own material on ours, with only the import
+/// renamed: its sdist's ResourceTracker tests (tests/test_tracker.py, by pytest)
+/// and the walk-through of its examples/standalone.py, with and without pandas.
+#[test]
+fn peer_0_5_0_tests_and_walk_through_pass_with_the_import_renamed() {
+    let Some(whl) = wheel() else { return };
+    let peers_venv: PathBuf = py_peers_python()
+        .parent()
+        .and_then(Path::parent)
+        .unwrap()
+        .to_path_buf();
+    let tests = peers_venv.join("sdist/resource_tracker-0.5.0/tests/test_tracker.py");
+    if !require(
+        tests.exists(),
+        &format!("{} is missing (scripts/setup.sh makes it)", tests.display()),
+    ) || !py_build_ready()
+    {
+        return;
+    }
+    let s = Scratch::new("py-peer-tests");
+    let text = std::fs::read_to_string(&tests).unwrap();
+    let renamed = text
+        .replace("from resource_tracker", "from resource_tracker_ebpf")
+        .replace("import resource_tracker", "import resource_tracker_ebpf")
+        .replace("\"resource_tracker.", "\"resource_tracker_ebpf.");
+    assert!(renamed.contains("from resource_tracker_ebpf import ResourceTracker"));
+    let ours = s.path("test_tracker.py");
+    std::fs::write(&ours, &renamed).unwrap();
+    let cases = renamed.matches("\ndef test_resource_tracker").count();
+    assert_eq!(cases, 5, "0.5.0's ResourceTracker tests");
+    // Its TinyDataFrame tests too, less the two that patch names inside 0.5.0's
+    // module (`urlopen`, `DictReader`), whose import of `DictReader` goes with them.
+    let tdf = std::fs::read_to_string(tests.with_file_name("test_tiny_dataframe.py"))
+        .unwrap()
+        .replace(
+            "from resource_tracker.tiny_data_frame import DictReader, StatSpec, TinyDataFrame",
+            "from resource_tracker_ebpf.tiny_data_frame import StatSpec, TinyDataFrame",
+        );
+    assert!(
+        !tdf.contains("from resource_tracker."),
+        "another import to rename"
+    );
+    let tdf_cases = tdf.matches("\ndef test_").count();
+    std::fs::write(s.path("test_tiny_dataframe.py"), &tdf).unwrap();
+    let internal = [
+        "test_tiny_dataframe.py::test_read_csv_from_http_url",
+        "test_tiny_dataframe.py::test_read_csv_retries_on_dict_reader_failure",
+    ];
+    let plain = fresh_venv(&s, "plain", &whl, std::slice::from_ref(&peers_venv));
+    let with_pandas = fresh_venv(&s, "pandas", &whl, &[peers_venv.clone(), py_build()]);
+    for (py, kind) in [(&plain, "without pandas"), (&with_pandas, "with pandas")] {
+        let o = output_within(
+            Command::new(py)
+                .args([
+                    "-m",
+                    "pytest",
+                    "-q",
+                    "-p",
+                    "no:cacheprovider",
+                    "-k",
+                    "test_resource_tracker",
+                ])
+                .arg(&ours)
+                .current_dir(&s.0),
+            300,
+        );
+        let out = String::from_utf8_lossy(&o.stdout);
+        eprintln!(
+            "0.5.0's tests {kind}: {}",
+            out.lines().last().unwrap_or_default()
+        );
+        assert!(o.status.success(), "0.5.0's tests {kind}:\n{out}");
+        assert!(out.contains(&format!("{cases} passed")), "{kind}: {out}");
+        let mut c = Command::new(py);
+        c.args([
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "test_tiny_dataframe.py",
+        ]);
+        for t in internal {
+            c.args(["--deselect", t]);
+        }
+        let o = output_within(c.current_dir(&s.0), 120);
+        let out = String::from_utf8_lossy(&o.stdout);
+        eprintln!(
+            "0.5.0's TinyDataFrame tests {kind}: {}",
+            out.lines().last().unwrap_or_default()
+        );
+        assert!(
+            o.status.success(),
+            "0.5.0's TinyDataFrame tests {kind}:\n{out}"
+        );
+        let want = format!(
+            "{} passed, {} deselected",
+            tdf_cases - internal.len(),
+            internal.len()
+        );
+        assert!(out.contains(&want), "{kind}: {want}: {out}");
+
+        let page = s.path(&format!("report-{}.html", kind.replace(' ', "-")));
+        let w = stdout_json(&run_fixture(
+            py,
+            "peer_standalone.py",
+            &[page.to_str().unwrap()],
+            &s.0,
+        ));
+        eprintln!("walk-through {kind}: {w}");
+        assert_eq!(w["early_rows"], 0, "{w}");
+        assert!(w["first_rows"].as_u64() >= Some(1), "{w}");
+        assert_eq!(w["tail_rows"], 1, "{w}");
+        assert!(
+            w["tail_row"]["memory_mib"].as_f64() > Some(450.0),
+            "500 MB held: {w}"
+        );
+        assert_eq!(w["rows"], w["system_rows"], "{w}");
+        assert_eq!(w["rows"], w["combined_rows"], "{w}");
+        assert_eq!(
+            w["combined_first"],
+            serde_json::json!(["timestamp", "system_processes", "system_utime"])
+        );
+        assert!(w["peak_mib"].as_f64() > Some(450.0), "{w}");
+        assert!(
+            w["stats_memory_max"].as_f64() >= w["peak_mib"].as_f64(),
+            "{w}"
+        );
+        assert!(w["rec"]["memory"].as_u64() >= Some(512), "{w}");
+        assert_eq!(w["report_is_str"], true);
+        assert_eq!(w["saved_is_report"], true);
+        let html = std::fs::read_to_string(&page).unwrap();
+        for words in [
+            "Process CPU usage",
+            "System CPU usage",
+            "Finished",
+            "peer_standalone.py",
+        ] {
+            assert!(
+                html.contains(words),
+                "{kind}: the saved report lacks {words:?}"
+            );
+        }
+    }
 }
 
 /// Chromium's console messages and failed loads for a page, and its DOM.

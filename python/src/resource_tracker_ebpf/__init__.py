@@ -4,7 +4,7 @@ binary, with the API of Spare Cores' Python resource-tracker 0.5.0.
     from resource_tracker_ebpf import ResourceTracker
     with ResourceTracker(interval=0.5) as t:
         ...  # the job
-    t.stats(); t.recommend_resources(); t.report("report.html")
+    t.stats(); t.recommend_resources(); t.report().save("report.html")
 
 The import name differs from the PyPI package's (`resource_tracker`), so both can be
 installed side by side.
@@ -17,7 +17,9 @@ from .errors import (
     TrackerDiedError,
     TrackerError,
 )
+from .tiny_data_frame import StatSpec, TinyDataFrame
 from .tracker import (
+    Report,
     ResourceTracker,
     __version__,
     aggregate_stats,
@@ -29,6 +31,9 @@ from .tracker import (
 
 __all__ = [
     "ResourceTracker",
+    "Report",
+    "StatSpec",
+    "TinyDataFrame",
     "TrackerError",
     "BinaryNotFoundError",
     "TrackerDiedError",

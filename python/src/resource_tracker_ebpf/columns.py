@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, Iterable, List, Optional
 
+from .tiny_data_frame import TinyDataFrame
+
 Row = Dict[str, Any]
 
 # The tree's fields that fill 0.5.0's process columns (below, `process_row`): every
@@ -91,6 +93,34 @@ PROCESS_COLUMNS = [
     "gpu_vram_mib",
     "gpu_utilized",
 ]
+# 0.5.0's human-readable names (`get_combined_metrics(human_names=True)`), after
+# the "System " or "Process " prefix; a column of ours keeps its name.
+HUMAN_NAMES = {
+    "timestamp": "Timestamp",
+    "processes": "processes",
+    "utime": "CPU time (user)",
+    "stime": "CPU time (system)",
+    "cpu_usage": "CPU usage",
+    "memory_free_mib": "free memory",
+    "memory_used_mib": "used memory",
+    "memory_buffers_mib": "memory buffers",
+    "memory_cached_mib": "memory page/file cached",
+    "memory_active_mib": "active memory",
+    "memory_inactive_mib": "inactive memory",
+    "disk_read_bytes": "disk read",
+    "disk_write_bytes": "disk write",
+    "disk_space_total_gb": "disk space total",
+    "disk_space_used_gb": "disk space used",
+    "disk_space_free_gb": "disk space free",
+    "net_recv_bytes": "inbound network traffic",
+    "net_sent_bytes": "outbound network traffic",
+    "gpu_usage": "GPU usage",
+    "gpu_vram_mib": "VRAM used",
+    "gpu_utilized": "GPUs in use",
+    "pid": "PID",
+    "children": "children",
+    "memory_mib": "memory usage",
+}
 TRACKER_COLUMNS = [
     "timestamp",
     "cpu_secs",
@@ -209,12 +239,7 @@ def tracker_row(s: Row) -> Row:
     }
 
 
-def table(rows: List[Row], columns: List[str]) -> Any:
-    """A pandas DataFrame with exactly `columns` when pandas is importable, else the
-    rows as a list of dicts (each with every column, in order)."""
-    ordered = [{c: r.get(c) for c in columns} for r in rows]
-    try:
-        import pandas as pd
-    except ImportError:
-        return ordered
-    return pd.DataFrame(ordered, columns=columns)
+def table(rows: List[Row], columns: List[str]) -> TinyDataFrame:
+    """The rows as a TinyDataFrame of exactly `columns`, in order (0.5.0's type,
+    with or without pandas; `.to_pandas()` converts it)."""
+    return TinyDataFrame(rows, columns=columns)

@@ -24,6 +24,7 @@ from typing import Any, Dict, List, Optional, Sequence
 from . import columns as C
 from ._binary import find_binary, run_once
 from .errors import SnapshotError, TrackerDiedError, TrackerError
+from .tiny_data_frame import StatSpec
 
 # Modules only some calls need (gzip, logging, re, shutil, tempfile) are imported
 # where used: the tracked interpreter pays ~10 ms less for importing the package.
@@ -36,6 +37,27 @@ SNAPSHOT_VERSION = 1
 # Live trackers, stopped at interpreter exit so that no binary outlives the job.
 _live: "weakref.WeakSet[ResourceTracker]" = weakref.WeakSet()
 _said_procfs = False
+
+
+class Report(str):
+    """An HTML report: the page's text, with 0.5.0's save() and browse()."""
+
+    def save(self, filepath: str) -> "Report":
+        """Writes the page to `filepath` (as this interpreter's user)."""
+        with open(filepath, "w", encoding="utf-8") as f:
+            f.write(self)
+        return self
+
+    def browse(self) -> "Report":
+        """Opens the page in the default web browser, from a private temporary file."""
+        import tempfile
+        import webbrowser
+
+        fd, name = tempfile.mkstemp(prefix="resource-tracker-report-", suffix=".html")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(self)
+        webbrowser.open("file://" + name)
+        return self
 
 
 def _stop_all() -> None:
@@ -717,15 +739,38 @@ class ResourceTracker:
         stopped."""
         if not self._summary:
             return None
-        info = dict(self._summary.get("host") or {})
+        host = self._summary.get("host") or {}
+        gpus = host.get("host_gpu_count") or 0
+        model = host.get("host_gpu_model")
+        # 0.5.0's keys first, then the binary's.
+        info: Dict[str, Any] = {
+            "os": "Linux",
+            "vcpus": host.get("host_vcpus"),
+            "memory_mib": host.get("host_memory_mib"),
+            "gpu_count": gpus,
+            "gpu_names": [model] * gpus if model else [],
+            "gpu_name": model or "",
+            "gpu_memory_mib": host.get("host_gpu_memory_mib") or 0,
+        }
+        info.update(host)
         info["allocation"] = (self._summary.get("recommendation") or {}).get("allocation")
         return info
 
     @property
     def cloud_info(self) -> Optional[Dict[str, Any]]:
         """What the cloud's metadata service said (`summary["cloud"]`; probed only with
-        discover_cloud=True), once stopped."""
-        return (self._summary or {}).get("cloud")
+        discover_cloud=True), once stopped: 0.5.0's `vendor`, `instance_type` and
+        `region` ("unknown" where not found or not probed), then the binary's fields."""
+        if self._summary is None:
+            return None
+        cloud = self._summary.get("cloud") or {}
+        info: Dict[str, Any] = {
+            "vendor": cloud.get("cloud_vendor_id") or "unknown",
+            "instance_type": cloud.get("cloud_instance_type") or "unknown",
+            "region": cloud.get("cloud_region_id") or "unknown",
+        }
+        info.update(cloud)
+        return info
 
     @property
     def process_metrics(self) -> Any:
@@ -759,46 +804,63 @@ class ResourceTracker:
     ) -> Any:
         """System and process rows side by side (`system_…`, `process_…`), the Python
         package's 32 columns first, in its order. `bytes` converts MiB and GB columns to
-        bytes; `human_names` is accepted for compatibility and changes only the
-        prefixes' defaults."""
+        bytes (the names stay, as 0.5.0's); `human_names` gives 0.5.0's readable names
+        ("System CPU time (user)", "Process memory usage"; ours keep theirs) and the
+        prefixes "System " and "Process "."""
         sp = system_prefix if system_prefix is not None else ("System " if human_names else "system_")
         pp = process_prefix if process_prefix is not None else ("Process " if human_names else "process_")
+
+        def name(c: str) -> str:
+            return C.HUMAN_NAMES.get(c, c) if human_names else c
+
         rows = []
-        names: List[str] = ["timestamp"]
-        names += [sp + c for c in C.SYSTEM_COLUMNS[1:]]
-        names += [pp + c for c in C.PROCESS_COLUMNS[1:]]
         samples = self.samples[offset or 0 :]
         extra = C.process_extra(samples)
-        names += [sp + c for c in C.SYSTEM_EXTRA] + [pp + c for c in extra]
+        sys_cols = C.SYSTEM_COLUMNS[1:] + C.SYSTEM_EXTRA
+        proc_cols = C.PROCESS_COLUMNS[1:] + extra
+        ts = name("timestamp")
+        names: List[str] = [ts]
+        names += [sp + name(c) for c in C.SYSTEM_COLUMNS[1:]]
+        names += [pp + name(c) for c in C.PROCESS_COLUMNS[1:]]
+        names += [sp + name(c) for c in C.SYSTEM_EXTRA] + [pp + name(c) for c in extra]
         for s in samples:
             p = C.process_row(s)
             if p is None and self.track_processes:
                 continue
             sysr = C.system_row(s)
-            row = {"timestamp": sysr["timestamp"]}
-            for c in C.SYSTEM_COLUMNS[1:] + C.SYSTEM_EXTRA:
-                row[sp + c] = sysr[c]
-            for c in C.PROCESS_COLUMNS[1:] + extra:
-                row[pp + c] = p.get(c) if p else None
+            row = {ts: sysr["timestamp"]}
+            for c in sys_cols:
+                row[sp + name(c)] = sysr[c]
+            for c in proc_cols:
+                row[pp + name(c)] = p.get(c) if p else None
             if bytes:
-                for k in list(row):
-                    v = row[k]
-                    if v is None or isinstance(v, bool):
-                        continue
-                    if k.endswith("_mib"):
-                        row[k] = v * 1048576
-                    elif k.endswith("_gb"):
-                        row[k] = v * 1e9
+                for c in sys_cols + proc_cols:
+                    f = 1048576 if c.endswith("_mib") else 1e9 if c.endswith("_gb") else None
+                    for k in (sp + name(c), pp + name(c)):
+                        v = row.get(k)
+                        if f is not None and v is not None and not isinstance(v, bool):
+                            row[k] = v * f
             rows.append(row)
         return C.table(rows, names)
 
     # --- answers --------------------------------------------------------------------
 
-    def stats(self) -> Dict[str, Dict[str, Any]]:
+    def stats(self, specs: Optional[Sequence[StatSpec]] = None) -> Dict[str, Dict[str, Any]]:
         """The Python package's stats(): mean and max of the tree's CPU (cores), memory
         (MiB), GPU usage, VRAM and GPUs in use; max disk space used (GB); Σ network
         bytes; duration. Once stopped these are the binary's summary `stats`; while
-        running, the same rules over the samples so far."""
+        running, the same rules over the samples so far.
+
+        With `specs` (0.5.0's StatSpec list), those statistics of
+        get_combined_metrics()'s columns instead; a "duration" of "timestamp" counts
+        the first sample's interval too, as 0.5.0's."""
+        if specs is not None:
+            if self.n_samples == 0:
+                raise TrackerError("no samples collected (yet)")
+            out = self.get_combined_metrics().stats(specs)
+            if "duration" in out.get("timestamp", {}):
+                out["timestamp"]["duration"] += self.interval
+            return out
         if self._summary is not None:
             st = self._summary.get("stats")
             if not st:
@@ -898,19 +960,41 @@ class ResourceTracker:
 
     def report(
         self,
+        integration: str = "standalone",
+        historical_stats: Sequence[Any] = (),
+        status_failed: bool = False,
+        integration_version: Optional[str] = None,
+        *,
         path: Optional[str] = None,
         history: Sequence["ResourceTracker"] = (),
         recommend_server: bool = False,
         timeout: float = 120.0,
-    ) -> str:
-        """The binary's self-contained HTML report of this run (and of `history`, earlier
-        runs of the same job, for the statistics across runs): charts, statistics,
-        recommendations and, with eBPF, the process timeline. Written to `path` when
-        given; the HTML is returned."""
+    ) -> "Report":
+        """The binary's self-contained HTML report of this run: charts, statistics,
+        recommendations and, with eBPF, the process timeline. 0.5.0's arguments come
+        first; the page says Pending while the tracker runs, Finished once stopped,
+        and Failed with `status_failed=True`.
+
+        `history` (or `historical_stats` given as trackers): earlier runs of the same
+        job, for the statistics across runs. 0.5.0's stats dicts cannot be drawn (the
+        page is made from samples) and are refused. The page is returned as a Report
+        (a str with save() and browse()), and written to `path` when given."""
+        if integration not in ("standalone", "Metaflow", "R"):
+            raise ValueError(f"integration must be 'standalone', 'Metaflow' or 'R', not {integration!r}")
+        earlier = list(history)
+        for h in historical_stats:
+            if not isinstance(h, ResourceTracker):
+                raise TypeError(
+                    "report(historical_stats=...): give earlier runs as trackers "
+                    "(ResourceTracker.from_snapshot of their snapshots), not stats dicts: "
+                    "the page is drawn from their samples"
+                )
+            earlier.append(h)
         if self.running:
-            raise TrackerError("report() needs a stopped tracker: call stop() first")
-        if not self._samples:
-            raise TrackerError("no samples to report on")
+            self.wait_for_samples(1, timeout=self.interval * 5)
+        samples = self.samples
+        if not samples:
+            raise TrackerError("no samples to report on (yet)")
         import re
 
         binary = find_binary(self._binary_arg)
@@ -921,7 +1005,7 @@ class ResourceTracker:
             # events and summary files follow its samples file on the command line.
             events_flag = re.search(r"^\s*(?:-\w,\s*)?--events[\s=<]", help_text, re.M) is not None
             args = ["report"]
-            for i, t in enumerate([self, *history]):
+            for i, t in enumerate([self, *earlier]):
                 sp = Path(work) / f"run{i}.jsonl"
                 t._write_samples(sp)
                 args.append(str(sp))
@@ -935,14 +1019,31 @@ class ResourceTracker:
                     smp = Path(work) / f"run{i}-summary.json"
                     smp.write_text(json.dumps(t._summary))
                     args.append(str(smp))
-            out = Path(path) if path else Path(work) / "report.html"
+            out = Path(work) / "report.html"
             args += ["-o", str(out)]
+            if "--status" in help_text:
+                status = "failed" if status_failed else "pending" if self.running else "finished"
+                args += ["--status", status, "--title", f"resource-tracker report: {self._job_title()}"]
             if recommend_server:
                 args.append("--recommend-server")
             run_once(binary, args, timeout=timeout)
-            return out.read_text()
+            page = Report(out.read_text())
         finally:
             _rmtree(work)
+        if path is not None:
+            page.save(path)
+        return page
+
+    def _job_title(self) -> str:
+        """The job's name, else the script's, else the tracked pid's."""
+        if self.job_name:
+            return self.job_name
+        import sys
+
+        script = sys.argv[0] if sys.argv else ""
+        if script and script not in ("-c", "-m", "-"):
+            return os.path.basename(script)
+        return f"pid {self.pid}"
 
     def _write_samples(self, p: Path) -> None:
         with open(p, "w") as f:
