@@ -5,9 +5,13 @@
 # `--run` (cargo xtask run, cargo xtask install): only what building and running
 # the tracker needs, the nightly toolchain's rust-src and bpf-linker; none of the
 # tests' packages, peers or virtual environments.
+# `--pip` (cargo xtask pip-install): that, and maturin in its own small venv
+# (target/maturin), which builds the Python package's wheel.
 set -euo pipefail
 run_only=0
+pip_only=0
 [ "${1:-}" = "--run" ] && run_only=1
+[ "${1:-}" = "--pip" ] && run_only=1 && pip_only=1
 
 log() { echo "setup: $*" >&2; }
 
@@ -107,6 +111,19 @@ else
   LLVM_PREFIX="$llvm_dir" cargo install bpf-linker --version 0.13.0 --locked \
     --no-default-features --features llvm-22 --force
   echo "$want" > "$stamp"
+fi
+if [ "$pip_only" = 1 ]; then
+  mat_venv="$(cd "$(dirname "$0")/.." && pwd)/target/maturin"
+  want_mat="maturin==1.16.0"
+  if ! { [ -x "$mat_venv/bin/maturin" ] && [ "$(cat "$mat_venv/.installed" 2>/dev/null)" = "$want_mat" ]; }; then
+    log "creating $mat_venv with $want_mat"
+    rm -rf "$mat_venv"
+    python3 -m venv "$mat_venv"
+    "$mat_venv/bin/pip" install -q --disable-pip-version-check "$want_mat"
+    echo "$want_mat" > "$mat_venv/.installed"
+  fi
+  log "ok (what building the wheel needs: rust-src for nightly, bpf-linker, maturin)"
+  exit 0
 fi
 if [ "$run_only" = 1 ]; then
   log "ok (what running needs: rust-src for nightly, bpf-linker)"

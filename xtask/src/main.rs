@@ -174,6 +174,62 @@ fn install(args: &[String]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `cargo xtask pip-install --venv DIR | --python PY`: the Python package, built
+/// for this machine (release, its wheel in target/wheels-local), installed into a
+/// virtual environment (made when missing) or an existing interpreter's.
+fn pip_install(args: &[String]) -> anyhow::Result<()> {
+    let py = match (flag_value(args, "--venv")?, flag_value(args, "--python")?) {
+        (Some(_), Some(_)) => bail!("pip-install: --venv or --python, not both"),
+        (Some(v), None) => {
+            let py = Path::new(&v).join("bin/python");
+            if !py.exists() {
+                sh(Command::new("python3").args(["-m", "venv"]).arg(&v))?;
+            }
+            py
+        }
+        (None, Some(p)) => PathBuf::from(p),
+        (None, None) => match std::env::var_os("VIRTUAL_ENV") {
+            Some(v) => Path::new(&v).join("bin/python"),
+            None => bail!(
+                "pip-install: name the environment: --venv DIR (made when missing) or \
+                 --python PATH (an interpreter, e.g. the one Metaflow runs)"
+            ),
+        },
+    };
+    if !py.exists() {
+        bail!("pip-install: {} does not exist", py.display());
+    }
+    let t0 = std::time::Instant::now();
+    sh(Command::new("bash")
+        .arg(root().join("scripts/setup.sh"))
+        .arg("--pip"))?;
+    let out = root().join("target/wheels-local");
+    if out.exists() {
+        std::fs::remove_dir_all(&out).with_context(|| format!("removing {}", out.display()))?;
+    }
+    sh(Command::new(root().join("target/maturin/bin/maturin"))
+        .current_dir(root().join("python"))
+        .args(["build", "--quiet", "--release", "--strip", "-o"])
+        .arg(&out))?;
+    let wheel = std::fs::read_dir(&out)
+        .with_context(|| format!("reading {}", out.display()))?
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "whl"))
+        .with_context(|| format!("maturin left no wheel in {}", out.display()))?;
+    sh(Command::new(&py)
+        .args(["-m", "pip", "install", "-q", "--disable-pip-version-check"])
+        .args(["--force-reinstall", "--no-deps"])
+        .arg(&wheel))?;
+    eprintln!(
+        "xtask: resource-tracker-ebpf installed for {} ({:.0} s; {})",
+        py.display(),
+        t0.elapsed().as_secs_f64(),
+        wheel.display()
+    );
+    Ok(())
+}
+
 fn run() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
@@ -207,6 +263,7 @@ fn run() -> anyhow::Result<()> {
             old_glibc::run()
         }
         Some("install") => install(&args),
+        Some("pip-install") => pip_install(&args),
         Some("run") => {
             setup_run()?;
             let dir = build_release_agent()?;
@@ -232,6 +289,6 @@ fn run() -> anyhow::Result<()> {
             let dir = build_release()?;
             soak::run(&dir, &args[1..])
         }
-        _ => bail!("usage: cargo xtask setup | test | wheel [--release] | install [--prefix DIR] [--binary FILE] | old-glibc | arm64 | run -- ARGS | bench [--quick] [--peers | --only-peers | --only-cost | --only-startup | --only-exact | --only-attach | --only-attach-exact [--runs N] [--workload NAME] [--conditions quiet|churn|both] | --only-real [--runs N] [--peer-runs N] [--workload NAME] [--skip NAME] [--conditions quiet|churn|both] [--from-raw FILE] | --node] | soak [--minutes N] | kernels [LINE…] [--timeout SECS] [--only CHECK]"),
+        _ => bail!("usage: cargo xtask setup | test | wheel [--release] | install [--prefix DIR] [--binary FILE] | pip-install --venv DIR | --python PY | old-glibc | arm64 | run -- ARGS | bench [--quick] [--peers | --only-peers | --only-cost | --only-startup | --only-exact | --only-attach | --only-attach-exact [--runs N] [--workload NAME] [--conditions quiet|churn|both] | --only-real [--runs N] [--peer-runs N] [--workload NAME] [--skip NAME] [--conditions quiet|churn|both] [--from-raw FILE] | --node] | soak [--minutes N] | kernels [LINE…] [--timeout SECS] [--only CHECK]"),
     }
 }
