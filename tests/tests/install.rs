@@ -8,7 +8,7 @@ use std::{
     process::Command,
 };
 
-use tracker_tests::{e2e::is_root, *};
+use tracker_tests::*;
 
 /// The xtask binary that `cargo build --workspace` puts next to the tests.
 fn xtask() -> PathBuf {
@@ -191,71 +191,4 @@ fn the_run_setup_installs_only_what_running_needs() {
     assert!(err.contains("what running needs"), "{err}");
     let called = std::fs::read_to_string(&calls).unwrap_or_default();
     assert!(called.is_empty(), "setup --run called: {called}");
-}
-
-/// The README's Python commands, as written: its first `sh` block after the
-/// "## Python" heading, run by bash from the checkout with HOME a scratch
-/// directory (so `~/rt` is made there): the package is built and installed into a
-/// new venv, and its example tracks 300 processes and a 200 MiB array.
-#[test]
-fn the_readmes_python_commands_install_the_package_and_run_its_example() {
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let readme = std::fs::read_to_string(repo.join("README.md")).expect("README.md");
-    let section = readme
-        .split("\n## Python")
-        .nth(1)
-        .expect("a Python section in the README");
-    let block = section
-        .split("```sh\n")
-        .nth(1)
-        .and_then(|b| b.split("\n```").next())
-        .expect("an sh block in the README's Python section");
-    assert!(
-        block.starts_with("cargo xtask pip-install --venv ~/rt\n"),
-        "{block}"
-    );
-    let s = Scratch::new("readme-python");
-    let t0 = std::time::Instant::now();
-    let o = Command::new("bash")
-        .args(["-e", "-c", block])
-        .current_dir(&repo)
-        .env("HOME", &s.0)
-        .env_remove("VIRTUAL_ENV")
-        .output()
-        .expect("bash");
-    let (out, err) = (
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr),
-    );
-    eprintln!(
-        "the README's Python block: {:.0} s\n{out}",
-        t0.elapsed().as_secs_f64()
-    );
-    assert!(o.status.success(), "{out}\n{err}");
-    assert!(s.path("rt/bin/resource-tracker").exists(), "{err}");
-    // "ebpf 9 samples, 303 processes", then the memory stats and the @resources line.
-    let first: Vec<&str> = out
-        .lines()
-        .next()
-        .unwrap_or_default()
-        .split_whitespace()
-        .collect();
-    let want = if is_root() && ebpf_available() {
-        "ebpf"
-    } else {
-        "procfs"
-    };
-    assert_eq!(first.first().copied(), Some(want), "{out}");
-    if want == "ebpf" {
-        let n: u64 = first.get(3).and_then(|v| v.parse().ok()).unwrap_or(0);
-        assert!(n >= 301, "processes: {out}");
-    }
-    assert!(out.contains("@resources(cpu=1, memory="), "{out}");
-    let max: f64 = out
-        .split("'max': ")
-        .nth(1)
-        .and_then(|v| v.split(['}', ',']).next())
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0.0);
-    assert!(max >= 200.0, "the 200 MiB array: {out}");
 }

@@ -755,8 +755,10 @@ fn side_by_side_with_python_resource_tracker_0_5_0() {
     let (ot, nt) = (total(&old["process"]), total(&new["process"]));
     let orphans = out["orphans"].as_f64().unwrap() * 0.4;
     eprintln!("CPU: rusage {truth:.3} s, 0.5.0 {ot:.3} s, ours {nt:.3} s, orphans {orphans} s");
+    // 0.5.0 may catch an orphan's first moments while its shell still lives (6.81 s
+    // against a rusage of 6.50 once, beside a build), never most of them.
     assert!(
-        ot <= truth + 0.3,
+        ot <= truth + 0.25 * orphans,
         "0.5.0 {ot} s cannot see the orphans (rusage {truth})"
     );
     assert!(
