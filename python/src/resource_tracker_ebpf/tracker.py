@@ -834,12 +834,13 @@ class ResourceTracker:
             for c in proc_cols:
                 row[pp + name(c)] = p.get(c) if p else None
             if bytes:
-                for c in sys_cols + proc_cols:
-                    f = 1048576 if c.endswith("_mib") else 1e9 if c.endswith("_gb") else None
-                    for k in (sp + name(c), pp + name(c)):
-                        v = row.get(k)
+                # Each column once: gpu_vram_mib is both a system and a process one.
+                for prefix, cols in ((sp, sys_cols), (pp, proc_cols)):
+                    for c in cols:
+                        f = 1048576 if c.endswith("_mib") else 1e9 if c.endswith("_gb") else None
+                        v = row.get(prefix + name(c))
                         if f is not None and v is not None and not isinstance(v, bool):
-                            row[k] = v * f
+                            row[prefix + name(c)] = v * f
             rows.append(row)
         return C.table(rows, names)
 
