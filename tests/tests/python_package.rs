@@ -1158,6 +1158,13 @@ fn metaflow_flow_with_track_resources_makes_a_card_that_opens_in_chromium() {
     assert_eq!(out[&r3]["step_failed"], true);
     assert_eq!(out[&r3]["successful"], false);
     let failed = std::fs::read_to_string(out[&r3]["card"].as_str().unwrap()).unwrap();
+    // The embedded report says how the step ended, in 0.5.0's words.
+    assert!(failed.contains("status status-failed"), "run {r3}");
+    let ok = std::fs::read_to_string(out[&r1]["card"].as_str().unwrap()).unwrap();
+    assert!(
+        ok.contains("status status-finished") && !ok.contains("status status-failed"),
+        "run {r1}"
+    );
     assert!(failed.contains("The step failed"), "failed step's card");
     let last = std::fs::read_to_string(out[&r4]["card"].as_str().unwrap()).unwrap();
     let table = last

@@ -256,10 +256,10 @@ class TrackedResourcesEbpfCard(MetaflowCard):
                 ],
             )
         )
-        parts.append("<h2>Report</h2>" + self._report(t, history))
+        parts.append("<h2>Report</h2>" + self._report(t, history, bool(data.get("step_failed"))))
         return "".join(parts)
 
-    def _report(self, t, history: List[Dict[str, Any]]) -> str:
+    def _report(self, t, history: List[Dict[str, Any]], failed: bool) -> str:
         """The binary's HTML report, embedded whole (its scripts run in the frame)."""
         earlier = []
         try:
@@ -281,7 +281,7 @@ class TrackedResourcesEbpfCard(MetaflowCard):
         except Exception:
             earlier = []
         try:
-            page = t.report(history=earlier)
+            page = t.report("Metaflow", status_failed=failed, history=earlier)
         except Exception as e:
             return f'<p class="note" id="report-missing">The report could not be made: {_e(e)}</p>'
         return f'<iframe id="report" title="resource-tracker report" sandbox="allow-scripts" srcdoc="{_e(page)}"></iframe>'
