@@ -108,11 +108,6 @@ class TinyDataFrame:
         except ValueError:
             raise KeyError(f"Column '{name}' not found") from None
 
-    def _rows(self, sel: Union[slice, Sequence[int]]) -> "TinyDataFrame":
-        if isinstance(sel, slice):
-            return TinyDataFrame({c: v[sel] for c, v in zip(self.columns, self._data)})
-        return TinyDataFrame({c: [v[i] for i in sel] for c, v in zip(self.columns, self._data)})
-
     def __getitem__(self, key: Union[str, int, slice, Sequence[str]]) -> Any:
         if isinstance(key, str):
             return self._col(key)
@@ -124,7 +119,7 @@ class TinyDataFrame:
                 raise IndexError(f"row {key} of a table of {n} rows")
             return {c: v[key] for c, v in zip(self.columns, self._data)}
         if isinstance(key, slice):
-            return self._rows(key)
+            return TinyDataFrame({c: v[key] for c, v in zip(self.columns, self._data)})
         if isinstance(key, (list, tuple)) and all(isinstance(k, str) for k in key):
             return TinyDataFrame({k: list(self._col(k)) for k in key})
         raise TypeError(f"TinyDataFrame: invalid key type {type(key).__name__}")
