@@ -365,39 +365,63 @@ fn a_config_path_with_a_newline_stays_one_line() {
 #[test]
 fn control_sequences_in_a_commands_name_reach_the_terminal_escaped() {
     let s = Scratch::new("comm-escape");
-    let o = run(Command::new(tracker())
-        .args(["run", "-o", "s.jsonl", "--", "sh", "-c"])
-        .arg("cp /bin/true \"$(printf 'a\\033[2Jb\\007c\\nd')\" && \"./$(printf 'a\\033[2Jb\\007c\\nd')\"")
-        .current_dir(&s.0));
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(0), "{err}");
-    let tops = err
-        .lines()
-        .find(|l| l.contains("top commands by cpu"))
-        .unwrap_or_else(|| panic!("no top commands line: {err}"));
-    assert!(tops.contains("a\\u{1b}[2Jb\\u{7}c\\nd"), "{tops}");
-    assert!(
-        !err.contains('\u{1b}') && !err.contains('\u{7}'),
-        "a control character reached the terminal: {err:?}"
-    );
+    // The name comes from the kernel's task on eBPF and from /proc on procfs.
+    for backend in [&[][..], &["--no-ebpf"]] {
+        let o = run(Command::new(tracker())
+            .arg("run")
+            .args(backend)
+            .args(["-i", "0.1", "-o", "s.jsonl", "--", "sh", "-c"])
+            // A shell under that name, busy for a few polls: procfs sees it too.
+            .arg("n=\"$(printf 'a\\033[2Jb\\007c\\nd')\"; cp /bin/sh \"$n\" && \"./$n\" -c 'i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done'")
+            .current_dir(&s.0));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(0), "{backend:?}: {err}");
+        // Top commands come from exits the kernel programs hear (docs/schema.md).
+        if backend.is_empty() {
+            let tops = err
+                .lines()
+                .find(|l| l.contains("top commands by cpu"))
+                .unwrap_or_else(|| panic!("no top commands line: {err}"));
+            assert!(tops.contains("a\\u{1b}[2Jb\\u{7}c\\nd"), "{tops}");
+        }
+        assert!(
+            !err.contains('\u{1b}') && !err.contains('\u{7}'),
+            "{backend:?}: a control character reached the terminal: {err:?}"
+        );
+    }
 }
 
 /// A PID namespace of its own that still sees the host's /proc (`unshare --pid
-/// --fork` without `--mount-proc`), as root and as a user in a user namespace:
-/// every pid the tracker knows names another process in that /proc (pid 2 is
-/// kthreadd), so the run is refused with one line and exit 2 before the command
-/// starts, never reported as another process's figures. With a /proc of its own
-/// the same run is tracked, the sleep's CPU and processes its own.
+/// --fork` without `--mount-proc`), as root, as root in a user namespace and as
+/// the unprivileged user 65534 in one: every pid the tracker knows names another
+/// process in that /proc (pid 2 is kthreadd), so the run is refused with one line
+/// and exit 2 before the command starts, never reported as another process's
+/// figures. With a /proc of its own the same run is tracked, the sleep's CPU and
+/// processes its own, as root and as that user.
 #[test]
 fn a_pid_namespace_that_sees_the_hosts_proc_is_refused() {
-    if !e2e::require(e2e::is_root() && e2e::have("unshare"), "root and unshare") {
+    use std::os::unix::fs::PermissionsExt as _;
+    if !e2e::require(
+        e2e::is_root() && e2e::have("unshare") && e2e::have("setpriv"),
+        "root, unshare and setpriv",
+    ) {
         return;
     }
     let s = Scratch::new("pidns");
-    for pre in [
-        &["unshare", "--pid", "--fork"][..],
-        &["unshare", "--user", "--map-root-user", "--pid", "--fork"][..],
-    ] {
+    // The user writes its summary and the command's file here.
+    std::fs::set_permissions(&s.0, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    let user: &[&str] = &[
+        "setpriv",
+        "--reuid",
+        "65534",
+        "--regid",
+        "65534",
+        "--clear-groups",
+        "--",
+    ];
+    let userns: &[&str] = &["unshare", "--user", "--map-root-user", "--pid", "--fork"];
+    let as_user = [user, userns].concat();
+    for pre in [&["unshare", "--pid", "--fork"][..], userns, &as_user] {
         let o = run(Command::new(pre[0])
             .args(&pre[1..])
             .arg(tracker())
@@ -409,18 +433,27 @@ fn a_pid_namespace_that_sees_the_hosts_proc_is_refused() {
         assert_eq!(err.trim_end().lines().count(), 1, "{pre:?}: {err}");
         assert!(!s.path("started").exists(), "{pre:?}: the command ran");
     }
-    let o = run(Command::new("unshare")
-        .args(["--pid", "--fork", "--mount-proc"])
-        .arg(tracker())
-        .args(["run", "-q", "--summary", "s.json", "--", "sleep", "2"])
-        .current_dir(&s.0));
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let sum = read_json(&s.path("s.json"));
-    assert!(sum["cpu_total_secs"].as_f64().unwrap() <= 0.5, "{sum}");
-    assert!(sum["processes_spawned"].as_u64().unwrap() <= 5, "{sum}");
+    let own_proc = [userns, &["--mount-proc"]].concat();
+    for pre in [
+        &["unshare", "--pid", "--fork", "--mount-proc"][..],
+        &[user, &own_proc].concat(),
+    ] {
+        let _ = std::fs::remove_file(s.path("s.json"));
+        let o = run(Command::new(pre[0])
+            .args(&pre[1..])
+            .arg(tracker())
+            .args(["run", "-q", "--summary", "s.json", "--", "sleep", "2"])
+            .current_dir(&s.0));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(0), "{pre:?}: {err}");
+        let sum = read_json(&s.path("s.json"));
+        assert!(
+            sum["cpu_total_secs"].as_f64().unwrap() <= 0.5,
+            "{pre:?}: {sum}"
+        );
+        assert!(
+            sum["processes_spawned"].as_u64().unwrap() <= 5,
+            "{pre:?}: {sum}"
+        );
+    }
 }

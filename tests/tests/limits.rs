@@ -49,19 +49,25 @@ fn a_memory_limit_holds_and_names_its_kills() {
 }
 
 /// Under a limit so small that the advice's 128 MiB floor is what the kill asks
-/// for (10 MiB + 100 MiB, rounded up): the advice's basis still names the kill.
+/// for (10 MiB + 100 MiB, rounded up): the advice's basis still names the kill,
+/// on both backends.
 #[test]
 fn a_kill_under_a_tiny_limit_is_the_advices_basis() {
-    let (code, s, err) = limited(
-        "oom10",
-        &["--memory", "10M"],
-        &["python3", "-c", "x = bytearray(200 << 20); print(len(x))"],
-    );
-    assert_eq!(code, 137, "{err}");
-    assert!(s["limits"]["oom_kills"].as_u64().unwrap_or(0) >= 1, "{s}");
-    let r = &s["recommendation"];
-    assert_eq!(r["memory_basis"], "oom_kill", "{s}");
-    assert_eq!(r["memory_mib"], 128, "{s}");
+    for backend in [&[][..], &["--no-ebpf"]] {
+        let (code, s, err) = limited(
+            "oom10",
+            &[&["--memory", "10M"], backend].concat(),
+            &["python3", "-c", "x = bytearray(200 << 20); print(len(x))"],
+        );
+        assert_eq!(code, 137, "{backend:?}: {err}");
+        assert!(
+            s["limits"]["oom_kills"].as_u64().unwrap_or(0) >= 1,
+            "{backend:?}: {s}"
+        );
+        let r = &s["recommendation"];
+        assert_eq!(r["memory_basis"], "oom_kill", "{backend:?}: {s}");
+        assert_eq!(r["memory_mib"], 128, "{backend:?}: {s}");
+    }
 }
 
 /// A command that moves itself out of the cgroup that holds `--memory 64M`

@@ -20,8 +20,19 @@ use clap::{
 };
 
 fn main() {
+    // Log lines carry paths and values read from outside: they reach the terminal
+    // through the same escaping as every other line.
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
-        .format_target(false)
+        .format(|buf, r| {
+            use std::io::Write as _;
+            writeln!(
+                buf,
+                "[{} {:<5}] {}",
+                buf.timestamp(),
+                r.level(),
+                warn::escaped(&r.args().to_string())
+            )
+        })
         .init();
     if sink::sentinel::guardian::is_guardian() {
         std::process::exit(sink::sentinel::guardian::main());

@@ -67,7 +67,7 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
 /// samples went is never lost with the stderr that failed. Never ends the run
 /// (`eprintln!` would panic).
 pub fn say(msg: impl std::fmt::Display) {
-    let line = format!("resource-tracker: {msg}\n");
+    let line = line(msg);
     let mut err = std::io::stderr().lock();
     if err
         .write_all(line.as_bytes())
@@ -76,6 +76,13 @@ pub fn say(msg: impl std::fmt::Display) {
     {
         to_syslog(line.trim_end());
     }
+}
+
+/// The line `say` writes: every message reaches the terminal escaped, whatever
+/// its caller did, so that no name or value from outside can clear the screen or
+/// forge a line.
+fn line(msg: impl std::fmt::Display) -> String {
+    format!("resource-tracker: {}\n", escaped(&msg.to_string()))
 }
 
 static SEEN: Mutex<Option<HashSet<String>>> = Mutex::new(None);
@@ -116,6 +123,17 @@ mod tests {
         use super::escaped;
         assert_eq!(escaped("plain/path"), "plain/path");
         assert_eq!(escaped("a\nb\x1b[31m"), "a\\nb\\u{1b}[31m");
+    }
+
+    #[test]
+    fn a_said_line_is_one_escaped_line_whatever_its_caller_gave() {
+        assert_eq!(
+            super::line(format_args!("host {}", "x\x1b[2J\x07\ny")),
+            "resource-tracker: host x\\u{1b}[2J\\u{7}\\ny\n"
+        );
+        // What a caller escaped already is left as it is.
+        let once = super::escaped("a\x1bb");
+        assert_eq!(super::line(&once), format!("resource-tracker: {once}\n"));
     }
 
     #[test]

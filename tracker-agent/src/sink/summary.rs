@@ -58,10 +58,10 @@ impl Sink for SummaryOut {
 
     fn finish(&mut self, summary: &mut Summary) -> anyhow::Result<()> {
         if std::mem::take(&mut self.terminal) {
-            // A closed stderr loses these lines, nothing else.
-            let _ = std::io::stderr()
-                .lock()
-                .write_all(human(summary).as_bytes());
+            // A closed stderr loses these lines, nothing else. Each line is
+            // escaped once more at the terminal, whatever its fields were.
+            let text: String = human(summary).lines().map(|l| escaped(l) + "\n").collect();
+            let _ = std::io::stderr().lock().write_all(text.as_bytes());
         }
         if let Some((f, name)) = self.file.as_mut() {
             serde_json::to_writer_pretty(&mut *f, &*summary)

@@ -186,8 +186,10 @@ class TrackedResourcesEbpfCard(MetaflowCard):
             f"{_fmt(summary.get('tracker_max_rss_mib'), 1)} MiB.</p>"
         )
         if data.get("limits"):
+            # Started under them is all this says: whether the whole step stayed
+            # under them is the summary's (below), never claimed here.
             parts.append(
-                f'<p id="limits">The step ran under <code>{_e(" ".join(data["limits"]))}</code> '
+                f'<p id="limit-flags">The step was started under <code>{_e(" ".join(data["limits"]))}</code> '
                 "(its task in a cgroup of that CPU quota and memory limit); the task's log "
                 "says whether it fit: OOM kills, time throttled.</p>"
             )
