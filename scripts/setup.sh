@@ -181,11 +181,11 @@ else
   "$moto_venv/bin/python" -c 'import moto.server, boto3, flask, flask_cors'
   echo "$want_moto" > "$moto_venv/.installed"
 fi
-# --- maturin, Metaflow and pandas for the Python package (python/): the wheel is
+# --- maturin, Metaflow, pandas and pytest for the Python package (python/): the wheel is
 # built with this maturin, and the API and Metaflow tests install it beside Metaflow
 # and pandas into fresh virtual environments made from this one's python. ---
 pybuild_venv="$repo/target/py-build"
-pybuild_pkgs=("maturin==1.16.0" "metaflow==2.19.39" "pandas==3.1.1")
+pybuild_pkgs=("maturin==1.16.0" "metaflow==2.19.39" "pandas==3.1.1" "pytest==9.2.0")
 want_pybuild="${pybuild_pkgs[*]}"
 if [ -x "$pybuild_venv/bin/maturin" ] && [ -f "$pybuild_venv/.installed" ] \
   && [ "$(cat "$pybuild_venv/.installed")" = "$want_pybuild" ]; then

@@ -1046,6 +1046,17 @@ class ResourceTracker:
             return os.path.basename(script)
         return f"pid {self.pid}"
 
+    def _duration(self) -> Optional[float]:
+        """Seconds tracked: the summary's `stats.duration_secs` (the samples'
+        intervals added up, untouched by a wall-clock step), else, as 0.5.0
+        counts it, from the start to the stop (or now) and one interval more."""
+        st = (self._summary or {}).get("stats") or {}
+        if isinstance(st.get("duration_secs"), (int, float)):
+            return _round2(st["duration_secs"])
+        if self.start_time is None:
+            return None
+        return _round2((self.stop_time or time.time()) - self.start_time + self.interval)
+
     def _write_samples(self, p: Path) -> None:
         with open(p, "w") as f:
             for s in self._samples:
@@ -1071,6 +1082,9 @@ class ResourceTracker:
                 "job_name": self.job_name,
                 "tags": self.tags,
                 "n_samples": len(samples),
+                # 0.5.0's key: seconds tracked, the binary's monotonic figure
+                # where its summary has one.
+                "duration": self._duration(),
             },
             "samples": list(samples),
             "summary": self._summary,
