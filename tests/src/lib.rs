@@ -39,6 +39,21 @@ pub fn tracker() -> PathBuf {
     built("resource-tracker", "cargo build -p tracker-agent")
 }
 
+/// A copy of the tracker binary that another user can execute, in `scratch`: the
+/// clone's own path may pass through a directory only root can enter (a
+/// `mktemp -d` clone is 0700).
+pub fn tracker_for_any_user(scratch: &Scratch) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = scratch.path("bin");
+    std::fs::create_dir_all(&dir).expect("scratch bin dir");
+    let bin = dir.join("resource-tracker");
+    std::fs::copy(tracker(), &bin).expect("copy the tracker binary");
+    for (p, mode) in [(&scratch.0, 0o755), (&dir, 0o755), (&bin, 0o755)] {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).expect("chmod");
+    }
+    bin
+}
+
 /// True when eBPF tests can run here. In CI a missing capability is a failure, never
 /// a silent skip.
 pub fn ebpf_available() -> bool {

@@ -408,6 +408,7 @@ fn a_pid_namespace_that_sees_the_hosts_proc_is_refused() {
         return;
     }
     let s = Scratch::new("pidns");
+    let bin = tracker_for_any_user(&s);
     // The user writes its summary and the command's file here.
     std::fs::set_permissions(&s.0, std::fs::Permissions::from_mode(0o777)).expect("chmod");
     let user: &[&str] = &[
@@ -424,7 +425,7 @@ fn a_pid_namespace_that_sees_the_hosts_proc_is_refused() {
     for pre in [&["unshare", "--pid", "--fork"][..], userns, &as_user] {
         let o = run(Command::new(pre[0])
             .args(&pre[1..])
-            .arg(tracker())
+            .arg(&bin)
             .args(["run", "-q", "--summary", "s.json", "--", "touch", "started"])
             .current_dir(&s.0));
         let err = String::from_utf8_lossy(&o.stderr);
@@ -441,7 +442,7 @@ fn a_pid_namespace_that_sees_the_hosts_proc_is_refused() {
         let _ = std::fs::remove_file(s.path("s.json"));
         let o = run(Command::new(pre[0])
             .args(&pre[1..])
-            .arg(tracker())
+            .arg(&bin)
             .args(["run", "-q", "--summary", "s.json", "--", "sleep", "2"])
             .current_dir(&s.0));
         let err = String::from_utf8_lossy(&o.stderr);

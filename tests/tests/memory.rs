@@ -409,10 +409,12 @@ fn a_cgroup_that_cannot_be_made_is_said_once_and_the_run_goes_on() {
 }
 
 /// No rights to make cgroups (the tracker as an unprivileged user): the same.
-/// The tracker as the unprivileged user 65534 (`setpriv`), in `dir`, which it
-/// may write: `run -q -i 0.2 --summary s.json -- sh -c SCRIPT`.
-fn run_as_nobody(dir: &Path, script: &str) -> std::process::Output {
+/// The tracker (a copy it may execute) as the unprivileged user 65534
+/// (`setpriv`), in the scratch directory, which it may write:
+/// `run -q -i 0.2 --summary s.json -- sh -c SCRIPT`.
+fn run_as_nobody(s: &Scratch, script: &str) -> std::process::Output {
     use std::os::unix::fs::PermissionsExt as _;
+    let (bin, dir) = (tracker_for_any_user(s), &s.0);
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777)).expect("chmod");
     run(Command::new("setpriv")
         .args([
@@ -423,7 +425,7 @@ fn run_as_nobody(dir: &Path, script: &str) -> std::process::Output {
             "--clear-groups",
             "--",
         ])
-        .arg(tracker())
+        .arg(&bin)
         .args(["run", "-q", "-i", "0.2", "--summary", "s.json", "--"])
         .args(["sh", "-c", script])
         .current_dir(dir))
@@ -435,7 +437,7 @@ fn without_rights_memory_is_pss_said_once() {
         return;
     }
     let s = Scratch::new("memnobody");
-    let o = run_as_nobody(&s.0, "exit 5");
+    let o = run_as_nobody(&s, "exit 5");
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(5), "{err}");
     let said = err
@@ -466,7 +468,7 @@ fn a_member_whose_rollup_cannot_be_read_makes_pss_a_named_lower_bound() {
     let suid = s.path("suidsleep");
     std::fs::copy(sleep, &suid).expect("copy of sleep");
     std::fs::set_permissions(&suid, std::fs::Permissions::from_mode(0o4755)).expect("chmod u+s");
-    let o = run_as_nobody(&s.0, "./suidsleep 1.2 & sleep 1.2; wait");
+    let o = run_as_nobody(&s, "./suidsleep 1.2 & sleep 1.2; wait");
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(0), "{err}");
     let sum = read_json(&s.path("s.json"));
