@@ -39,6 +39,18 @@ pub fn tracker() -> PathBuf {
     built("resource-tracker", "cargo build -p tracker-agent")
 }
 
+/// `setpriv` as the unprivileged user 65534, its group and no others: put
+/// before a command.
+pub const AS_NOBODY: &[&str] = &[
+    "setpriv",
+    "--reuid",
+    "65534",
+    "--regid",
+    "65534",
+    "--clear-groups",
+    "--",
+];
+
 /// A copy of the tracker binary that another user can execute, in `scratch`: the
 /// clone's own path may pass through a directory only root can enter (a
 /// `mktemp -d` clone is 0700).

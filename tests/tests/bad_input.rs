@@ -411,15 +411,7 @@ fn a_pid_namespace_that_sees_the_hosts_proc_is_refused() {
     let bin = tracker_for_any_user(&s);
     // The user writes its summary and the command's file here.
     std::fs::set_permissions(&s.0, std::fs::Permissions::from_mode(0o777)).expect("chmod");
-    let user: &[&str] = &[
-        "setpriv",
-        "--reuid",
-        "65534",
-        "--regid",
-        "65534",
-        "--clear-groups",
-        "--",
-    ];
+    let user = AS_NOBODY;
     let userns: &[&str] = &["unshare", "--user", "--map-root-user", "--pid", "--fork"];
     let as_user = [user, userns].concat();
     for pre in [&["unshare", "--pid", "--fork"][..], userns, &as_user] {

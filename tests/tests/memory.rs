@@ -416,15 +416,8 @@ fn run_as_nobody(s: &Scratch, script: &str) -> std::process::Output {
     use std::os::unix::fs::PermissionsExt as _;
     let (bin, dir) = (tracker_for_any_user(s), &s.0);
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777)).expect("chmod");
-    run(Command::new("setpriv")
-        .args([
-            "--reuid",
-            "65534",
-            "--regid",
-            "65534",
-            "--clear-groups",
-            "--",
-        ])
+    run(Command::new(AS_NOBODY[0])
+        .args(&AS_NOBODY[1..])
         .arg(&bin)
         .args(["run", "-q", "-i", "0.2", "--summary", "s.json", "--"])
         .args(["sh", "-c", script])

@@ -775,25 +775,31 @@ fn side_by_side_with_python_resource_tracker_0_5_0() {
     assert!(spawned >= want, "processes spawned {spawned} < {want}");
 }
 
+/// The py-peers venv and one of the 0.5.0 sdist's test files in it (which
+/// scripts/setup.sh unpacks there), where it and the py-build venv are made.
+fn peer_sdist_test(name: &str) -> Option<(PathBuf, PathBuf)> {
+    let venv: PathBuf = py_peers_python()
+        .parent()
+        .and_then(Path::parent)
+        .unwrap()
+        .to_path_buf();
+    let test = venv.join("sdist/resource_tracker-0.5.0/tests").join(name);
+    let ready = require(
+        test.exists(),
+        &format!("{} is missing (scripts/setup.sh makes it)", test.display()),
+    ) && py_build_ready();
+    ready.then_some((venv, test))
+}
+
 /// The Python resource-tracker 0.5.0's own material on ours, with only the import
 /// renamed: its sdist's ResourceTracker tests (tests/test_tracker.py, by pytest)
 /// and the walk-through of its examples/standalone.py, with and without pandas.
 #[test]
 fn peer_0_5_0_tests_and_walk_through_pass_with_the_import_renamed() {
     let Some(whl) = wheel() else { return };
-    let peers_venv: PathBuf = py_peers_python()
-        .parent()
-        .and_then(Path::parent)
-        .unwrap()
-        .to_path_buf();
-    let tests = peers_venv.join("sdist/resource_tracker-0.5.0/tests/test_tracker.py");
-    if !require(
-        tests.exists(),
-        &format!("{} is missing (scripts/setup.sh makes it)", tests.display()),
-    ) || !py_build_ready()
-    {
+    let Some((peers_venv, tests)) = peer_sdist_test("test_tracker.py") else {
         return;
-    }
+    };
     let s = Scratch::new("py-peer-tests");
     let text = std::fs::read_to_string(&tests).unwrap();
     let renamed = text
@@ -932,18 +938,9 @@ fn peer_0_5_0_tests_and_walk_through_pass_with_the_import_renamed() {
 #[test]
 fn peer_0_5_0_metaflow_examples_pass_its_test_metaflow_checks() {
     let Some(whl) = wheel() else { return };
-    let sdist = py_peers_python()
-        .parent()
-        .and_then(Path::parent)
-        .unwrap()
-        .join("sdist/resource_tracker-0.5.0/tests/test_metaflow.py");
-    if !require(
-        sdist.exists(),
-        &format!("{} is missing (scripts/setup.sh makes it)", sdist.display()),
-    ) || !py_build_ready()
-    {
+    let Some((_, sdist)) = peer_sdist_test("test_metaflow.py") else {
         return;
-    }
+    };
     let s = Scratch::new("py-peer-metaflow");
     let text = std::fs::read_to_string(&sdist).unwrap();
     let swaps = [
