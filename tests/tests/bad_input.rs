@@ -411,9 +411,8 @@ fn a_pid_namespace_that_sees_the_hosts_proc_is_refused() {
     let bin = tracker_for_any_user(&s);
     // The user writes its summary and the command's file here.
     std::fs::set_permissions(&s.0, std::fs::Permissions::from_mode(0o777)).expect("chmod");
-    let user = AS_NOBODY;
     let userns: &[&str] = &["unshare", "--user", "--map-root-user", "--pid", "--fork"];
-    let as_user = [user, userns].concat();
+    let as_user = [AS_NOBODY, userns].concat();
     for pre in [&["unshare", "--pid", "--fork"][..], userns, &as_user] {
         let o = run(Command::new(pre[0])
             .args(&pre[1..])
@@ -429,7 +428,7 @@ fn a_pid_namespace_that_sees_the_hosts_proc_is_refused() {
     let own_proc = [userns, &["--mount-proc"]].concat();
     for pre in [
         &["unshare", "--pid", "--fork", "--mount-proc"][..],
-        &[user, &own_proc].concat(),
+        &[AS_NOBODY, &own_proc].concat(),
     ] {
         let _ = std::fs::remove_file(s.path("s.json"));
         let o = run(Command::new(pre[0])

@@ -1,5 +1,5 @@
 //! The system's constants every layer reads: clock ticks and the page size; the
-//! monotonic clock and a process's CPU clock; the open-file limit; and whether
+//! monotonic clock and a process's CPU clock (and, for tests, the thread's); the open-file limit; and whether
 //! /proc shows this process's own PID namespace.
 
 /// `sysconf(name)`, or `default` where the system does not say.
@@ -22,12 +22,24 @@ pub fn page_size() -> u64 {
 /// CLOCK_MONOTONIC now, ns: the clock of the kernel's `bpf_ktime_get_ns` and of
 /// timerfd deadlines (an `Instant` reads it too, but keeps its value opaque).
 pub fn monotonic_ns() -> u64 {
+    clock_ns(libc::CLOCK_MONOTONIC)
+}
+
+/// The calling thread's CPU time so far, ns: what a test spins on to spend a
+/// given CPU time whatever the machine's load or steal.
+#[cfg(test)]
+pub fn thread_cpu_ns() -> u64 {
+    clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
+}
+
+/// Clock `id` now, ns, for the clocks every thread may read.
+fn clock_ns(id: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: a valid out-pointer for the call.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    unsafe { libc::clock_gettime(id, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 

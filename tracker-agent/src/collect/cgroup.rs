@@ -333,17 +333,8 @@ mod tests {
         c.sample();
         // Spun by this thread's own CPU clock, not the wall's: on a loaded or
         // stolen-from machine 50 ms of wall time can hold far less CPU.
-        let cpu = || {
-            let mut t = libc::timespec {
-                tv_sec: 0,
-                tv_nsec: 0,
-            };
-            // SAFETY: `t` is a valid timespec for the call to fill.
-            unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
-            t.tv_sec as f64 + t.tv_nsec as f64 / 1e9
-        };
-        let start = cpu();
-        while cpu() - start < 0.05 {
+        let start = crate::sys::thread_cpu_ns();
+        while crate::sys::thread_cpu_ns() < start + 50_000_000 {
             std::hint::black_box(0);
         }
         let r = c.sample();

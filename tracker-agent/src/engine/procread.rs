@@ -251,15 +251,7 @@ mod tests {
         // This test's own thread: its runtime grows while it spins.
         // SAFETY: gettid has no preconditions.
         let tid = unsafe { libc::gettid() } as u32;
-        let thread_cpu_ns = || {
-            let mut ts = libc::timespec {
-                tv_sec: 0,
-                tv_nsec: 0,
-            };
-            // SAFETY: ts is a valid out pointer.
-            unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-            ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-        };
+        let thread_cpu_ns = crate::sys::thread_cpu_ns;
         let ticks = |buf: &str| parse_stat(buf).map(|st| st.utime + st.stime).unwrap();
         c.read(me, tid, Kind::Stat, &mut buf).unwrap();
         let a = ticks(&buf);

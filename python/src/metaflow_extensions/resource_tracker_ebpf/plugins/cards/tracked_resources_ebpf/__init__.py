@@ -183,12 +183,12 @@ class TrackedResourcesEbpfCard(MetaflowCard):
             f"<p>Backend <b>{_e(t.backend)}</b>"
             + (f" ({_e(summary.get('backend_reason'))})" if summary.get("backend_reason") else "")
             + f", {len(t.samples)} samples every {t.interval:g} s, "
+            + f"{_e(summary.get('processes_spawned', 0))} "
+            # Polling sees only the processes alive at a sample.
             + (
-                # Polling sees only the processes alive at a sample.
-                f"{_e(summary.get('processes_spawned', 0))} processes seen at the samples "
-                "(procfs misses those that start and end between two), "
+                "processes seen at the samples (procfs misses those that start and end between two), "
                 if t.backend == "procfs"
-                else f"{_e(summary.get('processes_spawned', 0))} processes started, "
+                else "processes started, "
             )
             + f"{_e(summary.get('lost_events', 0))} events lost; the tracker used "
             f"{_fmt(summary.get('tracker_cpu_secs'), 3)} s CPU and at most "
