@@ -394,6 +394,64 @@ fn startup_section(tr: &Path, reps: usize) -> anyhow::Result<Vec<String>> {
     out.push(String::new());
     out.push("CPU: user + system time of the tracker and the command it waited for (`wait4`); the command here is `true`. Where it goes: docs/engine.md, \"Start-up\".".into());
     out.push(String::new());
+    out.extend(verifier_lines(tr, reps)?);
+    Ok(out)
+}
+
+/// The verifier's work per program at a start: the wall time of each program's
+/// `BPF_PROG_LOAD` and the instructions it processed (`verified_insns`), as the
+/// tracker logs them at debug level, over `reps` starts.
+fn verifier_lines(tr: &Path, reps: usize) -> anyhow::Result<Vec<String>> {
+    let mut progs: Vec<(String, Vec<f64>, String)> = Vec::new();
+    for _ in 0..reps {
+        let out = Command::new(tr)
+            .args(["run", "-q", "--", "true"])
+            .env("RUST_LOG", "debug")
+            .stdout(Stdio::null())
+            .output()
+            .with_context(|| format!("{} run -q -- true", tr.display()))?;
+        for line in String::from_utf8_lossy(&out.stderr).lines() {
+            // "… verified NAME: 2.10 ms, 1440 instructions processed"
+            let Some((_, rest)) = line.split_once("] verified ") else {
+                continue;
+            };
+            let Some((name, rest)) = rest.split_once(": ") else {
+                continue;
+            };
+            let Some((ms, rest)) = rest.split_once(" ms, ") else {
+                continue;
+            };
+            let (Ok(ms), Some(insns)) = (ms.parse::<f64>(), rest.split(' ').next()) else {
+                continue;
+            };
+            match progs.iter_mut().find(|p| p.0 == name) {
+                Some(p) => p.1.push(ms),
+                None => progs.push((name.to_string(), vec![ms], insns.to_string())),
+            }
+        }
+    }
+    anyhow::ensure!(
+        !progs.is_empty(),
+        "{} logged no program's verification at debug level",
+        tr.display()
+    );
+    let mut out = vec![
+        format!("The verifier's work per program at a start, {reps} starts (`BPF_PROG_LOAD`'s wall time, as the tracker logs it at debug level; instructions processed: `verified_insns`):"),
+        String::new(),
+        "| program | verification ms, median (min–max) | instructions processed |".into(),
+        "|---|---|---|".into(),
+    ];
+    let mut total = vec![0.0; reps];
+    for (name, ms, insns) in progs {
+        for (t, m) in total.iter_mut().zip(&ms) {
+            *t += m;
+        }
+        let (m, l, h) = stat(ms);
+        out.push(format!("| `{name}` | {m:.2} ({l:.2}–{h:.2}) | {insns} |"));
+    }
+    let (m, l, h) = stat(total);
+    out.push(format!("| all | **{m:.2}** ({l:.2}–{h:.2}) | |"));
+    out.push(String::new());
     Ok(out)
 }
 

@@ -348,7 +348,17 @@ fn verify_programs(
         .collect();
     let mut loaded = Vec::with_capacity(names.len());
     for &name in &names {
+        let t = Instant::now();
         let result = raw_tp(bpf, name)?.load();
+        if result.is_ok() {
+            // Read by `cargo xtask bench --only-startup` (docs/benchmarks.md).
+            let insns = raw_tp(bpf, name)?.fd().ok().and_then(verified_insns);
+            log::debug!(
+                "verified {name}: {:.2} ms, {} instructions processed",
+                t.elapsed().as_secs_f64() * 1e3,
+                insns.map_or_else(|| "?".to_string(), |n| n.to_string())
+            );
+        }
         match result {
             Ok(()) => loaded.push(name),
             Err(e) if TRACEPOINTS.iter().any(|t| t.1 == name) => {
@@ -364,6 +374,18 @@ fn verify_programs(
         }
     }
     Ok(loaded)
+}
+
+/// The instructions the verifier processed for a loaded program (`verified_insns`
+/// in its fdinfo, since 5.16): its work at every start, which a change to the
+/// program's shape can multiply.
+fn verified_insns(fd: &aya::programs::ProgramFd) -> Option<u64> {
+    use std::os::fd::{AsFd, AsRawFd};
+    let raw = fd.as_fd().as_raw_fd();
+    let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{raw}")).ok()?;
+    info.lines()
+        .find_map(|l| l.strip_prefix("verified_insns:"))
+        .and_then(|v| v.trim().parse().ok())
 }
 
 /// Attaches the loaded life-cycle programs, the first copies first: a tracepoint
