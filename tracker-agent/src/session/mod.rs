@@ -175,24 +175,18 @@ pub fn run(st: Settings) -> anyhow::Result<i32> {
     }
     // The starter's pipes first: nothing the session opens may take their
     // numbers, and no child started below may inherit them.
-    let (ready, told) = match claim_pipes(&st) {
+    let (ready, told) = match said(claim_pipes(&st)) {
         Ok(p) => p,
-        Err(e) => {
-            say(e);
-            return Ok(2);
-        }
+        Err(code) => return Ok(code),
     };
     // Everything that can fail on bad input fails here, before anything starts.
     let start = match resolve_start(&st.target)? {
         Ok(s) => s,
         Err(code) => return Ok(code),
     };
-    let invoker = match sudo_checked(&st, &start) {
+    let invoker = match said(sudo_checked(&st, &start)) {
         Ok(i) => i,
-        Err(why) => {
-            say(why);
-            return Ok(2);
-        }
+        Err(code) => return Ok(code),
     };
     // Under sudo the command and the files the user named are the invoking
     // user's; with --as-root both are root's (opened root-safe, see fsafe).
@@ -205,13 +199,18 @@ pub fn run(st: Settings) -> anyhow::Result<i32> {
     // Before the tracker becomes a subreaper (see Guardian::start).
     let guardian = guardian_for(&st, run_as.as_ref());
     let (found_rx, discovery) = discover(&st);
+    let mut pre = match Prelaunch::for_start(&start, run_as.as_ref()) {
+        Ok(p) => p,
+        Err(code) => return Ok(code),
+    };
     let (engine, backend_reason, degraded) = engine_for(&st, &start, owner);
 
     let (gpus, host, host_info) = host_collectors();
 
     let ebpf = matches!(engine, Some(Engine::Ebpf(_)));
     let stream = (found_rx, guardian);
-    let (mut sinks, timeline) = open_sinks(&st, outputs, &host_info, stream, ebpf, owner)?;
+    let (mut sinks, timeline) = open_sinks(&st, outputs, &host_info, stream, ebpf, owner)
+        .inspect_err(|_| Prelaunch::abandon(pre.take()))?;
 
     let started = Instant::now();
     let Begun {
@@ -221,7 +220,7 @@ pub fn run(st: Settings) -> anyhow::Result<i32> {
         memcg,
         cpucg,
         limited,
-    } = match begin(start, engine, run_as.as_ref(), st.limits)? {
+    } = match begin(start, pre, engine, st.limits)? {
         Ok(b) => b,
         Err(code) => return Ok(code),
     };
@@ -264,6 +263,14 @@ pub fn run(st: Settings) -> anyhow::Result<i32> {
     );
     sinks.finish(&mut summary);
     Ok(summary.exit_code.unwrap_or(0))
+}
+
+/// Bad input found before anything started: said in one line, exit code 2.
+fn said<T, E: std::fmt::Display>(r: Result<T, E>) -> Result<T, i32> {
+    r.map_err(|e| {
+        say(e);
+        2
+    })
 }
 
 /// The host's collectors, started before the command: GPUs are probed once
@@ -630,13 +637,14 @@ struct Begun {
 /// not start.
 fn begin(
     start: Start,
+    pre: Option<Prelaunch>,
     engine: Option<Engine>,
-    run_as: Option<&crate::sudo::RunAs>,
     limits: Limits,
 ) -> anyhow::Result<Result<Begun, i32>> {
-    let (root, command_root, engine, memcg, cpucg, limited) = match start {
-        Start::Host => (None, None, None, None, None, None),
-        Start::Command(path, argv) => match launch_command(&path, &argv, run_as, engine, limits)? {
+    let (root, command_root, engine, memcg, cpucg, limited) = match (start, pre) {
+        (Start::Host, _) => (None, None, None, None, None, None),
+        (Start::Command(..), None) => anyhow::bail!("the command was not forked before its start"),
+        (Start::Command(..), Some(pre)) => match launch_command(pre, engine, limits)? {
             Ok(l) => (
                 Some(l.pid),
                 Some(l.pid),
@@ -647,7 +655,7 @@ fn begin(
             ),
             Err(code) => return Ok(Err(code)),
         },
-        Start::Attach(pid) => {
+        (Start::Attach(pid), _) => {
             let e = match engine {
                 Some(Engine::Ebpf(mut e)) => {
                     e.register_root(pid, true)?;
@@ -796,26 +804,88 @@ struct Launched {
 /// Exit code of a command refused because its limits could not be put in place.
 const LIMITS_REFUSED: i32 = 2;
 
-/// Starts the command paused, registers it with the engine (procfs when `engine`
-/// is None), places it in a cgroup of its own with the limits asked for, then lets
-/// it run. `Ok(Err(code))`: it could not start (or not under its limits, which it
-/// never runs without), and the tracker exits with `code` after saying why.
+/// The command forked and blocked before its exec, being placed in cgroups of its
+/// own on another thread while the engine loads: a hierarchy's first
+/// `cgroup.procs` write of a while waits for an RCU grace period (the kernel's
+/// `cgroup_threadgroup_rwsem`; 14 ms of a 2-vCPU start by `perf sched timehist`,
+/// against 15–20 ms of CPU for the eBPF load), so the two overlap.
+struct Prelaunch {
+    paused: launch::Paused,
+    placing: std::thread::JoinHandle<(Result<TreeCgroup, memcg::Unavailable>, Option<TreeCpu>)>,
+}
+
+impl Prelaunch {
+    /// The command of `start`, forked paused and being placed; Err: the exit code
+    /// of a command that cannot be forked, said why.
+    fn for_start(
+        start: &Start,
+        run_as: Option<&crate::sudo::RunAs>,
+    ) -> Result<Option<Prelaunch>, i32> {
+        match start {
+            Start::Command(path, argv) => match launch::spawn_paused(path, argv, run_as) {
+                Ok(p) => Ok(Some(Prelaunch::place(p))),
+                Err(e) => Err(refused(e)),
+            },
+            _ => Ok(None),
+        }
+    }
+
+    fn place(paused: launch::Paused) -> Prelaunch {
+        let pid = paused.pid;
+        let placing = std::thread::spawn(move || {
+            let memcg = tree_cgroup(pid);
+            let cpucg = cpu_cgroup(pid, memcg.as_ref().ok());
+            (memcg, cpucg)
+        });
+        Prelaunch { paused, placing }
+    }
+
+    /// The cgroups as placed; none where the placing thread died.
+    fn placed(
+        placing: std::thread::JoinHandle<(Result<TreeCgroup, memcg::Unavailable>, Option<TreeCpu>)>,
+    ) -> (Result<TreeCgroup, memcg::Unavailable>, Option<TreeCpu>) {
+        placing.join().unwrap_or_else(|_| {
+            (
+                Err(memcg::Unavailable(
+                    "the thread making the command's cgroups failed".into(),
+                )),
+                None,
+            )
+        })
+    }
+
+    /// The run stopped before the command started: it exits without running, is
+    /// reaped, and its cgroups go.
+    fn abandon(pre: Option<Prelaunch>) {
+        let Some(pre) = pre else {
+            return;
+        };
+        let pid = pre.paused.pid;
+        pre.paused.abort();
+        let placed = Prelaunch::placed(pre.placing);
+        // SAFETY: reaping our own child.
+        unsafe { libc::waitpid(pid as i32, std::ptr::null_mut(), 0) };
+        drop(placed);
+    }
+}
+
+/// Registers the paused command with the engine (procfs when `engine` is None),
+/// takes the cgroups of its own it was placed in, puts the limits asked for in
+/// place, then lets it run. `Ok(Err(code))`: it could not start (or not under its
+/// limits, which it never runs without), and the tracker exits with `code` after
+/// saying why.
 fn launch_command(
-    path: &std::path::Path,
-    argv: &[std::ffi::OsString],
-    run_as: Option<&crate::sudo::RunAs>,
+    pre: Prelaunch,
     engine: Option<Engine>,
     limits: Limits,
 ) -> anyhow::Result<Result<Launched, i32>> {
-    let paused = match launch::spawn_paused(path, argv, run_as) {
-        Ok(p) => p,
-        Err(e) => return Ok(Err(refused(e))),
-    };
+    let Prelaunch { paused, placing } = pre;
     let pid = paused.pid;
     let reap = || {
         // SAFETY: reaping our own child.
         unsafe { libc::waitpid(pid as i32, std::ptr::null_mut(), 0) };
     };
+    let (memcg, cpucg) = Prelaunch::placed(placing);
     let engine = match engine {
         Some(Engine::Ebpf(mut e)) => {
             if let Err(err) = e.register_root(pid, false) {
@@ -827,7 +897,7 @@ fn launch_command(
         }
         _ => Engine::Procfs(Box::new(ProcfsEngine::new(pid, Some(std::process::id())))),
     };
-    let memcg = match tree_cgroup(pid) {
+    let memcg = match memcg {
         Ok(cg) => Some(cg),
         Err(e) if limits.memory_bytes.is_some() => {
             say(format_args!(
@@ -844,7 +914,6 @@ fn launch_command(
             None
         }
     };
-    let cpucg = cpu_cgroup(pid, memcg.as_ref());
     let limited = if limits.any() {
         let own_cpu = cpucg.as_ref().and_then(|c| c.own.as_ref());
         match limits::apply(pid, limits, &Roots::default(), memcg.as_ref(), own_cpu) {
