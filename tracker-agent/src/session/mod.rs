@@ -811,8 +811,11 @@ const LIMITS_REFUSED: i32 = 2;
 /// against 15–20 ms of CPU for the eBPF load), so the two overlap.
 struct Prelaunch {
     paused: launch::Paused,
-    placing: std::thread::JoinHandle<(Result<TreeCgroup, memcg::Unavailable>, Option<TreeCpu>)>,
+    placing: std::thread::JoinHandle<Placed>,
 }
+
+/// The command's memory cgroup (or why none) and its CPU one.
+type Placed = (Result<TreeCgroup, memcg::Unavailable>, Option<TreeCpu>);
 
 impl Prelaunch {
     /// The command of `start`, forked paused and being placed; Err: the exit code
@@ -841,9 +844,7 @@ impl Prelaunch {
     }
 
     /// The cgroups as placed; none where the placing thread died.
-    fn placed(
-        placing: std::thread::JoinHandle<(Result<TreeCgroup, memcg::Unavailable>, Option<TreeCpu>)>,
-    ) -> (Result<TreeCgroup, memcg::Unavailable>, Option<TreeCpu>) {
+    fn placed(placing: std::thread::JoinHandle<Placed>) -> Placed {
         placing.join().unwrap_or_else(|_| {
             (
                 Err(memcg::Unavailable(

@@ -350,8 +350,9 @@ fn verify_programs(
     for &name in &names {
         let t = Instant::now();
         let result = raw_tp(bpf, name)?.load();
-        if result.is_ok() {
-            // Read by `cargo xtask bench --only-startup` (docs/benchmarks.md).
+        if result.is_ok() && log::log_enabled!(log::Level::Debug) {
+            // Read by `cargo xtask bench --only-startup` (docs/benchmarks.md); the
+            // fdinfo reads only when asked for, not at every start.
             let insns = raw_tp(bpf, name)?.fd().ok().and_then(verified_insns);
             log::debug!(
                 "verified {name}: {:.2} ms, {} instructions processed",
