@@ -510,7 +510,8 @@ fn the_charges_parts_follow_the_workload() {
     assert_eq!(o.status.code(), Some(0), "{err}");
     let samples = read_jsonl(&s.path("s.jsonl"));
     let mib = |p: &Value, k: &str| p[k].as_f64().unwrap_or_else(|| panic!("{k}: {p}"));
-    let (mut anon_max, mut cache_last) = (0.0f64, 0.0);
+    let (mut anon_max, mut cache_max, mut cache_last) = (0.0f64, 0.0f64, 0.0);
+    let mut caches = Vec::new();
     for smp in &samples {
         let p = &smp["process"];
         assert_eq!(p["memory_source"], "cgroup", "{p}");
@@ -524,15 +525,21 @@ fn the_charges_parts_follow_the_workload() {
         assert!((anon + cache + kernel - all).abs() < 0.01, "parts {p}");
         assert!(ws <= all && ws >= anon, "working set {p}");
         anon_max = anon_max.max(anon);
+        cache_max = cache_max.max(cache);
         cache_last = cache;
+        caches.push(format!("{cache:.1}"));
     }
     assert!(
         anon_max >= 80.0,
         "80 MiB held: anonymous at most {anon_max} MiB"
     );
+    // The file's pages in the samples. The kernel may let some of them go while
+    // the tree runs, with no reclaim in /proc/vmstat (a last sample of 87.2 MiB
+    // here, beside a release build): the last sample is held to the kernel's
+    // figure below, not to what was written.
     assert!(
-        cache_last >= 90.0,
-        "96 MiB written: page cache {cache_last} MiB"
+        cache_max >= 90.0,
+        "96 MiB written: page cache by sample {caches:?} MiB"
     );
     // The truth's page cache now: the file's pages, reparented, and the tracker's
     // own few (its binary, its outputs).
@@ -545,7 +552,7 @@ fn the_charges_parts_follow_the_workload() {
         / 1048576.0;
     assert!(
         truth_cache >= cache_last - 1.0 && truth_cache <= cache_last + 24.0,
-        "the kernel's page cache {truth_cache:.1} MiB, the last sample's {cache_last:.1} MiB"
+        "the kernel's page cache {truth_cache:.1} MiB, the last sample's {cache_last:.1} MiB (by sample {caches:?})"
     );
 }
 
