@@ -527,17 +527,118 @@ fn under_sudo_config_token_and_node_output_are_the_users() {
     );
 }
 
-/// Removes the test's user and sudoers rule when the test ends, failed or not.
-struct SudoUser {
+/// A real user made for a test, with a home of its own in the scratch directory;
+/// removed, with its sudoers rule if it got one, when the test ends, failed or not.
+struct TestUser {
     name: String,
-    rule: PathBuf,
+    uid: u32,
+    gid: u32,
+    home: PathBuf,
+    rule: Option<PathBuf>,
 }
 
-impl Drop for SudoUser {
+impl Drop for TestUser {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.rule);
+        if let Some(r) = &self.rule {
+            let _ = std::fs::remove_file(r);
+        }
         let _ = Command::new("userdel").arg(&self.name).status();
     }
+}
+
+fn test_user(s: &Scratch, prefix: &str) -> TestUser {
+    std::fs::set_permissions(&s.0, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let name = format!("{prefix}{}", std::process::id() % 100000);
+    let home = dir(s, "home", 0o755, 0);
+    let st = Command::new("useradd")
+        .args(["--no-create-home", "--shell", "/bin/sh", "--home-dir"])
+        .arg(&home)
+        .arg(&name)
+        .status()
+        .expect("useradd");
+    assert!(st.success(), "useradd {name}");
+    let id = |flag: &str| -> u32 {
+        let o = Command::new("id")
+            .arg(flag)
+            .arg(&name)
+            .output()
+            .expect("id");
+        String::from_utf8_lossy(&o.stdout)
+            .trim()
+            .parse()
+            .expect("an id")
+    };
+    let (uid, gid) = (id("-u"), id("-g"));
+    std::os::unix::fs::chown(&home, Some(uid), Some(gid)).expect("chown home");
+    TestUser {
+        name,
+        uid,
+        gid,
+        home,
+        rule: None,
+    }
+}
+
+/// The binary where an administrator puts it: root's, in root's directory.
+fn installed_binary(s: &Scratch) -> PathBuf {
+    let bin = dir(s, "bin", 0o755, 0).join("resource-tracker");
+    std::fs::copy(tracker(), &bin).expect("copy the binary");
+    bin
+}
+
+/// `prefix` (`sudo -n BIN` or `BIN`) with `args`, as the user, in their home, with
+/// `env` only besides PATH: bounded to 30 s.
+fn as_user_cmd(u: &TestUser, prefix: &[&Path], args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut c = Command::new("setpriv");
+    c.arg(format!("--reuid={}", u.uid))
+        .arg(format!("--regid={}", u.gid))
+        .args(["--init-groups", "--"])
+        .args(prefix)
+        .args(args)
+        .current_dir(&u.home)
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .envs(env.iter().copied())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    bounded(&mut c, 30)
+}
+
+/// `-o` of `run` and `node` on root's file and in root's directory, as the user
+/// (`as_user`, uid `uid`): refused, or (someone else's file at the path) sent to a
+/// kept file of the user's instead, said in one line; root's file intact and
+/// nothing made in root's directory.
+fn roots_files_not_written(
+    as_user: &dyn Fn(&[&str]) -> Output,
+    v: &Path,
+    private: &Path,
+    uid: u32,
+) {
+    for out in [show(v), show(&private.join("new.jsonl"))] {
+        // Refused, or (someone else's file at the path) sent to a kept file of
+        // the user's instead, said in one line.
+        let o = as_user(&["run", "-q", "-o", &out, "--", "true"]);
+        let err = one_line(&o);
+        assert!(
+            o.status.code() != Some(0) || err.contains("instead, and the command runs"),
+            "run -o {out}: {err}"
+        );
+        if let Some(kept) = err
+            .split_whitespace()
+            .find(|w| w.ends_with("samples.jsonl"))
+        {
+            let k = std::fs::metadata(kept).expect("the kept file");
+            assert_eq!(k.uid(), uid, "the kept file is the user's");
+            let _ = std::fs::remove_dir_all(Path::new(kept).parent().expect("its dir"));
+        }
+        let o = as_user(&["node", "--no-ebpf", "-i", "0.2", "-o", &out]);
+        assert_ne!(o.status.code(), Some(0), "node -o {out}: {}", one_line(&o));
+    }
+    assert_intact(v);
+    assert!(
+        !private.join("new.jsonl").exists(),
+        "written in root's directory"
+    );
 }
 
 /// A real user whose only grant is a sudoers rule for the binary, as an
@@ -555,38 +656,11 @@ fn a_sudoers_rule_for_the_binary_grants_tracking_not_root() {
         return;
     }
     let s = Scratch::new("safe-sudoers");
-    std::fs::set_permissions(&s.0, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-    let name = format!("rtsudo{}", std::process::id() % 100000);
-    let home = dir(&s, "home", 0o755, 0);
-    let st = Command::new("useradd")
-        .args(["--no-create-home", "--shell", "/bin/sh", "--home-dir"])
-        .arg(&home)
-        .arg(&name)
-        .status()
-        .expect("useradd");
-    assert!(st.success(), "useradd {name}");
+    let mut user = test_user(&s, "rtsudo");
+    let (name, uid, gid, home) = (user.name.clone(), user.uid, user.gid, user.home.clone());
     let rule = PathBuf::from(format!("/etc/sudoers.d/{name}"));
-    let user = SudoUser {
-        name: name.clone(),
-        rule: rule.clone(),
-    };
-    let id = |flag: &str| -> u32 {
-        let o = Command::new("id")
-            .arg(flag)
-            .arg(&name)
-            .output()
-            .expect("id");
-        String::from_utf8_lossy(&o.stdout)
-            .trim()
-            .parse()
-            .expect("an id")
-    };
-    let (uid, gid) = (id("-u"), id("-g"));
-    std::os::unix::fs::chown(&home, Some(uid), Some(gid)).expect("chown home");
-    // The binary where an administrator puts it: root's, in root's directory.
-    let bin_dir = dir(&s, "bin", 0o755, 0);
-    let bin = bin_dir.join("resource-tracker");
-    std::fs::copy(tracker(), &bin).expect("copy the binary");
+    user.rule = Some(rule.clone());
+    let bin = installed_binary(&s);
     std::fs::write(
         &rule,
         format!("{name} ALL=(root) NOPASSWD: {}\n", bin.display()),
@@ -596,21 +670,8 @@ fn a_sudoers_rule_for_the_binary_grants_tracking_not_root() {
     let private = dir(&s, "private", 0o700, 0);
     std::fs::write(private.join("only.toml"), "[job]\nname = \"SECRET-9b\"\n").expect("config");
     let v = victim(&s);
-    let as_user = |args: &[&str]| -> Output {
-        let mut c = Command::new("setpriv");
-        c.arg(format!("--reuid={uid}"))
-            .arg(format!("--regid={gid}"))
-            .arg("--init-groups")
-            .args(["--", "sudo", "-n"])
-            .arg(&bin)
-            .args(args)
-            .current_dir(&home)
-            .env_clear()
-            .env("PATH", "/usr/bin:/bin")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        bounded(&mut c, 30)
-    };
+    let sudo = Path::new("sudo");
+    let as_user = |args: &[&str]| as_user_cmd(&user, &[sudo, Path::new("-n"), &bin], args, &[]);
     // The command: the user, not root.
     let o = as_user(&["run", "-q", "--", "id", "-u"]);
     assert_eq!(o.status.code(), Some(0), "{}", one_line(&o));
@@ -632,31 +693,7 @@ fn a_sudoers_rule_for_the_binary_grants_tracking_not_root() {
     let o = as_user(&["run", "-q", "-c", &show(&conf), "--", "true"]);
     assert_ne!(o.status.code(), Some(0), "{}", one_line(&o));
     assert!(!one_line(&o).contains("SECRET-9b"), "{}", one_line(&o));
-    for out in [show(&v), show(&private.join("new.jsonl"))] {
-        // Refused, or (someone else's file at the path) sent to a kept file of
-        // the user's instead, said in one line.
-        let o = as_user(&["run", "-q", "-o", &out, "--", "true"]);
-        let err = one_line(&o);
-        assert!(
-            o.status.code() != Some(0) || err.contains("instead, and the command runs"),
-            "run -o {out}: {err}"
-        );
-        if let Some(kept) = err
-            .split_whitespace()
-            .find(|w| w.ends_with("samples.jsonl"))
-        {
-            let k = std::fs::metadata(kept).expect("the kept file");
-            assert_eq!(k.uid(), uid, "the kept file is the user's");
-            let _ = std::fs::remove_dir_all(Path::new(kept).parent().expect("its dir"));
-        }
-        let o = as_user(&["node", "--no-ebpf", "-i", "0.2", "-o", &out]);
-        assert_ne!(o.status.code(), Some(0), "node -o {out}: {}", one_line(&o));
-    }
-    assert_intact(&v);
-    assert!(
-        !private.join("new.jsonl").exists(),
-        "written in root's directory"
-    );
+    roots_files_not_written(&as_user, &v, &private, uid);
     // Attaching: root's process refused, the user's own tracked.
     let o = as_user(&["--pid", "1", "-q", "-i", "0.2"]);
     assert_eq!(o.status.code(), Some(2), "{}", one_line(&o));
@@ -721,6 +758,165 @@ fn a_sudoers_rule_for_the_binary_grants_tracking_not_root() {
     assert_eq!((m.uid(), m.gid()), (uid, gid), "the output is the user's");
     drop(user);
     assert!(!rule.exists());
+}
+
+/// The sudoers table's twin for a capability grant (docs/deploy.md, "A capability
+/// grant on the binary"): a real user runs a copy of the binary an administrator
+/// gave `cap_bpf,cap_perfmon+ep`. It tracks with eBPF and counts every process; the
+/// command has no capability; root's process and an engine setting from the
+/// environment are refused (exit 2, one line, nothing made); root's files are
+/// neither read nor written; the user's own process is attached to; what the
+/// tracker writes is the user's.
+#[test]
+fn a_capability_grant_on_the_binary_grants_tracking_not_root() {
+    if skip_unless_root()
+        || !e2e::require(
+            e2e::have("setcap") && e2e::have("useradd"),
+            "setcap and useradd",
+        )
+    {
+        return;
+    }
+    let s = Scratch::new("safe-setcap");
+    let user = test_user(&s, "rtcap");
+    let bin = installed_binary(&s);
+    let st = Command::new("setcap")
+        .arg("cap_bpf,cap_perfmon+ep")
+        .arg(&bin)
+        .status()
+        .expect("setcap");
+    assert!(st.success(), "setcap on {}", bin.display());
+    let private = dir(&s, "private", 0o700, 0);
+    std::fs::write(private.join("only.toml"), "[job]\nname = \"SECRET-9c\"\n").expect("config");
+    let v = victim(&s);
+    let as_user = |args: &[&str], env: &[(&str, &str)]| as_user_cmd(&user, &[&bin], args, env);
+    // Tracked with eBPF, every process counted; the command as the user, with no
+    // capability of the tracker's.
+    let summary = user.home.join("s.json");
+    let script = "grep CapEff /proc/self/status; id -u; for i in 1 2 3 4 5; do true & done; wait";
+    let o = as_user(
+        &[
+            "run",
+            "-q",
+            "--summary",
+            &show(&summary),
+            "--",
+            "sh",
+            "-c",
+            script,
+        ],
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", one_line(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("CapEff:\t0000000000000000"),
+        "the command's capabilities: {out}"
+    );
+    assert!(
+        out.contains(&format!("\n{}\n", user.uid)),
+        "the command's uid: {out}"
+    );
+    let sum: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&summary).expect("s.json")).expect("json");
+    assert_eq!(sum["backend"], "ebpf", "{sum}");
+    // sh, grep, id and the five subshells.
+    assert_eq!(sum["processes_spawned"], 8, "{sum}");
+    let m = std::fs::metadata(&summary).expect("s.json");
+    assert_eq!(
+        (m.uid(), m.gid()),
+        (user.uid, user.gid),
+        "the summary is the user's"
+    );
+    // An engine setting from the environment: refused before anything is made.
+    let made = user.home.join("btf.jsonl");
+    let o = as_user(
+        &["run", "-q", "-o", &show(&made), "--", "true"],
+        &[("TRACKER_KERNEL_BTF", "/sys/kernel/btf/vmlinux")],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", one_line(&o));
+    assert!(
+        one_line(&o).contains("TRACKER_KERNEL_BTF"),
+        "{}",
+        one_line(&o)
+    );
+    assert_eq!(one_line(&o).lines().count(), 1, "{}", one_line(&o));
+    assert!(!made.exists(), "made before the refusal");
+    // Root's files: not read, not written, nothing of them shown.
+    let o = as_user(
+        &[
+            "run",
+            "-q",
+            "-c",
+            &show(&private.join("only.toml")),
+            "--",
+            "true",
+        ],
+        &[],
+    );
+    assert_ne!(o.status.code(), Some(0), "{}", one_line(&o));
+    assert!(!one_line(&o).contains("SECRET-9c"), "{}", one_line(&o));
+    roots_files_not_written(&|a: &[&str]| as_user(a, &[]), &v, &private, user.uid);
+    // Attaching: root's process refused in one line, the user's own tracked.
+    let o = as_user(&["--pid", "1", "-q", "-i", "0.2"], &[]);
+    assert_eq!(o.status.code(), Some(2), "{}", one_line(&o));
+    assert!(
+        one_line(&o).contains("--pid 1: with the binary's capability grant"),
+        "{}",
+        one_line(&o)
+    );
+    let mut theirs = Command::new("setpriv")
+        .arg(format!("--reuid={}", user.uid))
+        .arg(format!("--regid={}", user.gid))
+        .args(["--init-groups", "--", "sleep", "30"])
+        .spawn()
+        .expect("the user's process");
+    // A tracker that attaches runs until it is stopped: stopped after a while.
+    let attached = user.home.join("attach.json");
+    let attach = Command::new("setpriv")
+        .arg(format!("--reuid={}", user.uid))
+        .arg(format!("--regid={}", user.gid))
+        .args(["--init-groups", "--"])
+        .arg(&bin)
+        .args([
+            "--pid",
+            &theirs.id().to_string(),
+            "-q",
+            "-i",
+            "0.2",
+            "--summary",
+        ])
+        .arg(&attached)
+        .current_dir(&user.home)
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("attach");
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    // SAFETY: signalling the tracker this test started.
+    unsafe { libc::kill(attach.id() as i32, libc::SIGTERM) };
+    let mut c = attach;
+    let o = {
+        let t0 = std::time::Instant::now();
+        while c.try_wait().expect("try_wait").is_none() {
+            if t0.elapsed() > std::time::Duration::from_secs(10) {
+                let _ = c.kill();
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        c.wait_with_output().expect("the attached tracker")
+    };
+    let _ = theirs.kill();
+    let _ = theirs.wait();
+    assert_eq!(o.status.code(), Some(0), "{}", one_line(&o));
+    let sum: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&attached).expect("attach.json"))
+            .expect("json");
+    assert_eq!(sum["backend"], "ebpf", "{sum}");
 }
 
 /// As root without sudo, in a directory someone else owns: a planted link is not

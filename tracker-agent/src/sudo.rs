@@ -57,6 +57,26 @@ impl RunAs {
     }
 }
 
+/// A user (not root) whose tracker holds the capabilities that load the BPF
+/// programs without sudo: the binary's file capabilities (an administrator's
+/// `setcap cap_bpf,cap_perfmon+ep`) or ambient ones. Like a sudoers rule, they
+/// grant tracking and nothing more: the session attaches only to the user's own
+/// processes and takes no engine setting from their environment. Everything else
+/// the tracker does is the user's already (its uids are theirs).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Grant {
+    pub uid: u32,
+}
+
+/// The capability grant this tracker runs with, if any.
+pub fn capability_grant() -> Option<Grant> {
+    // The effective uid: the one the kernel checks a process's files against
+    // (/proc/PID/io is read with the file-system uid, which follows it).
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    (uid != 0 && crate::sys::may_load_bpf()).then_some(Grant { uid })
+}
+
 /// The user who ran sudo: SUDO_UID/SUDO_GID (with that user's groups and home)
 /// when the tracker is root. The command runs as them unless `--as-root`, and the
 /// outputs they named are theirs.

@@ -1,12 +1,28 @@
 //! The system's constants every layer reads: clock ticks and the page size; the
-//! monotonic clock and a process's CPU clock (and, for tests, the thread's); the open-file limit; and whether
-//! /proc shows this process's own PID namespace.
+//! monotonic clock and a process's CPU clock (and, for tests, the thread's); the open-file limit; whether
+//! /proc shows this process's own PID namespace; and whether its capabilities may load BPF.
 
 /// `sysconf(name)`, or `default` where the system does not say.
 fn sysconf(name: libc::c_int, default: u64) -> u64 {
     // SAFETY: sysconf has no preconditions.
     let v = unsafe { libc::sysconf(name) };
     u64::try_from(v).ok().filter(|&v| v > 0).unwrap_or(default)
+}
+
+/// Whether this process's effective capabilities let it load the BPF programs:
+/// CAP_SYS_ADMIN, or CAP_BPF with CAP_PERFMON (`CapEff` in /proc/self/status).
+pub fn may_load_bpf() -> bool {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let eff = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .unwrap_or(0);
+    const CAP_SYS_ADMIN: u64 = 21;
+    const CAP_PERFMON: u64 = 38;
+    const CAP_BPF: u64 = 39;
+    let has = |c: u64| eff & (1 << c) != 0;
+    has(CAP_SYS_ADMIN) || (has(CAP_BPF) && has(CAP_PERFMON))
 }
 
 /// Clock ticks per second for /proc/PID/stat times.

@@ -289,12 +289,21 @@ fn host_collectors() -> (GpuCollector, SystemCollector, crate::model::HostInfo) 
 /// reads what the kernel shows a process's owner: only a process of the invoking
 /// user's own. A sudoers rule for this binary grants tracking, not root: the
 /// command runs as root under sudo only where the administrator's own file allows
-/// it.
+/// it. A capability grant on the binary (`sudo::capability_grant`) is held to the
+/// same: the user's own processes, and no engine setting from their environment.
 fn sudo_checked(st: &Settings, start: &Start) -> Result<Option<crate::sudo::RunAs>, String> {
     let invoker = crate::sudo::invoker()?;
     if let (Some(inv), Start::Attach(pid)) = (&invoker, start) {
-        if let Some(why) = not_the_invokers(inv, *pid) {
-            return Err(why);
+        let who = format!("user {} (uid {})", crate::warn::escaped(&inv.user), inv.uid);
+        if let Some(why) = not_owned_by(inv.uid, *pid) {
+            return Err(format!(
+                "--pid {pid}: under sudo only a process of {who} is tracked; this one is {why}"
+            ));
+        }
+    }
+    if invoker.is_none() {
+        if let Some(g) = crate::sudo::capability_grant() {
+            grant_checked(&g, st, start)?;
         }
     }
     if st.as_root && invoker.is_some() {
@@ -305,11 +314,42 @@ fn sudo_checked(st: &Settings, start: &Start) -> Result<Option<crate::sudo::RunA
     Ok(invoker)
 }
 
-/// Why a process the invoking user does not own is not attached to under sudo
-/// (attaching reads what the kernel shows a process's owner: its I/O, its memory
-/// maps); None when it is theirs. Real, effective, saved and file-system uids all
-/// count: a set-uid program the user started (passwd, su) is root's to read.
-fn not_the_invokers(inv: &crate::sudo::RunAs, pid: u32) -> Option<String> {
+/// What a capability grant does not allow: attaching to another user's process
+/// (the programs would read what the kernel shows only its owner), and the
+/// engine's settings from the environment, which a user sets at will: a BTF of
+/// their own would choose the kernel addresses the programs read.
+fn grant_checked(g: &crate::sudo::Grant, st: &Settings, start: &Start) -> Result<(), String> {
+    if let Start::Attach(pid) = start {
+        if let Some(why) = not_owned_by(g.uid, *pid) {
+            return Err(format!(
+                "--pid {pid}: with the binary's capability grant only a process of uid {} is tracked; this one is {why}",
+                g.uid
+            ));
+        }
+    }
+    let k = &st.engine.knobs;
+    let set = [
+        ("TRACKER_KERNEL_BTF", k.kernel_btf.is_some()),
+        ("TRACKER_SECOND_COPIES", k.second_copies.is_some()),
+        ("TRACKER_TEST_DROP_FORKS", k.drop_forks_every != 0),
+        ("TRACKER_TEST_DROP_EXITS", k.drop_exits_every != 0),
+        ("TRACKER_TEST_DROP_EXECS", k.drop_execs_every != 0),
+    ];
+    if let Some((var, _)) = set.iter().find(|(_, on)| *on) {
+        return Err(format!(
+            "{var}: not taken from the environment of a tracker with the binary's capability \
+             grant (uid {}): the engine's settings are root's; unset it",
+            g.uid
+        ));
+    }
+    Ok(())
+}
+
+/// Whose a process is, where not wholly `uid`'s (attaching reads what the kernel
+/// shows a process's owner: its I/O, its memory maps); None when it is theirs.
+/// Real, effective, saved and file-system uids all count: a set-uid program the
+/// user started (passwd, su) is root's to read.
+fn not_owned_by(uid: u32, pid: u32) -> Option<String> {
     let uids: Vec<u32> = std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|t| {
@@ -320,20 +360,15 @@ fn not_the_invokers(inv: &crate::sudo::RunAs, pid: u32) -> Option<String> {
             })
         })
         .unwrap_or_default();
-    if uids.len() == 4 && uids.iter().all(|&u| u == inv.uid) {
+    if uids.len() == 4 && uids.iter().all(|&u| u == uid) {
         return None;
     }
     let owner = uids
         .iter()
         .copied()
-        .find(|&u| u != inv.uid)
+        .find(|&u| u != uid)
         .or(uids.first().copied());
-    Some(format!(
-        "--pid {pid}: under sudo only a process of user {} (uid {}) is tracked; this one is {}",
-        crate::warn::escaped(&inv.user),
-        inv.uid,
-        owner.map_or("gone".to_string(), |u| format!("uid {u}'s"))
-    ))
+    Some(owner.map_or("gone".to_string(), |u| format!("uid {u}'s")))
 }
 
 /// The Sentinel stream's guardian, where there is a stream. As the init of a PID

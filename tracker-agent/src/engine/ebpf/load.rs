@@ -241,23 +241,17 @@ pub(super) fn loader_without_btf() -> EbpfLoader<'static> {
 /// Root is no guarantee: a container or `capsh` may drop the capabilities, and the
 /// kernel's EPERM on the first map would then say nothing of why.
 pub(super) fn has_cap_bpf() -> Result<(), String> {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let eff = status
-        .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))
-        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        .unwrap_or(0);
-    const CAP_SYS_ADMIN: u64 = 21;
-    const CAP_PERFMON: u64 = 38;
-    const CAP_BPF: u64 = 39;
-    let has = |c: u64| eff & (1 << c) != 0;
-    if has(CAP_SYS_ADMIN) || (has(CAP_BPF) && has(CAP_PERFMON)) {
+    if crate::sys::may_load_bpf() {
         return Ok(());
     }
     // SAFETY: geteuid has no preconditions.
     Err(match unsafe { libc::geteuid() } {
         0 => "root, but its capabilities were dropped".into(),
-        _ => "not root".into(),
+        // The user's way to eBPF without root: an administrator's grant
+        // (docs/deploy.md, "A capability grant on the binary").
+        _ => "not root: run it with sudo, or ask an administrator for `setcap \
+              cap_bpf,cap_perfmon+ep` on this binary"
+            .into(),
     })
 }
 
