@@ -387,6 +387,90 @@ fn not_root_gets_the_procfs_backend_said_once() {
     check_api_run(&out, &copies, &python_cols, "list");
 }
 
+/// The package as a user whose binary has an administrator's capability grant
+/// (`setcap cap_bpf,cap_perfmon+ep` on a root-owned copy, named by
+/// RESOURCE_TRACKER_BINARY as docs/deploy.md says): eBPF, every process of the job
+/// counted by the kernel, the same figures through the API as in the binary's files.
+#[test]
+fn a_user_with_the_capability_grant_gets_ebpf() {
+    let Some((s, py, script)) = as_nobody("py-grant", "api_run.py") else {
+        return;
+    };
+    if !require(have("setcap"), "setcap is missing") || !ebpf_available() {
+        return;
+    }
+    let python_cols = csv_python_columns(&s);
+    let bin_dir = s.path("bin");
+    std::fs::create_dir(&bin_dir).unwrap();
+    std::fs::set_permissions(
+        &bin_dir,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let bin = bin_dir.join("resource-tracker");
+    std::fs::copy(tracker(), &bin).unwrap();
+    let st = Command::new("setcap")
+        .arg("cap_bpf,cap_perfmon+ep")
+        .arg(&bin)
+        .status()
+        .unwrap();
+    assert!(st.success(), "setcap on {}", bin.display());
+    let copies = s.path("copies");
+    std::fs::create_dir_all(&copies).unwrap();
+    std::fs::set_permissions(&copies, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let o = output_within(
+        Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(&py)
+            .arg(&script)
+            .args(["0.5", "auto", copies.to_str().unwrap()])
+            .current_dir(&s.0)
+            .env("HOME", &s.0)
+            .env("RESOURCE_TRACKER_BINARY", &bin),
+        120,
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    let out = stdout_json(&o);
+    assert_eq!(out["backend"], "ebpf", "{err}");
+    check_api_run(&out, &copies, &python_cols, "list");
+    // 2 burners and 30 /bin/true, each counted by the kernel, and nothing else.
+    let summary = read_json(&copies.join("summary.json"));
+    assert_eq!(summary["processes_spawned"], 32, "{summary}");
+    // The README's Python example as written, as the same user: its 303 processes
+    // (sh, seq, 300 /bin/true, sleep) counted.
+    let readme =
+        std::fs::read_to_string(tracker_tests::sentinel::repo_root().join("README.md")).unwrap();
+    let block = readme
+        .split_once("~/rt/bin/python - <<'PY'\n")
+        .and_then(|(_, rest)| rest.split_once("\nPY\n"))
+        .map(|(b, _)| b)
+        .expect("the README's Python example");
+    let example = s.path("readme_example.py");
+    std::fs::write(&example, block).unwrap();
+    let o = output_within(
+        Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(&py)
+            .arg(&example)
+            .current_dir(&s.0)
+            .env("HOME", &s.0)
+            .env("RESOURCE_TRACKER_BINARY", &bin),
+        120,
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    let first = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        first.starts_with("ebpf ") && first.ends_with(" samples, 303 processes"),
+        "the README's example as a user with the grant: {first} {err}"
+    );
+}
+
 #[test]
 fn bad_input_is_a_clear_exception_and_leaves_no_child() {
     let Some(whl) = wheel() else { return };
