@@ -857,6 +857,39 @@ fn a_capability_grant_on_the_binary_grants_tracking_not_root() {
     assert_ne!(o.status.code(), Some(0), "{}", one_line(&o));
     assert!(!one_line(&o).contains("SECRET-9c"), "{}", one_line(&o));
     roots_files_not_written(&|a: &[&str]| as_user(a, &[]), &v, &private, user.uid);
+    // A recorded run, a report page and a kubelet token in root's directory: neither
+    // read nor written, in one line.
+    std::fs::write(private.join("run.jsonl"), "{}\n").expect("root's run");
+    let page = show(&user.home.join("page.html"));
+    let root_page = show(&private.join("page.html"));
+    let token = private.join("token");
+    std::fs::write(&token, "SECRET-tok-9c\n").expect("root's token");
+    for args in [
+        vec!["report", &show(&private.join("run.jsonl")), "-o", &page],
+        vec!["run", "-q", "--report", &root_page, "--", "true"],
+        vec![
+            "node",
+            "--no-ebpf",
+            "-i",
+            "0.2",
+            "--kubelet-token-file",
+            &show(&token),
+        ],
+    ] {
+        let o = as_user(&args, &[]);
+        assert_ne!(o.status.code(), Some(0), "{args:?}: {}", one_line(&o));
+        assert!(
+            one_line(&o).contains("Permission denied"),
+            "{args:?}: {}",
+            one_line(&o)
+        );
+        assert!(
+            !one_line(&o).contains("SECRET"),
+            "{args:?}: {}",
+            one_line(&o)
+        );
+    }
+    assert!(!user.home.join("page.html").exists() && !private.join("page.html").exists());
     // Attaching: root's process refused in one line, the user's own tracked.
     let o = as_user(&["--pid", "1", "-q", "-i", "0.2"], &[]);
     assert_eq!(o.status.code(), Some(2), "{}", one_line(&o));
