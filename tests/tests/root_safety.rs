@@ -432,22 +432,27 @@ fn under_sudo_config_token_and_node_output_are_the_users() {
         "the run went on with root's config"
     );
 
-    // A kernel BTF the user names (sudo's env_keep may pass the variable): read
-    // as the user, so root's file is refused, not parsed.
+    // A kernel BTF the user names (sudo's env_keep may pass the variable): refused
+    // before anything starts, whoever's file it is: the BTF decides which kernel
+    // addresses the programs read.
     let btf = private.join("btf");
     std::fs::write(&btf, b"\x9f\xeb\x01\x00 not BTF").expect("btf");
     std::fs::set_permissions(&btf, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let started = home.join("started");
     let mut c = tracker_cmd(&home);
     sudo(&mut c);
     c.env("TRACKER_KERNEL_BTF", &btf)
-        .args(["run", "-q", "--", "true"]);
+        .args(["run", "-q", "--", "touch"])
+        .arg(&started);
     let o = bounded(&mut c, 20);
     let err = one_line(&o);
-    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(
-        err.contains("btf") && err.contains("Permission denied"),
+        err.starts_with("resource-tracker: TRACKER_KERNEL_BTF: not taken from the environment")
+            && err.lines().count() == 1,
         "{err}"
     );
+    assert!(!started.exists(), "the command ran");
 
     // The kubelet's token: a listener of the user's never hears it.
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");

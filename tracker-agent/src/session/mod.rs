@@ -203,7 +203,7 @@ pub fn run(st: Settings) -> anyhow::Result<i32> {
         Ok(p) => p,
         Err(code) => return Ok(code),
     };
-    let (engine, backend_reason, degraded) = engine_for(&st, &start, owner);
+    let (engine, backend_reason, degraded) = engine_for(&st, &start);
 
     let (gpus, host, host_info) = host_collectors();
 
@@ -285,26 +285,26 @@ fn host_collectors() -> (GpuCollector, SystemCollector, crate::model::HostInfo) 
 }
 
 /// Who ran sudo, if anyone, once what they asked for is allowed them; else why not
-/// (exit 2). SUDO_UID and SUDO_GID are input like any other. Under sudo, attaching
-/// reads what the kernel shows a process's owner: only a process of the invoking
-/// user's own. A sudoers rule for this binary grants tracking, not root: the
-/// command runs as root under sudo only where the administrator's own file allows
-/// it. A capability grant on the binary (`sudo::capability_grant`) is held to the
-/// same: the user's own processes, and no engine setting from their environment.
+/// (exit 2). SUDO_UID and SUDO_GID are input like any other. A sudoers rule for
+/// this binary grants tracking, not root, and so does a capability grant on it
+/// (`sudo::capability_grant`): both are held to `tracking_only`. Under sudo the
+/// command runs as root only where the administrator's own file allows it.
 fn sudo_checked(st: &Settings, start: &Start) -> Result<Option<crate::sudo::RunAs>, String> {
     let invoker = crate::sudo::invoker()?;
-    if let (Some(inv), Start::Attach(pid)) = (&invoker, start) {
+    if let Some(inv) = &invoker {
         let who = format!("user {} (uid {})", crate::warn::escaped(&inv.user), inv.uid);
-        if let Some(why) = not_owned_by(inv.uid, *pid) {
-            return Err(format!(
-                "--pid {pid}: under sudo only a process of {who} is tracked; this one is {why}"
-            ));
-        }
-    }
-    if invoker.is_none() {
-        if let Some(g) = crate::sudo::capability_grant() {
-            grant_checked(&g, st, start)?;
-        }
+        tracking_only(
+            st,
+            start,
+            inv.uid,
+            &format!("under sudo only a process of {who}"),
+        )?;
+    } else if let Some(g) = crate::sudo::capability_grant() {
+        let scope = format!(
+            "with the binary's capability grant only a process of uid {}",
+            g.uid
+        );
+        tracking_only(st, start, g.uid, &scope)?;
     }
     if st.as_root && invoker.is_some() {
         if let Some(why) = as_root_refused() {
@@ -314,16 +314,17 @@ fn sudo_checked(st: &Settings, start: &Start) -> Result<Option<crate::sudo::RunA
     Ok(invoker)
 }
 
-/// What a capability grant does not allow: attaching to another user's process
-/// (the programs would read what the kernel shows only its owner), and the
-/// engine's settings from the environment, which a user sets at will: a BTF of
-/// their own would choose the kernel addresses the programs read.
-fn grant_checked(g: &crate::sudo::Grant, st: &Settings, start: &Start) -> Result<(), String> {
+/// What a grant of tracking to user `uid` (sudo's rule or the binary's
+/// capabilities) does not allow: attaching to a process that is not wholly
+/// theirs (the programs would read what the kernel shows only its owner: its
+/// I/O, its memory maps), and the engine's settings from the environment, which
+/// the user sets at will: a BTF of their own would choose the kernel addresses the
+/// programs read. `scope` says who may be tracked.
+fn tracking_only(st: &Settings, start: &Start, uid: u32, scope: &str) -> Result<(), String> {
     if let Start::Attach(pid) = start {
-        if let Some(why) = not_owned_by(g.uid, *pid) {
+        if let Some(why) = not_owned_by(uid, *pid) {
             return Err(format!(
-                "--pid {pid}: with the binary's capability grant only a process of uid {} is tracked; this one is {why}",
-                g.uid
+                "--pid {pid}: {scope} is tracked; this one is {why}"
             ));
         }
     }
@@ -337,9 +338,8 @@ fn grant_checked(g: &crate::sudo::Grant, st: &Settings, start: &Start) -> Result
     ];
     if let Some((var, _)) = set.iter().find(|(_, on)| *on) {
         return Err(format!(
-            "{var}: not taken from the environment of a tracker with the binary's capability \
-             grant (uid {}): the engine's settings are root's; unset it",
-            g.uid
+            "{var}: not taken from the environment of a tracker that tracks for uid {uid} \
+             (sudo or the binary's capability grant): the engine's settings are root's; unset it"
         ));
     }
     Ok(())
@@ -402,14 +402,10 @@ fn discover(
 /// The engine for `start` (none for the host alone), why it is not eBPF, and what
 /// that costs. Without eBPF a command's orphans come back to the tracker, whose
 /// wait4 gives their exact usage: it becomes their subreaper.
-fn engine_for(
-    st: &Settings,
-    start: &Start,
-    owner: Option<&crate::fsafe::Owner>,
-) -> (Option<Engine>, Option<String>, Degradations) {
+fn engine_for(st: &Settings, start: &Start) -> (Option<Engine>, Option<String>, Degradations) {
     let (engine, reason, degraded) = match start {
         Start::Host => (None, None, Degradations::default()),
-        _ => load_engine(st, owner),
+        _ => load_engine(st),
     };
     if engine.is_none() && matches!(start, Start::Command(..)) {
         // SAFETY: prctl with integer arguments.
@@ -754,10 +750,7 @@ fn refused(e: LaunchError) -> i32 {
 /// and why eBPF is not used.
 /// The eBPF engine, or None with the reason and what that costs in exactness
 /// (nothing named for `--no-ebpf`: the user chose it).
-fn load_engine(
-    st: &Settings,
-    owner: Option<&crate::fsafe::Owner>,
-) -> (Option<Engine>, Option<String>, Degradations) {
+fn load_engine(st: &Settings) -> (Option<Engine>, Option<String>, Degradations) {
     let e = &st.engine;
     if e.no_ebpf {
         return (None, Some("--no-ebpf".to_string()), Degradations::default());
@@ -769,7 +762,6 @@ fn load_engine(
         ring_bytes: e.ring_bytes,
         bpf_stats: e.bpf_stats,
         room,
-        btf_reader: owner,
         knobs: &e.knobs,
     }) {
         Ok(e) => {

@@ -259,7 +259,6 @@ pub(super) fn has_cap_bpf() -> Result<(), String> {
 /// the BTF had been read (since `t0`).
 fn kernel_offsets(
     t0: Instant,
-    btf_reader: Option<&crate::fsafe::Owner>,
     knobs: &Knobs,
 ) -> Result<(tracker_common::Offsets, Degradations, std::time::Duration), EbpfUnavailable> {
     // The programs are plain raw tracepoints: the kernel's BTF is read only for
@@ -276,7 +275,7 @@ fn kernel_offsets(
             (o, t0.elapsed())
         }
         None => {
-            let (o, t_read) = btf_offsets(t0, btf_reader, knobs)?;
+            let (o, t_read) = btf_offsets(t0, knobs)?;
             if let Some(n) = &cache {
                 if let Err(e) = offsets_cache::write(dir, n, &o) {
                     log::debug!("kernel offsets not kept in {}: {e}", dir.display());
@@ -296,14 +295,13 @@ fn kernel_offsets(
 /// The offsets the kernel's BTF gives, and when it had been read.
 fn btf_offsets(
     t0: Instant,
-    btf_reader: Option<&crate::fsafe::Owner>,
     knobs: &Knobs,
 ) -> Result<(tracker_common::Offsets, std::time::Duration), EbpfUnavailable> {
     let path = btf_path(knobs);
-    // A BTF named by `TRACKER_KERNEL_BTF` (which sudo's env_keep may pass) is read
-    // with the invoking user's rights, as every file they name.
-    let reader = btf_reader.filter(|_| knobs.kernel_btf.is_some());
-    let data = crate::fsafe::read_input_as(&path, MAX_BTF, reader)
+    // A BTF named by `TRACKER_KERNEL_BTF` is root's own choice: under sudo or a
+    // capability grant the session refuses the variable (`tracking_only`), since
+    // the BTF decides which kernel addresses the programs read.
+    let data = crate::fsafe::read_input(&path, MAX_BTF)
         .map_err(|e| EbpfUnavailable::NoBtf(format!("{}: {e}", path.display())))?;
     let t_read = t0.elapsed();
     let btf = Btf::parse(&data)
@@ -508,8 +506,6 @@ pub struct LoadArgs<'a> {
     /// The tracker's memory cgroup's tightest level and the bytes it leaves, where
     /// one is limited.
     pub room: Option<(String, u64)>,
-    /// Under sudo, the user whose rights read a BTF named by `TRACKER_KERNEL_BTF`.
-    pub btf_reader: Option<&'a crate::fsafe::Owner>,
     pub knobs: &'a Knobs,
 }
 
@@ -520,12 +516,11 @@ pub(super) fn load(a: LoadArgs) -> Result<Loaded, EbpfUnavailable> {
         ring_bytes,
         bpf_stats,
         room,
-        btf_reader,
         knobs,
     } = a;
     let t0 = Instant::now();
     can_load(ring_bytes, room)?;
-    let (offsets, mut degraded, t_read) = kernel_offsets(t0, btf_reader, knobs)?;
+    let (offsets, mut degraded, t_read) = kernel_offsets(t0, knobs)?;
     let t_parsed = t0.elapsed();
     log::debug!("kernel offsets: {offsets:?}");
     let rss_in_kernel = offsets.mm_rss_stat != tracker_common::NO_FIELD;
