@@ -957,6 +957,42 @@ fn a_capability_grant_on_the_binary_grants_tracking_not_root() {
     assert_eq!(sum["backend"], "ebpf", "{sum}");
 }
 
+/// A set-user-ID root copy of the binary, run by a user: refused in one line, exit
+/// 2, the command never started and nothing made; it would be root's rights with
+/// the user's environment, config and paths.
+#[test]
+fn a_set_user_id_root_binary_is_refused() {
+    if skip_unless_root() {
+        return;
+    }
+    let s = Scratch::new("safe-setuid");
+    std::fs::set_permissions(&s.0, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    let bin = installed_binary(&s);
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o4755)).expect("setuid");
+    let started = s.path("started");
+    let out = s.path("out.jsonl");
+    let o = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(&bin)
+        .args(["run", "-q", "-o"])
+        .arg(&out)
+        .arg("--")
+        .arg("touch")
+        .arg(&started)
+        .current_dir(&s.0)
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .output()
+        .expect("the set-user-ID binary");
+    let err = one_line(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("set-user-ID root") && err.lines().count() == 1,
+        "{err}"
+    );
+    assert!(!started.exists() && !out.exists(), "started or made: {err}");
+}
+
 /// As root without sudo, in a directory someone else owns: a planted link is not
 /// followed and a file planted there is not taken over; the output goes to a kept
 /// file instead, named in one line, and the command runs.

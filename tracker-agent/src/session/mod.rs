@@ -291,6 +291,17 @@ fn host_collectors() -> (GpuCollector, SystemCollector, crate::model::HostInfo) 
 /// command runs as root only where the administrator's own file allows it.
 fn sudo_checked(st: &Settings, start: &Start) -> Result<Option<crate::sudo::RunAs>, String> {
     let invoker = crate::sudo::invoker()?;
+    // SAFETY: getuid and geteuid have no preconditions.
+    let (uid, euid) = unsafe { (libc::getuid(), libc::geteuid()) };
+    if invoker.is_none() && euid == 0 && uid != 0 {
+        // A set-user-ID root binary: root's rights for whoever runs it, with their
+        // environment, config and paths. Not a grant this tracker can bound.
+        return Err(format!(
+            "the tracker runs as root for uid {uid} (a set-user-ID root binary?): not a way to \
+             grant tracking; use a sudoers rule or `setcap cap_bpf,cap_perfmon+ep` on the \
+             binary (docs/deploy.md)"
+        ));
+    }
     if let Some(inv) = &invoker {
         let who = format!("user {} (uid {})", crate::warn::escaped(&inv.user), inv.uid);
         tracking_only(
