@@ -360,6 +360,30 @@ fn as_nobody(name: &str, fixture: &str) -> Option<(Scratch, PathBuf, PathBuf)> {
     Some((s, py, script))
 }
 
+/// `script` (api_run.py) by `py` as nobody at a half-second interval, its copies
+/// of the binary's files in `copies` (made here), with `env` besides HOME.
+fn api_run_as_nobody(
+    s: &Scratch,
+    py: &Path,
+    script: &Path,
+    copies: &Path,
+    env: &[(&str, &Path)],
+) -> std::process::Output {
+    std::fs::create_dir_all(copies).unwrap();
+    std::fs::set_permissions(copies, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    output_within(
+        Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(py)
+            .arg(script)
+            .args(["0.5", "auto", copies.to_str().unwrap()])
+            .current_dir(&s.0)
+            .env("HOME", &s.0)
+            .envs(env.iter().copied()),
+        120,
+    )
+}
+
 #[test]
 fn not_root_gets_the_procfs_backend_said_once() {
     let Some((s, py, script)) = as_nobody("py-nonroot", "api_run.py") else {
@@ -367,18 +391,7 @@ fn not_root_gets_the_procfs_backend_said_once() {
     };
     let python_cols = csv_python_columns(&s);
     let copies = s.path("copies");
-    std::fs::create_dir_all(&copies).unwrap();
-    std::fs::set_permissions(&copies, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
-    let o = output_within(
-        Command::new("setpriv")
-            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-            .arg(&py)
-            .arg(&script)
-            .args(["0.5", "auto", copies.to_str().unwrap()])
-            .current_dir(&s.0)
-            .env("HOME", &s.0),
-        120,
-    );
+    let o = api_run_as_nobody(&s, &py, &script, &copies, &[]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{err}");
     let out = stdout_json(&o);
@@ -416,18 +429,12 @@ fn a_user_with_the_capability_grant_gets_ebpf() {
         .unwrap();
     assert!(st.success(), "setcap on {}", bin.display());
     let copies = s.path("copies");
-    std::fs::create_dir_all(&copies).unwrap();
-    std::fs::set_permissions(&copies, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
-    let o = output_within(
-        Command::new("setpriv")
-            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-            .arg(&py)
-            .arg(&script)
-            .args(["0.5", "auto", copies.to_str().unwrap()])
-            .current_dir(&s.0)
-            .env("HOME", &s.0)
-            .env("RESOURCE_TRACKER_BINARY", &bin),
-        120,
+    let o = api_run_as_nobody(
+        &s,
+        &py,
+        &script,
+        &copies,
+        &[("RESOURCE_TRACKER_BINARY", &bin)],
     );
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{err}");
