@@ -61,7 +61,8 @@ pub struct ContainerName {
 pub struct ContainerSample {
     pub timestamp_secs: f64,
     pub interval_secs: f64,
-    /// The cgroup's path below the hierarchy root.
+    /// The cgroup's path below the hierarchy root, from its `/`: the form of the
+    /// Prometheus label `id` and of cAdvisor's.
     pub id: String,
     pub pod_uid: Option<String>,
     pub container_id: Option<String>,
@@ -216,7 +217,7 @@ impl NodeModel {
                 out.push(ContainerSample {
                     timestamp_secs: (unix * 1e6).round() / 1e6,
                     interval_secs: dt,
-                    id: cur.found.rel.clone(),
+                    id: format!("/{}", cur.found.rel),
                     pod_uid: cur.found.pod_uid.clone(),
                     container_id: cur.found.container_id.clone(),
                     qos: cur.found.qos,
@@ -336,6 +337,7 @@ mod tests {
             true,
         );
         assert_eq!(s.len(), 1);
+        assert_eq!(s[0].id, "/a", "the Prometheus label's form");
         assert_eq!(s[0].cpu_secs, Some(0.5));
         assert_eq!(s[0].cores_used, Some(1.0));
         assert_eq!((s[0].oom_kills, s[0].oom_kills_total), (Some(1), Some(1)));
