@@ -203,6 +203,12 @@ pub fn run(st: Settings) -> anyhow::Result<i32> {
         Ok(p) => p,
         Err(code) => return Ok(code),
     };
+    // Right after the command is forked (paused, at the nice value it was given),
+    // as the Rust sibling does once its command starts: the programs' load and
+    // every thread made from here on run reniced, the command never.
+    if let Some(v) = st.renice {
+        renice_self(v);
+    }
     let (engine, backend_reason, degraded) = engine_for(&st, &start);
 
     let (gpus, host, host_info) = host_collectors();
@@ -224,9 +230,6 @@ pub fn run(st: Settings) -> anyhow::Result<i32> {
         Ok(b) => b,
         Err(code) => return Ok(code),
     };
-    if let Some(v) = st.renice {
-        renice_self(v);
-    }
     let backend = engine.as_ref().map(Engine::backend);
     let events = EventLog::new(event_sinks(
         events_file,
