@@ -958,8 +958,9 @@ fn a_capability_grant_on_the_binary_grants_tracking_not_root() {
 }
 
 /// A set-user-ID root copy of the binary, run by a user: refused in one line, exit
-/// 2, the command never started and nothing made; it would be root's rights with
-/// the user's environment, config and paths.
+/// 2, before any setting is resolved or file read, for every subcommand; the
+/// command never started and nothing made. It would be root's rights with the
+/// user's environment, config and paths.
 #[test]
 fn a_set_user_id_root_binary_is_refused() {
     if skip_unless_root() {
@@ -971,26 +972,43 @@ fn a_set_user_id_root_binary_is_refused() {
     std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o4755)).expect("setuid");
     let started = s.path("started");
     let out = s.path("out.jsonl");
-    let o = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-        .arg(&bin)
-        .args(["run", "-q", "-o"])
-        .arg(&out)
-        .arg("--")
-        .arg("touch")
-        .arg(&started)
-        .current_dir(&s.0)
-        .env_clear()
-        .env("PATH", "/usr/bin:/bin")
-        .output()
-        .expect("the set-user-ID binary");
-    let err = one_line(&o);
-    assert_eq!(o.status.code(), Some(2), "{err}");
-    assert!(
-        err.contains("set-user-ID root") && err.lines().count() == 1,
-        "{err}"
-    );
-    assert!(!started.exists() && !out.exists(), "started or made: {err}");
+    let page = s.path("page.html");
+    let (o_arg, s_arg, p_arg) = (show(&out), show(&started), show(&page));
+    // A run, the same with a SUDO_UID the user set (real sudo makes the real uid
+    // root), a report and the node agent: none gets past the first line.
+    // Arguments and the environment besides PATH.
+    type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)]);
+    let cases: [Case; 4] = [
+        (&["run", "-q", "-o", &o_arg, "--", "touch", &s_arg], &[]),
+        (
+            &["run", "-q", "-o", &o_arg, "--", "touch", &s_arg],
+            &[("SUDO_UID", "65534"), ("SUDO_GID", "65534")],
+        ),
+        (&["report", "/etc/shadow", "-o", &p_arg], &[]),
+        (&["node", "--no-ebpf", "-i", "0.2", "-o", &o_arg], &[]),
+    ];
+    for (args, env) in cases {
+        let o = Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .arg(&bin)
+            .args(args)
+            .current_dir(&s.0)
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .envs(env.iter().copied())
+            .output()
+            .expect("the set-user-ID binary");
+        let err = one_line(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?} {env:?}: {err}");
+        assert!(
+            err.contains("set-user-ID root") && err.lines().count() == 1,
+            "{args:?} {env:?}: {err}"
+        );
+        assert!(
+            !started.exists() && !out.exists() && !page.exists(),
+            "{args:?} {env:?}: started or made: {err}"
+        );
+    }
 }
 
 /// As root without sudo, in a directory someone else owns: a planted link is not

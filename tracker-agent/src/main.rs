@@ -37,6 +37,10 @@ fn main() {
     if sink::sentinel::guardian::is_guardian() {
         std::process::exit(sink::sentinel::guardian::main());
     }
+    if let Some(why) = sudo::set_user_id_root() {
+        warn::say(&why);
+        std::process::exit(2);
+    }
     let get_env = |k: &str| std::env::var_os(k);
     if let Err(e) = settings::check_flag_env(&get_env) {
         warn::say(&e);

@@ -57,6 +57,23 @@ impl RunAs {
     }
 }
 
+/// Why this tracker does not run at all, when it is a set-user-ID root binary run
+/// by a user (real uid not root, effective uid root): root's rights with that
+/// user's environment, config and paths, which no check of the tracker's bounds.
+/// Real sudo makes the real uid root too, so a SUDO_UID the user set cannot pass
+/// this for sudo. Checked before any setting is resolved or file read.
+pub fn set_user_id_root() -> Option<String> {
+    // SAFETY: getuid and geteuid have no preconditions.
+    let (uid, euid) = unsafe { (libc::getuid(), libc::geteuid()) };
+    (euid == 0 && uid != 0).then(|| {
+        format!(
+            "the tracker runs as root for uid {uid} (a set-user-ID root binary?): not a way to \
+             grant tracking; use a sudoers rule or `setcap cap_bpf,cap_perfmon+ep` on the \
+             binary (docs/deploy.md)"
+        )
+    })
+}
+
 /// A user (not root) whose tracker holds the capabilities that load the BPF
 /// programs without sudo: the binary's file capabilities (an administrator's
 /// `setcap cap_bpf,cap_perfmon+ep`) or ambient ones. Like a sudoers rule, they

@@ -206,9 +206,7 @@ pub fn run(st: Settings) -> anyhow::Result<i32> {
     // Right after the command is forked (paused, at the nice value it was given),
     // as the Rust sibling does once its command starts: the programs' load and
     // every thread made from here on run reniced, the command never.
-    if let Some(v) = st.renice {
-        renice_self(v);
-    }
+    renice_self(st.renice);
     let (engine, backend_reason, degraded) = engine_for(&st, &start);
 
     let (gpus, host, host_info) = host_collectors();
@@ -294,17 +292,6 @@ fn host_collectors() -> (GpuCollector, SystemCollector, crate::model::HostInfo) 
 /// command runs as root only where the administrator's own file allows it.
 fn sudo_checked(st: &Settings, start: &Start) -> Result<Option<crate::sudo::RunAs>, String> {
     let invoker = crate::sudo::invoker()?;
-    // SAFETY: getuid and geteuid have no preconditions.
-    let (uid, euid) = unsafe { (libc::getuid(), libc::geteuid()) };
-    if invoker.is_none() && euid == 0 && uid != 0 {
-        // A set-user-ID root binary: root's rights for whoever runs it, with their
-        // environment, config and paths. Not a grant this tracker can bound.
-        return Err(format!(
-            "the tracker runs as root for uid {uid} (a set-user-ID root binary?): not a way to \
-             grant tracking; use a sudoers rule or `setcap cap_bpf,cap_perfmon+ep` on the \
-             binary (docs/deploy.md)"
-        ));
-    }
     if let Some(inv) = &invoker {
         let who = format!("user {} (uid {})", crate::warn::escaped(&inv.user), inv.uid);
         tracking_only(
@@ -591,10 +578,12 @@ fn end_summary(
     summary
 }
 
-/// Sets the nice value of every thread of the tracker. Done once the command has
-/// started, so that the command keeps the nice value it was given (a process
-/// without privilege could not lower it again); threads started later inherit it.
-fn renice_self(v: i32) {
+/// Sets the nice value of every thread of the tracker (None: left as it is). Done
+/// once the command is forked, so that the command keeps the nice value it was
+/// given (a process without privilege could not lower it again); threads started
+/// later inherit it.
+fn renice_self(v: Option<i32>) {
+    let Some(v) = v else { return };
     let tids: Vec<libc::id_t> = match std::fs::read_dir("/proc/self/task") {
         Ok(d) => d
             .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
