@@ -378,7 +378,7 @@ fn each_job_runs_under_its_own_recommendation() {
                 let (lcode, ls) = one(&job, &data, "advice-under", &limited);
                 under.push(f(&ls, "wall_secs"));
                 eprintln!(
-                    "{} {backend} run {i}: {:.2} s, peak charge {:.0} MiB, working set {:.0} MiB, page cache {} MiB ({} read back beyond it), recommended {cpu} CPU {mem} MiB, predicted {:.2} s; under it: exit {lcode}, OOM kills {}, {:.2} s, stalled on memory {:.2} s",
+                    "{} {backend} run {i}: {:.2} s, peak charge {:.0} MiB, working set {:.0} MiB, page cache {} MiB ({} read back beyond it), recommended {cpu} CPU {mem} MiB, predicted {:.2} s; under it: exit {lcode}, OOM kills {}, {:.2} s, CPU {:.2} s, stalled on memory {:.2} s, throttled {} s",
                     job.name,
                     walls[i],
                     f(&s, "peak_memory_mib"),
@@ -388,7 +388,9 @@ fn each_job_runs_under_its_own_recommendation() {
                     predicted[i],
                     ls["limits"]["oom_kills"],
                     under[i],
+                    f(&ls, "cpu_total_secs"),
                     f(&ls["pressure"], "memory_secs"),
+                    ls["limits"]["throttled_secs"],
                 );
                 if lcode != 0 || ls["limits"]["oom_kills"].as_u64() != Some(0) {
                     failures.push(format!(
@@ -429,14 +431,26 @@ fn each_job_runs_under_its_own_recommendation() {
             let lo = predicted.iter().copied().fold(f64::INFINITY, f64::min);
             let hi = predicted.iter().copied().fold(0.0, f64::max);
             let spread = if lo > 0.0 { hi / lo - 1.0 } else { 0.0 };
-            let off = fastest > median(&predicted) * (1.0 + TIME_TOLERANCE.max(spread));
+            let margin = 1.0 + TIME_TOLERANCE.max(spread);
+            // A job bound by CPU may also be held to the tracked run just before
+            // each run under the limit, the pair closest to it: this VM's speed
+            // moves between series (a clean-clone run's seed step took 1.8 s
+            // tracked where it takes 1.5 here, and 2.01 s at its fastest under a
+            // limit that throttled it for none of its periods). A limit that
+            // slows the job slows every run under it against its own pair too.
+            let paired = under
+                .iter()
+                .zip(&predicted)
+                .map(|(u, p)| u / p)
+                .fold(f64::INFINITY, f64::min);
+            let off = fastest > median(&predicted) * margin && (job.storage || paired > margin);
             eprintln!(
                 "{} {backend}: predicted {predicted:.2?} s, under the recommendation {under:.2?} s",
                 job.name
             );
             if off {
                 failures.push(format!(
-                    "{} {backend}: under the recommendation {under:.2?} s, the predicted {predicted:.2?} s ± 10 % (its fastest run under the limit, {fastest:.2} s, against its median prediction)",
+                    "{} {backend}: under the recommendation {under:.2?} s, the predicted {predicted:.2?} s ± 10 % (its fastest run under the limit, {fastest:.2} s, against its median prediction; the closest pair {paired:.3}×)",
                     job.name,
                 ));
             }
