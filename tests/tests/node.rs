@@ -123,15 +123,24 @@ fn containers_are_the_kernels_figures() {
         (&c3, cid(3), UID3, "guaranteed"),
     ] {
         let label = format!("pod_uid=\"{uid}\",container_id=\"{id}\",qos=\"{qos}\"");
-        let got = value(&text, "container_cpu_usage_seconds_total", &label)
-            .unwrap_or_else(|| panic!("no CPU series for {label}:\n{text}"));
+        let got = value(
+            &text,
+            "resource_tracker_container_cpu_usage_seconds_total",
+            &label,
+        )
+        .unwrap_or_else(|| panic!("no CPU series for {label}:\n{text}"));
         let truth = c.cpu_secs();
         assert!(
             (got - truth).abs() <= 0.01 * truth.max(0.01),
             "{qos}: exported {got} s, cgroup {truth} s"
         );
         eprintln!("{qos}: exported {got:.4} s, cgroup {truth:.4} s");
-        assert!(value(&text, "container_memory_working_set_bytes", &label).is_some());
+        assert!(value(
+            &text,
+            "resource_tracker_container_memory_working_set_bytes",
+            &label
+        )
+        .is_some());
     }
     let label3 = format!("container_id=\"{}\"", cid(3));
     let kills = value(&text, "resource_tracker_container_oom_kills_total", &label3).unwrap_or(0.0);
@@ -196,7 +205,8 @@ fn churn_leaves_no_series_and_no_memory() {
     let ours = |text: &str| {
         text.lines()
             .filter(|l| {
-                l.starts_with("container_cpu_usage_seconds_total{") && l.contains("-4000-8c4e-")
+                l.starts_with("resource_tracker_container_cpu_usage_seconds_total{")
+                    && l.contains("-4000-8c4e-")
             })
             .count()
     };
@@ -597,7 +607,7 @@ fn prometheus_scrapes_it() {
         );
         std::thread::sleep(Duration::from_millis(2500));
         let rate = query(&format!(
-            "rate(container_cpu_usage_seconds_total{{container_id=\"{id}\"}}[4s])"
+            "rate(resource_tracker_container_cpu_usage_seconds_total{{container_id=\"{id}\"}}[4s])"
         ))
         .expect("a rate from Prometheus");
         assert!(
@@ -610,7 +620,7 @@ fn prometheus_scrapes_it() {
     // Three scrapes after the end: Prometheus holds the cgroup's final total.
     std::thread::sleep(Duration::from_millis(3500));
     let total = query(&format!(
-        "container_cpu_usage_seconds_total{{container_id=\"{id}\"}}"
+        "resource_tracker_container_cpu_usage_seconds_total{{container_id=\"{id}\"}}"
     ))
     .expect("a total");
     let truth = c.cpu_secs();
@@ -707,7 +717,10 @@ fn names_from_a_kubelet() {
         let id = cid(4);
         let series = text
             .lines()
-            .find(|l| l.starts_with("container_cpu_usage_seconds_total{") && l.contains(&id))
+            .find(|l| {
+                l.starts_with("resource_tracker_container_cpu_usage_seconds_total{")
+                    && l.contains(&id)
+            })
             .unwrap_or_else(|| panic!("no series for the container:\n{text}"))
             .to_string();
         if named {
@@ -976,7 +989,12 @@ fn gpu_per_container() {
         let text = get(port, "/metrics", "*/*")
             .map(|r| r.1)
             .unwrap_or_default();
-        if value(&text, "container_accelerator_memory_used_bytes", &label).is_some_and(|v| v > 0.0)
+        if value(
+            &text,
+            "resource_tracker_container_accelerator_memory_used_bytes",
+            &label,
+        )
+        .is_some_and(|v| v > 0.0)
         {
             break text;
         }
@@ -988,7 +1006,11 @@ fn gpu_per_container() {
         std::thread::sleep(Duration::from_millis(100));
     };
     assert_eq!(
-        value(&text, "container_accelerator_memory_used_bytes", &label),
+        value(
+            &text,
+            "resource_tracker_container_accelerator_memory_used_bytes",
+            &label
+        ),
         Some(2147483648.0)
     );
     assert_eq!(
@@ -1005,4 +1027,243 @@ fn gpu_per_container() {
     assert!(agent.wait_for(Duration::from_secs(5)).success());
     sleeper.signal(libc::SIGKILL);
     sleeper.wait_for(Duration::from_secs(5));
+}
+
+/// The stall totals of a v2 `*.pressure` file, seconds: (some, full).
+fn psi(dir: &Path, file: &str) -> (f64, f64) {
+    let p = dir.join(file);
+    let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    let total = |kind: &str| {
+        text.lines()
+            .find(|l| l.starts_with(kind))
+            .and_then(|l| l.split_whitespace().find_map(|w| w.strip_prefix("total=")))
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("{}: no {kind}total in {text:?}", p.display()))
+            / 1e6
+    };
+    (total("some "), total("full "))
+}
+
+/// Pressure per container is its v2 cgroup's own (on a hybrid host, the unified
+/// tree's cgroup at the same path): three busy threads on two CPUs wait for a CPU;
+/// a job holding 24 MiB and reading a 48 MiB file again and again under a 40
+/// MiB limit waits for memory (the file's pages read back) and for I/O. Each exported total within 5 % of the kernel's, read
+/// once the job has ended and the agent has read it again; and the default names
+/// are ours, cAdvisor's only on request.
+#[test]
+fn pressure_per_container_is_the_cgroups() {
+    if !require(is_root(), "the node tests make cgroups and need root") {
+        return;
+    }
+    let s = Scratch::new("node-psi");
+    let file = s.path("data");
+    {
+        let mut f = std::fs::File::create(&file).unwrap();
+        let block: Vec<u8> = (0..1u32 << 20).map(|i| ((i * 7) >> 5) as u8).collect();
+        for _ in 0..48 {
+            f.write_all(&block).unwrap();
+        }
+        f.sync_all().unwrap();
+        use std::os::fd::AsRawFd as _;
+        // SAFETY: an open descriptor; advice on the whole file.
+        let rc = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        assert_eq!(rc, 0);
+    }
+    let port = free_port();
+    let mut bg = agent(&s.0, port, "0.2");
+    let busy = FakeContainer::new(&format!("kubepods/burstable/pod{UID1}/{}", cid(0x31)));
+    let reader = FakeContainer::new(&format!("kubepods/burstable/pod{UID2}/{}", cid(0x32)));
+    let mem = reader.dir("memory").unwrap_or(&reader.dirs[0]).clone();
+    let limit_file = if mem.join("memory.limit_in_bytes").exists() {
+        "memory.limit_in_bytes"
+    } else {
+        "memory.max"
+    };
+    std::fs::write(mem.join(limit_file), (40u64 << 20).to_string()).unwrap();
+    // 24 MiB held while a 48 MiB file is read over and over: its pages are
+    // reclaimed and read back, each a refault the kernel counts as a stall.
+    let cat = format!(
+        "{w} memory 24 1 3000 & for i in 1 2 3 4 5 6 7 8; do cat {f} > /dev/null; done; wait",
+        w = workload().display(),
+        f = file.display()
+    );
+    std::thread::scope(|sc| {
+        sc.spawn(|| busy.run(&["burner", "3", "1500"]));
+        sc.spawn(|| {
+            let st = Command::new(workload())
+                .arg("incgroup")
+                .arg(reader.join_arg())
+                .args(["--", "/bin/sh", "-c", &cat])
+                .status()
+                .unwrap();
+            assert!(st.success(), "the reading job: {st}");
+        });
+    });
+    // Three more intervals: the agent reads each container again after its end.
+    std::thread::sleep(Duration::from_millis(700));
+    let (_, text) = get(port, "/metrics", "*/*").unwrap();
+    let v2 = |c: &FakeContainer| {
+        c.dir("unified")
+            .cloned()
+            .unwrap_or_else(|| c.dirs[0].clone())
+    };
+    let mut checked = 0;
+    for (c, id, part, also_full) in [
+        (&busy, cid(0x31), "cpu", false),
+        (&reader, cid(0x32), "memory", true),
+        (&reader, cid(0x32), "io", true),
+    ] {
+        let (some, full) = psi(&v2(c), &format!("{part}.pressure"));
+        let label = format!("container_id=\"{id}\"");
+        let metric = |kind: &str| {
+            let name = format!("resource_tracker_container_pressure_{part}_{kind}_seconds_total");
+            value(&text, &name, &label).unwrap_or_else(|| panic!("no {name} for {id}:\n{text}"))
+        };
+        let waiting = metric("waiting");
+        eprintln!(
+            "{part}: exported waiting {waiting:.4} s, cgroup some {some:.4} s; full {full:.4} s"
+        );
+        assert!(
+            some > 0.001,
+            "{part}: the job stalled {some} s only: no test"
+        );
+        assert!(
+            (waiting - some).abs() <= 0.05 * some,
+            "{part}: exported {waiting} s, cgroup some {some} s"
+        );
+        if also_full {
+            let stalled = metric("stalled");
+            assert!(
+                (stalled - full).abs() <= 0.05 * full.max(0.001),
+                "{part}: exported stalled {stalled} s, cgroup full {full} s"
+            );
+        }
+        checked += 1;
+    }
+    assert_eq!(checked, 3);
+    assert!(
+        !text.lines().any(|l| l.starts_with("container_")),
+        "cAdvisor's names by default"
+    );
+    assert!(!text.contains("resource_tracker_degraded{"), "{text}");
+    bg.signal(libc::SIGTERM);
+    assert!(bg.wait_for(Duration::from_secs(5)).success());
+    // On request, cAdvisor's names for what cAdvisor has, ours for the rest.
+    let port = free_port();
+    let mut c = Command::new(tracker());
+    c.args([
+        "node",
+        "--cadvisor-names",
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+        "-i",
+        "0.2",
+    ])
+    .stdout(Stdio::null())
+    .stderr(Stdio::null());
+    let mut bg = Bg::spawn(&mut c, "node agent");
+    let t0 = Instant::now();
+    let text = loop {
+        let t = get(port, "/metrics", "*/*")
+            .map(|r| r.1)
+            .unwrap_or_default();
+        if t.contains("container_cpu_usage_seconds_total{")
+            || t0.elapsed() > Duration::from_secs(10)
+        {
+            break t;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let label = format!("container_id=\"{}\"", cid(0x31));
+    assert!(
+        value(&text, "container_cpu_usage_seconds_total", &label).is_some(),
+        "{text}"
+    );
+    assert!(value(
+        &text,
+        "container_pressure_cpu_waiting_seconds_total",
+        &label
+    )
+    .is_some());
+    assert!(value(&text, "resource_tracker_container_oom_kills_total", &label).is_some());
+    assert!(!text.contains("resource_tracker_container_cpu_usage_seconds_total"));
+    bg.signal(libc::SIGTERM);
+    assert!(bg.wait_for(Duration::from_secs(5)).success());
+}
+
+/// A host whose cgroups keep no pressure (here a v2 tree without `*.pressure`
+/// files, as with PSI off): no pressure series, never zeros, and the reason in
+/// `/healthz`, in `resource_tracker_degraded` and once in the log.
+#[test]
+fn no_pressure_files_no_pressure_series_and_the_reason() {
+    let s = Scratch::new("node-nopsi");
+    let cg = s.path("sys/fs/cgroup");
+    let dir = cg.join(format!("kubepods/burstable/pod{UID1}/{}", cid(0x41)));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(cg.join("cgroup.controllers"), "cpu memory io pids\n").unwrap();
+    for (f, v) in [
+        (
+            "cpu.stat",
+            "usage_usec 1500000\nuser_usec 1000000\nsystem_usec 500000\n",
+        ),
+        ("memory.current", "1048576\n"),
+        ("memory.stat", "inactive_file 0\n"),
+        ("io.stat", ""),
+        ("pids.current", "1\n"),
+    ] {
+        std::fs::write(dir.join(f), v).unwrap();
+    }
+    let port = free_port();
+    let err = s.path("node.err");
+    let mut c = Command::new(tracker());
+    c.args([
+        "node",
+        "--no-ebpf",
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+        "-i",
+        "0.2",
+        "--host-sys",
+    ])
+    .arg(s.path("sys"))
+    .stdout(Stdio::null())
+    .stderr(std::fs::File::create(&err).unwrap());
+    let mut bg = Bg::spawn(&mut c, "node agent");
+    let t0 = Instant::now();
+    let health = loop {
+        let h = get(port, "/healthz", "*/*")
+            .map(|r| r.1)
+            .unwrap_or_default();
+        if h.contains("degraded") || t0.elapsed() > Duration::from_secs(10) {
+            break h;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    let (_, text) = get(port, "/metrics", "*/*").unwrap();
+    bg.signal(libc::SIGTERM);
+    assert!(bg.wait_for(Duration::from_secs(5)).success());
+    let label = format!("container_id=\"{}\"", cid(0x41));
+    assert_eq!(
+        value(
+            &text,
+            "resource_tracker_container_cpu_usage_seconds_total",
+            &label
+        ),
+        Some(1.5),
+        "{text}"
+    );
+    assert!(!text.contains("_pressure_"), "{text}");
+    assert!(
+        health.starts_with("ok\n") && health.contains("degraded: pressure: "),
+        "{health:?}"
+    );
+    assert!(
+        text.lines().any(|l| l
+            .starts_with("resource_tracker_degraded{part=\"pressure\",reason=\"")
+            && l.ends_with("\"} 1.0")),
+        "{text}"
+    );
+    let log = std::fs::read_to_string(&err).unwrap();
+    assert_eq!(log.matches("no pressure per container").count(), 1, "{log}");
 }

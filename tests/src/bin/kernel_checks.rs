@@ -982,6 +982,9 @@ fn get(port: u16, path: &str) -> Option<String> {
         .flatten()
 }
 
+/// The node agent's CPU series of a container (its own names).
+const CPU_SERIES: &str = "resource_tracker_container_cpu_usage_seconds_total{";
+
 /// The node agent: its programs loaded and attached, and a container's exported CPU
 /// against the container's cgroup.
 fn node() -> Vec<Cell> {
@@ -1044,7 +1047,7 @@ fn node() -> Vec<Cell> {
         let text = get(port, "/metrics").unwrap_or_default();
         let got = text
             .lines()
-            .filter(|l| l.starts_with("container_cpu_usage_seconds_total{") && l.contains(&label))
+            .filter(|l| l.starts_with(CPU_SERIES) && l.contains(&label))
             .find_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok());
         (got, truth)
     });

@@ -17,7 +17,11 @@ use std::{
 use foldhash::{HashMap, HashMapExt as _, HashSet, HashSetExt as _};
 
 use super::files::{keyed, pread_all, End, Roots};
-use crate::model::node::{CgroupCounters, Found};
+use super::memcg::psi_totals;
+use crate::model::{
+    node::{CgroupCounters, Found},
+    reading::Pressure,
+};
 
 /// Where each controller's hierarchy is mounted.
 #[derive(Clone, Debug, Default)]
@@ -828,9 +832,68 @@ impl Reader {
         }
         let pids = h.pids.as_ref().or(h.v2.as_ref());
         c.tasks = self.number(pids, rel, "pids.current");
+        // Limits are settings, changed seldom (a resize): read at every
+        // FULL_READS-th read only, like the files of an unmoved container.
+        match &self.cur.last {
+            Some(last) if !self.cur.reads.is_multiple_of(FULL_READS) => {
+                (c.memory_limit_bytes, c.cpu_quota_us) =
+                    (last.memory_limit_bytes, last.cpu_quota_us);
+            }
+            _ => self.limits(h, rel, &mut c),
+        }
+        c.pressure = self.pressure(h, rel);
         Some(c)
     }
+
+    /// The memory limit and the CPU quota in place, as the kernel keeps them
+    /// (none: unlimited). v1 writes "no limit" as the largest multiple of the page
+    /// size it can count, v2 as `max`.
+    fn limits(&mut self, h: &Hierarchies, rel: &str, c: &mut CgroupCounters) {
+        c.memory_limit_bytes = match &h.memory {
+            Some(m) => self
+                .number(Some(m), rel, "memory.limit_in_bytes")
+                .filter(|&b| b < V1_UNLIMITED),
+            None => self.number(h.v2.as_ref(), rel, "memory.max"),
+        };
+        c.cpu_quota_us = if h.cpuacct.is_some() {
+            let quota = self
+                .text(h.cpu.as_ref(), rel, "cpu.cfs_quota_us")
+                .and_then(|t| t.trim().parse::<u64>().ok());
+            quota.and_then(|q| Some((q, self.number(h.cpu.as_ref(), rel, "cpu.cfs_period_us")?)))
+        } else {
+            self.text(h.v2.as_ref(), rel, "cpu.max").and_then(|t| {
+                let (q, p) = t.trim().split_once(' ')?;
+                Some((q.parse().ok()?, p.parse().ok()?))
+            })
+        };
+    }
+
+    /// The cgroup's stall times from its v2 `*.pressure` files: the v2 tree's
+    /// cgroup at the same path on a hybrid host too. None where the kernel keeps
+    /// none (no v2 directory for it, PSI off).
+    fn pressure(&mut self, h: &Hierarchies, rel: &str) -> Option<Pressure> {
+        let mut totals = [(0u64, None::<u64>); 3];
+        for (file, t) in ["cpu.pressure", "memory.pressure", "io.pressure"]
+            .into_iter()
+            .zip(&mut totals)
+        {
+            *t = psi_totals(self.text(h.v2.as_ref(), rel, file)?)?;
+        }
+        let [cpu, memory, io] = totals;
+        Some(Pressure {
+            cpu_some_us: cpu.0,
+            cpu_full_us: cpu.1,
+            memory_some_us: memory.0,
+            memory_full_us: memory.1?,
+            io_some_us: io.0,
+            io_full_us: io.1?,
+        })
+    }
 }
+
+/// v1's "no limit": PAGE_COUNTER_MAX pages, ~2^63 bytes; any limit a host can
+/// set is far below 2^62.
+const V1_UNLIMITED: u64 = 1 << 62;
 
 #[cfg(test)]
 mod tests {
@@ -976,12 +1039,33 @@ mod tests {
             ("memory.events", "low 0\nhigh 0\nmax 2\noom 1\noom_kill 1\n"),
             ("io.stat", "8:0 rbytes=10 wbytes=20 rios=1 wios=2 dbytes=0 dios=0\n"),
             ("pids.current", "3\n"),
+            ("memory.max", "max\n"),
+            ("cpu.max", "50000 100000\n"),
+            ("cpu.pressure", "some avg10=0.00 avg60=0.00 avg300=0.00 total=700\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=30\n"),
+            ("memory.pressure", "some avg10=0.00 avg60=0.00 avg300=0.00 total=60\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=50\n"),
+            ("io.pressure", "some avg10=0.00 avg60=0.00 avg300=0.00 total=9\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=8\n"),
         ] {
             t.write(&format!("sys/fs/cgroup/{rel}/{f}"), body);
         }
         t.write("sys/fs/cgroup/cgroup.controllers", "cpu io memory pids\n");
         let mut r = Reader::new(Hierarchies::probe(&t.roots()), 64);
         let c = r.read(rel).unwrap();
+        // Unlimited memory is no limit; the quota and its period as written.
+        assert_eq!(
+            (c.memory_limit_bytes, c.cpu_quota_us),
+            (None, Some((50_000, 100_000)))
+        );
+        assert_eq!(
+            c.pressure,
+            Some(Pressure {
+                cpu_some_us: 700,
+                cpu_full_us: Some(30),
+                memory_some_us: 60,
+                memory_full_us: 50,
+                io_some_us: 9,
+                io_full_us: 8,
+            })
+        );
         assert_eq!(
             (c.cpu_usage_ns, c.cpu_user_ns, c.cpu_system_ns),
             (Some(1_500_000), Some(1_000_000), Some(500_000))

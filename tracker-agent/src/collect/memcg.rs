@@ -663,7 +663,7 @@ impl TreeCgroup {
 
 /// The `some` and `full` totals (µs) of a PSI file: `some avg10=… total=N`, then
 /// the `full` line where the kernel keeps one. None without a `some` total.
-fn psi_totals(text: &str) -> Option<(u64, Option<u64>)> {
+pub(super) fn psi_totals(text: &str) -> Option<(u64, Option<u64>)> {
     let total = |kind: &str| {
         text.lines()
             .find(|l| l.starts_with(kind))?

@@ -43,6 +43,13 @@ pub struct CgroupCounters {
     pub writes: Option<u64>,
     /// Tasks (threads) in the cgroup (`pids.current`).
     pub tasks: Option<u64>,
+    /// The memory limit (`memory.max`, `memory.limit_in_bytes`); None when unlimited.
+    pub memory_limit_bytes: Option<u64>,
+    /// The CPU quota and its period, µs (`cpu.max`, `cpu.cfs_quota_us`); None
+    /// without a quota.
+    pub cpu_quota_us: Option<(u64, u64)>,
+    /// Stall times from the cgroup's v2 `*.pressure` files (PSI); None without them.
+    pub pressure: Option<crate::model::reading::Pressure>,
     /// The process life cycle from the node's BPF programs (None without them).
     pub life: Option<tracker_common::NodeCounts>,
 }
@@ -156,6 +163,8 @@ pub struct NodeSnapshot {
     pub scans: u64,
     /// Containers that vanished between their scan and their read, since the start.
     pub vanished: u64,
+    /// What the agent cannot measure on this node, and why: (part, reason).
+    pub degraded: Vec<(&'static str, String)>,
 }
 
 /// What one scan gives the outputs: its samples (none for a container's first

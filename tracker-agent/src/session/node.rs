@@ -22,7 +22,12 @@ use crate::{
     model::node::{Current, Found, NodeModel, NodeScan, NodeSnapshot},
     selfcost,
     settings::node::NodeSettings,
-    sink::{self, jsonl::JsonLines, prometheus::Endpoint, Sink, Sinks},
+    sink::{
+        self,
+        jsonl::JsonLines,
+        prometheus::{Endpoint, SeriesNames},
+        Sink, Sinks,
+    },
     warn::{say, warn_once},
 };
 
@@ -74,10 +79,12 @@ pub fn run(st: NodeSettings) -> anyhow::Result<i32> {
         // as many as the open-file limit allows beside the agent's other files; an
         // eighth of them for the directories of the tree's listings.
         let fds = crate::sys::raise_open_files().saturating_sub(FDS_SPARE) as usize;
+        let no_pressure = no_pressure_why(&h);
         let mut scanner = Scanner::new(
             Reader::new(h, fds - fds / 8),
             Listings::new(fds / 8),
             GpuCollector::new(&st.roots),
+            no_pressure,
         );
         let mut tick = tokio::time::interval(Duration::from_secs_f64(st.interval));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -141,7 +148,12 @@ fn background(
     if let Some(addr) = st.listen {
         // Healthy while the loop has read the cgroups within three intervals (+5 s).
         let stale = Duration::from_secs_f64(3.0 * st.interval + 5.0);
-        list.push(Box::new(Endpoint::start(&bg, addr, stale)?));
+        let names = if st.cadvisor_names {
+            SeriesNames::Cadvisor
+        } else {
+            SeriesNames::Own
+        };
+        list.push(Box::new(Endpoint::start(&bg, addr, stale, names)?));
     }
     if let Some(cfg) = st.kubelet.clone() {
         ask_kubelet(&bg, cfg, names, ask);
@@ -180,6 +192,18 @@ fn snapshot_of(read: Vec<Current>, life: Option<&NodeLife>, scanner: &Scanner) -
         bpf_run_secs: life.and_then(|l| l.run_time()).map(|d| d.as_secs_f64()),
         scans: scanner.scans,
         vanished: scanner.vanished,
+        degraded: scanner.degraded(),
+    }
+}
+
+/// Why no container's cgroup has pressure files, said where none has.
+fn no_pressure_why(h: &Hierarchies) -> &'static str {
+    if h.v2.is_none() {
+        "no cgroup v2 hierarchy: the kernel keeps pressure per cgroup in v2 only"
+    } else if !Path::new("/proc/pressure/cpu").exists() {
+        "PSI is off in this kernel (boot it with psi=1)"
+    } else {
+        "the containers' v2 cgroups have no *.pressure files"
     }
 }
 
@@ -258,10 +282,18 @@ struct Scanner {
     /// What the last scan that listed anything found, with cgroup ids.
     found: Vec<Arc<Found>>,
     ids: HashSet<u64>,
+    /// Why pressure is missing, where the last scan's containers had none.
+    no_pressure: &'static str,
+    pressure_missing: bool,
 }
 
 impl Scanner {
-    fn new(reader: Reader, listings: Listings, gpus: GpuCollector) -> Scanner {
+    fn new(
+        reader: Reader,
+        listings: Listings,
+        gpus: GpuCollector,
+        no_pressure: &'static str,
+    ) -> Scanner {
         let gpu_pids_ok = crate::engine::ebpf::in_host_pid_ns();
         if gpus.active() && !gpu_pids_ok {
             // NVML's pids are the host's; /proc here is another namespace's.
@@ -279,6 +311,35 @@ impl Scanner {
             listings,
             found: Vec::new(),
             ids: HashSet::new(),
+            no_pressure,
+            pressure_missing: false,
+        }
+    }
+
+    /// What the figures lack on this node, and why.
+    fn degraded(&self) -> Vec<(&'static str, String)> {
+        if self.pressure_missing {
+            vec![("pressure", self.no_pressure.to_string())]
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// Notes whether the scan's containers have pressure; a node whose containers
+    /// have none says why once (the series are absent, never zeros).
+    fn note_pressure(&mut self, read: &[Current]) {
+        if read.is_empty() {
+            return;
+        }
+        self.pressure_missing = read.iter().all(|c| c.counters.pressure.is_none());
+        if self.pressure_missing {
+            warn_once(
+                "node.pressure",
+                format_args!(
+                    "node: no pressure per container ({}): those series are absent",
+                    self.no_pressure
+                ),
+            );
         }
     }
 
@@ -378,6 +439,7 @@ impl Scanner {
                 gpu,
             });
         }
+        self.note_pressure(&read);
         (read, unnamed)
     }
 

@@ -112,6 +112,11 @@ pub struct NodeOpts {
     /// cgroup figures stay).
     #[arg(long)]
     pub no_ebpf: bool,
+    /// Serve cAdvisor's names (`container_*`) for the series cAdvisor also has, for
+    /// a Prometheus that scrapes no kubelet [default: `resource_tracker_container_*`,
+    /// never the same series as the kubelet's]; env TRACKER_CADVISOR_NAMES.
+    #[arg(long, env = "TRACKER_CADVISOR_NAMES")]
+    pub cadvisor_names: bool,
 }
 
 #[derive(Args, Debug, Clone)]

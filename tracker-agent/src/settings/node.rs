@@ -22,6 +22,8 @@ pub struct NodeSettings {
     /// Names from the kubelet; None: containers keep their ids only.
     pub kubelet: Option<KubeletConfig>,
     pub no_ebpf: bool,
+    /// cAdvisor's names for the series it also has, instead of our own.
+    pub cadvisor_names: bool,
     /// Under sudo, the invoking user: the files they name (`-o`, the kubelet's
     /// token and CA) are opened with their rights.
     pub owner: Option<crate::fsafe::Owner>,
@@ -136,6 +138,7 @@ pub fn resolve(o: NodeOpts, get_env: GetEnv) -> Result<NodeSettings, String> {
         include: o.include,
         kubelet,
         no_ebpf: o.no_ebpf,
+        cadvisor_names: o.cadvisor_names,
         owner,
     })
 }

@@ -70,6 +70,7 @@ impl Endpoint {
         bg: &tokio::runtime::Runtime,
         addr: SocketAddr,
         stale: Duration,
+        names: SeriesNames,
     ) -> anyhow::Result<Endpoint> {
         let l = bg
             .block_on(TcpListener::bind(addr))
@@ -88,7 +89,7 @@ impl Endpoint {
                 < stale
         });
         let shared = Shared::default();
-        bg.spawn(serve(l, shared.clone(), healthy));
+        bg.spawn(serve(l, shared.clone(), healthy, names));
         Ok(Endpoint {
             shared,
             beat,
@@ -115,7 +116,32 @@ impl Sink<NodeScan, ()> for Endpoint {
 }
 
 #[derive(Debug)]
-struct Exported(Shared);
+struct Exported {
+    shared: Shared,
+    names: SeriesNames,
+}
+
+/// How the series cAdvisor also serves are named.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub enum SeriesNames {
+    /// `resource_tracker_container_*`: scraped beside the kubelet's cAdvisor, no
+    /// series of ours is one of its, and no `sum()` counts a container twice.
+    #[default]
+    Own,
+    /// cAdvisor's own `container_*`, for a Prometheus that scrapes no kubelet.
+    Cadvisor,
+}
+
+impl SeriesNames {
+    fn of(self, name: &str) -> std::borrow::Cow<'_, str> {
+        match self {
+            SeriesNames::Own if name.starts_with("container_") => {
+                format!("resource_tracker_{name}").into()
+            }
+            _ => name.into(),
+        }
+    }
+}
 
 /// Label value escaping of the exposition formats (the encoder writes values as
 /// given).
@@ -237,6 +263,65 @@ const CONTAINER_METRICS: &[(&str, &str, bool, Get)] = &[
         |c| c.counters.writes.map(|n| n as f64),
     ),
     (
+        "container_spec_memory_limit_bytes",
+        "Memory limit (memory.max, memory.limit_in_bytes); absent when unlimited.",
+        false,
+        |c| c.counters.memory_limit_bytes.map(|n| n as f64),
+    ),
+    (
+        "container_spec_cpu_quota",
+        "CPU quota, µs per period (cpu.max, cpu.cfs_quota_us); absent without one.",
+        false,
+        |c| c.counters.cpu_quota_us.map(|(q, _)| q as f64),
+    ),
+    (
+        "container_spec_cpu_period",
+        "The period of the CPU quota, µs; absent without a quota.",
+        false,
+        |c| c.counters.cpu_quota_us.map(|(_, p)| p as f64),
+    ),
+    (
+        "container_pressure_cpu_waiting_seconds",
+        "Time some of the container's tasks waited for a CPU (cpu.pressure some total).",
+        true,
+        |c| c.counters.pressure.map(|p| p.cpu_some_us as f64 / 1e6),
+    ),
+    (
+        "container_pressure_cpu_stalled_seconds",
+        "Time all of the container's tasks waited for a CPU at once (cpu.pressure full total).",
+        true,
+        |c| {
+            c.counters
+                .pressure
+                .and_then(|p| p.cpu_full_us)
+                .map(|us| us as f64 / 1e6)
+        },
+    ),
+    (
+        "container_pressure_memory_waiting_seconds",
+        "Time some of the container's tasks waited for memory (memory.pressure some total).",
+        true,
+        |c| c.counters.pressure.map(|p| p.memory_some_us as f64 / 1e6),
+    ),
+    (
+        "container_pressure_memory_stalled_seconds",
+        "Time all of the container's tasks waited for memory at once (memory.pressure full total).",
+        true,
+        |c| c.counters.pressure.map(|p| p.memory_full_us as f64 / 1e6),
+    ),
+    (
+        "container_pressure_io_waiting_seconds",
+        "Time some of the container's tasks waited for I/O (io.pressure some total).",
+        true,
+        |c| c.counters.pressure.map(|p| p.io_some_us as f64 / 1e6),
+    ),
+    (
+        "container_pressure_io_stalled_seconds",
+        "Time all of the container's tasks waited for I/O at once (io.pressure full total).",
+        true,
+        |c| c.counters.pressure.map(|p| p.io_full_us as f64 / 1e6),
+    ),
+    (
         "container_threads",
         "Tasks (threads) in the container (pids.current).",
         false,
@@ -325,7 +410,7 @@ fn family(
 
 impl Collector for Exported {
     fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let snap = match self.0.lock() {
+        let snap = match self.shared.lock() {
             Ok(s) => s.clone(),
             Err(p) => p.into_inner().clone(),
         };
@@ -335,7 +420,7 @@ impl Collector for Exported {
                 .iter()
                 .filter_map(|c| get(c).map(|v| (labels(c), v)))
                 .collect();
-            family(&mut enc, name, help, *counter, &series)?;
+            family(&mut enc, &self.names.of(name), help, *counter, &series)?;
         }
         // The OOM killer's victims by command: one series per command seen, at most
         // MAX_OOM_COMMANDS per container (the session keeps the first ones).
@@ -403,6 +488,18 @@ fn encode_agent(enc: &mut DescriptorEncoder, snap: &NodeSnapshot) -> Result<(), 
         .iter()
         .map(|(tp, n)| (vec![("tracepoint", tp.to_string())], *n as f64))
         .collect();
+    let degraded: Series = snap
+        .degraded
+        .iter()
+        .map(|(part, why)| (vec![("part", part.to_string()), ("reason", esc(why))], 1.0))
+        .collect();
+    family(
+        enc,
+        "resource_tracker_degraded",
+        "1 for each part of the figures the agent cannot measure on this node, with why.",
+        false,
+        &degraded,
+    )?;
     family(
         enc,
         "resource_tracker_skipped_runs",
@@ -477,9 +574,12 @@ fn encode_agent(enc: &mut DescriptorEncoder, snap: &NodeSnapshot) -> Result<(), 
 
 /// The exposition of `shared` now: OpenMetrics, or the text format 0.0.4 derived
 /// from it (no `# EOF` and `# UNIT`, counters' HELP/TYPE named as their samples).
-pub fn encode(shared: &Shared, openmetrics: bool) -> String {
+pub fn encode(shared: &Shared, openmetrics: bool, names: SeriesNames) -> String {
     let mut reg = Registry::default();
-    reg.register_collector(Box::new(Exported(shared.clone())));
+    reg.register_collector(Box::new(Exported {
+        shared: shared.clone(),
+        names,
+    }));
     let mut om = String::new();
     if prometheus_client::encoding::text::encode(&mut om, &reg).is_err() {
         return String::new();
@@ -511,6 +611,20 @@ pub fn encode(shared: &Shared, openmetrics: bool) -> String {
     out
 }
 
+/// `/healthz`'s body while the loop is alive: `ok`, then a line for each part of
+/// the figures the agent cannot measure here.
+fn health(shared: &Shared) -> String {
+    let snap = match shared.lock() {
+        Ok(s) => s.clone(),
+        Err(p) => p.into_inner().clone(),
+    };
+    let mut out = String::from("ok\n");
+    for (part, why) in &snap.degraded {
+        out.push_str(&format!("degraded: {part}: {why}\n"));
+    }
+    out
+}
+
 /// Serves `/metrics` and `/healthz` on `listener` until the task is dropped.
 /// `healthy` says whether the sampling loop is alive (it read the cgroups lately).
 /// Accepting never waits for a connection in progress: each has READ_DEADLINE to
@@ -521,6 +635,7 @@ async fn serve(
     listener: TcpListener,
     shared: Shared,
     healthy: Arc<dyn Fn() -> bool + Send + Sync>,
+    names: SeriesNames,
 ) {
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     loop {
@@ -543,7 +658,8 @@ async fn serve(
         let (shared, healthy) = (shared.clone(), healthy.clone());
         tokio::spawn(async move {
             let _ =
-                tokio::time::timeout(REQUEST_DEADLINE, answer(stream, &shared, &*healthy)).await;
+                tokio::time::timeout(REQUEST_DEADLINE, answer(stream, &shared, &*healthy, names))
+                    .await;
             drop(permit);
         });
     }
@@ -553,6 +669,7 @@ async fn answer(
     mut s: TcpStream,
     shared: &Shared,
     healthy: &(dyn Fn() -> bool + Send + Sync),
+    names: SeriesNames,
 ) -> std::io::Result<()> {
     let mut buf = vec![0u8; 8192];
     let mut len = 0;
@@ -604,9 +721,9 @@ async fn answer(
                 } else {
                     "text/plain; version=0.0.4; charset=utf-8"
                 };
-                ("200 OK", ctype, encode(shared, om), head_only)
+                ("200 OK", ctype, encode(shared, om, names), head_only)
             }
-            "/healthz" if healthy() => ("200 OK", "text/plain", "ok\n".into(), head_only),
+            "/healthz" if healthy() => ("200 OK", "text/plain", health(shared), head_only),
             "/healthz" => (
                 "503 Service Unavailable",
                 "text/plain",
@@ -668,7 +785,7 @@ mod tests {
     #[test]
     fn text_and_openmetrics() {
         let s = snap();
-        let text = encode(&s, false);
+        let text = encode(&s, false, SeriesNames::Cadvisor);
         assert!(
             text.contains("# TYPE container_cpu_usage_seconds_total counter\n"),
             "{text}"
@@ -679,7 +796,7 @@ mod tests {
             !text.contains("# EOF") && !text.contains("container_cpu_user_seconds"),
             "{text}"
         );
-        let om = encode(&s, true);
+        let om = encode(&s, true, SeriesNames::Cadvisor);
         assert!(
             om.ends_with("# EOF\n") && om.contains("# TYPE container_cpu_usage_seconds counter\n"),
             "{om}"
@@ -702,8 +819,17 @@ mod tests {
             text.contains("resource_tracker_freed_unread_total 2.0\n"),
             "{text}"
         );
+        // Ours by default: never a series of the kubelet's cAdvisor.
+        let own = encode(&s, false, SeriesNames::Own);
+        assert!(
+            own.contains("\nresource_tracker_container_cpu_usage_seconds_total{id=")
+                && own.contains("\nresource_tracker_container_oom_victims_total{"),
+            "{own}"
+        );
+        assert!(!own.lines().any(|l| l.starts_with("container_")), "{own}");
         // Gone from the snapshot: gone from the endpoint.
         *s.lock().unwrap() = Arc::default();
-        assert!(!encode(&s, false).contains("container_cpu_usage_seconds_total{"));
+        assert!(!encode(&s, false, SeriesNames::Cadvisor)
+            .contains("container_cpu_usage_seconds_total{"));
     }
 }
