@@ -1,19 +1,22 @@
-//! The deployment: the manifests validate offline (and a broken one does not), and
-//! the image, built offline from this build's binary, runs under podman with
-//! exactly the DaemonSet's privileges and mounts (deploy/podman-run.sh): the node
-//! agent serves the host's containers on /metrics, and the eBPF backend loads.
+//! The deployment: the bundle validates offline (and a broken manifest, rule,
+//! dashboard query or resource list does not), every metric its rules and
+//! dashboard use is one the node agent serves, and the image, built offline from
+//! this build's binary, runs under podman with exactly the DaemonSet's privileges
+//! and mounts (deploy/podman-run.sh): the node agent serves the host's containers
+//! on /metrics, and the eBPF backend loads.
 
 use std::{
+    collections::BTreeSet,
     io::{Read as _, Write as _},
     net::TcpStream,
     path::{Path, PathBuf},
-    process::{Command, Stdio},
+    process::{Command, Output, Stdio},
     time::{Duration, Instant},
 };
 
 use tracker_tests::{
     containers::FakeContainer,
-    e2e::{have, is_root, require},
+    e2e::{have, is_root, require, Bg},
     free_port, tracker, workload, Scratch,
 };
 
@@ -23,7 +26,7 @@ fn root() -> PathBuf {
 
 #[test]
 fn manifests_validate_and_a_broken_one_does_not() {
-    if !require(have("python3"), "python3 is missing") {
+    if !validate_sh_can_run() {
         return;
     }
     let o = Command::new("bash")
@@ -48,6 +51,560 @@ fn manifests_validate_and_a_broken_one_does_not() {
         .output()
         .unwrap();
     assert!(!o.status.success(), "a port that is not a number validated");
+}
+
+fn validate_sh_can_run() -> bool {
+    require(
+        have("python3") && have("promtool"),
+        "python3 or promtool is missing (scripts/setup.sh installs Debian's prometheus)",
+    )
+}
+
+/// deploy/ copied into `s`, so that a test can break one file of it.
+fn bundle_copy(s: &Scratch) -> PathBuf {
+    fn copy(from: &Path, to: &Path) {
+        std::fs::create_dir_all(to).unwrap();
+        for e in std::fs::read_dir(from).unwrap().flatten() {
+            let (f, t) = (e.path(), to.join(e.file_name()));
+            if f.is_dir() {
+                copy(&f, &t);
+            } else {
+                std::fs::copy(&f, &t).unwrap();
+            }
+        }
+    }
+    let dir = s.path("deploy");
+    copy(&root().join("deploy"), &dir);
+    dir
+}
+
+/// Replaces each `from` in `dir/file` with `to`; the file must have one.
+fn break_file(dir: &Path, file: &str, from: &str, to: &str) {
+    let p = dir.join(file);
+    let text = std::fs::read_to_string(&p).unwrap();
+    assert!(text.contains(from), "{file} has no {from:?} to break");
+    std::fs::write(&p, text.replace(from, to)).unwrap();
+}
+
+fn validate(dir: &Path) -> Output {
+    Command::new("bash")
+        .arg(root().join("deploy/validate.sh"))
+        .arg(dir)
+        .output()
+        .unwrap()
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// validate.sh fails each way the bundle can be broken, and says where.
+#[test]
+fn a_broken_rule_query_or_resource_list_fails_validation() {
+    if !validate_sh_can_run() {
+        return;
+    }
+    let s = Scratch::new("bundle");
+    let ok = validate(&bundle_copy(&s));
+    assert!(ok.status.success(), "the copy itself: {}", text(&ok));
+    type Break = fn(&Path);
+    // What breaks, how, and what the output then says.
+    let cases: [(&str, Break, &[&str]); 6] = [
+        (
+            "a rule that does not parse",
+            |d| break_file(d, "prometheusrule.yaml", "> 0.9", "> > 0.9"),
+            &["\"ResourceTrackerContainerMemoryNearLimit\": could not parse expression"],
+        ),
+        (
+            "an alert its unit test no longer sees fire",
+            |d| break_file(d, "prometheusrule.yaml", "> 0.9", "> 0.99"),
+            &["alertname: ResourceTrackerContainerMemoryNearLimit, time: 6m"],
+        ),
+        (
+            "a dashboard query that does not parse",
+            |d| {
+                break_file(
+                    d,
+                    "dashboard.json",
+                    "[$__rate_interval]))",
+                    "[$__rate_interval])",
+                )
+            },
+            &["\"dashboard:panel_", "could not parse expression"],
+        ),
+        (
+            "a dashboard variable's selector that does not parse",
+            |d| {
+                break_file(
+                    d,
+                    "dashboard.json",
+                    "label_values(resource_tracker_containers{",
+                    "label_values(resource_tracker_containers{{",
+                )
+            },
+            &["\"dashboard:variable_node\": could not parse expression"],
+        ),
+        (
+            "a manifest the kustomization does not list",
+            |d| {
+                std::fs::write(
+                    d.join("extra.yaml"),
+                    "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: extra\n  namespace: resource-tracker\n",
+                )
+                .unwrap()
+            },
+            &["extra.yaml is beside it but not in its resources"],
+        ),
+        (
+            "a resource listed that is not there",
+            |d| std::fs::remove_file(d.join("service.yaml")).unwrap(),
+            &["resource service.yaml does not exist"],
+        ),
+    ];
+    for (what, brk, says) in cases {
+        let s = Scratch::new("bundle-broken");
+        let dir = bundle_copy(&s);
+        brk(&dir);
+        let o = validate(&dir);
+        let out = text(&o);
+        assert!(!o.status.success(), "{what} validated:\n{out}");
+        for says in says {
+            assert!(
+                out.contains(says),
+                "{what}: the output does not say {says:?}:\n{out}"
+            );
+        }
+    }
+}
+
+/// The `expr`s of a rule file: `expr: TEXT`, or a block scalar (`expr: |`, `>-`,
+/// …) whose lines are indented deeper than the key. Panics where the count of
+/// exprs is not that of the rules, so that a form it cannot read is not skipped.
+pub fn rule_exprs(yaml: &str) -> Vec<String> {
+    let indent = |l: &str| l.len() - l.trim_start().len();
+    let lines: Vec<&str> = yaml.lines().collect();
+    let (mut out, mut rules) = (Vec::new(), 0);
+    let mut i = 0;
+    while i < lines.len() {
+        let key = lines[i].trim_start().trim_start_matches("- ");
+        if key.starts_with("alert:") || key.starts_with("record:") {
+            rules += 1;
+        }
+        i += 1;
+        let Some(v) = key.strip_prefix("expr:").map(str::trim) else {
+            continue;
+        };
+        if v.starts_with('|') || v.starts_with('>') {
+            let at = indent(lines[i - 1]);
+            let mut body = Vec::new();
+            while i < lines.len() && (lines[i].trim().is_empty() || indent(lines[i]) > at) {
+                body.push(lines[i].trim());
+                i += 1;
+            }
+            out.push(body.join(" ").trim().to_string());
+        } else if let Some(q) = v.strip_prefix('"').and_then(|v| v.strip_suffix('"')) {
+            out.push(q.replace("\\\"", "\"").replace("\\\\", "\\"));
+        } else if let Some(q) = v.strip_prefix('\'').and_then(|v| v.strip_suffix('\'')) {
+            out.push(q.replace("''", "'"));
+        } else {
+            out.push(v.to_string());
+        }
+    }
+    assert_eq!(
+        out.len(),
+        rules,
+        "{rules} rules but {} exprs read",
+        out.len()
+    );
+    out
+}
+
+/// Every query of a Grafana dashboard model: each panel target's `expr`, and
+/// the selector of each query variable (`label_values(SELECTOR, LABEL)`).
+pub fn dashboard_exprs(v: &serde_json::Value) -> Vec<String> {
+    let mut out = Vec::new();
+    fn walk(v: &serde_json::Value, out: &mut Vec<String>) {
+        match v {
+            serde_json::Value::Object(m) => {
+                for (k, v) in m {
+                    match (k.as_str(), v) {
+                        ("expr", serde_json::Value::String(e)) => out.push(e.clone()),
+                        ("templating", t) => {
+                            for var in t["list"].as_array().into_iter().flatten() {
+                                if var["type"] != "query" {
+                                    continue;
+                                }
+                                let q = var["query"]["query"]
+                                    .as_str()
+                                    .or(var["query"].as_str())
+                                    .unwrap_or("");
+                                let inner = q
+                                    .trim()
+                                    .strip_prefix("label_values(")
+                                    .and_then(|r| r.strip_suffix(')'))
+                                    .map(|r| r.rsplit_once(',').map(|(sel, _)| sel).unwrap_or(""))
+                                    .unwrap_or(q);
+                                if !inner.trim().is_empty() {
+                                    out.push(inner.to_string());
+                                }
+                            }
+                        }
+                        _ => walk(v, out),
+                    }
+                }
+            }
+            serde_json::Value::Array(a) => a.iter().for_each(|v| walk(v, out)),
+            _ => {}
+        }
+    }
+    walk(v, &mut out);
+    out
+}
+
+/// PromQL's words that are never a metric name where no `(` follows them.
+const AGGREGATIONS: &[&str] = &[
+    "sum",
+    "min",
+    "max",
+    "avg",
+    "group",
+    "stddev",
+    "stdvar",
+    "count",
+    "count_values",
+    "bottomk",
+    "topk",
+    "quantile",
+    "limitk",
+    "limit_ratio",
+];
+/// The modifiers followed by a list of label names.
+const LABEL_LISTS: &[&str] = &[
+    "by",
+    "without",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
+];
+const KEYWORDS: &[&str] = &[
+    "and", "or", "unless", "bool", "offset", "atan2", "inf", "nan",
+];
+
+fn ident(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || c == b'_' || c == b':'
+}
+
+/// The index past the string literal that opens at `i`.
+fn past_string(b: &[u8], mut i: usize) -> usize {
+    let q = b[i];
+    i += 1;
+    while i < b.len() && b[i] != q {
+        i += if b[i] == b'\\' { 2 } else { 1 };
+    }
+    i + 1
+}
+
+/// The index past the bracket that closes the one at `i`, strings skipped.
+fn past_bracket(b: &[u8], mut i: usize) -> usize {
+    let open = b[i];
+    let shut = match open {
+        b'(' => b')',
+        b'[' => b']',
+        _ => b'}',
+    };
+    let mut depth = 0;
+    while i < b.len() {
+        match b[i] {
+            b'"' | b'\'' | b'`' => {
+                i = past_string(b, i);
+                continue;
+            }
+            c if c == open => depth += 1,
+            c if c == shut => {
+                depth -= 1;
+                if depth == 0 {
+                    return i + 1;
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    b.len()
+}
+
+/// Each vector selector of a PromQL expression (Grafana's `$variables` allowed):
+/// its metric name and what stands between its braces ("" without). Label
+/// matchers, strings, ranges and durations, numbers, `$vars`, functions and
+/// aggregations, `by`/`without`/`on`/`ignoring`/`group_left`/`group_right` and
+/// their label lists, and the binary keywords are not names.
+pub fn selectors(expr: &str) -> Vec<(String, String)> {
+    let b = expr.as_bytes();
+    let (mut out, mut i) = (Vec::new(), 0);
+    while i < b.len() {
+        match b[i] {
+            b'"' | b'\'' | b'`' => i = past_string(b, i),
+            b'[' => i = past_bracket(b, i),
+            b'{' => {
+                let end = past_bracket(b, i);
+                out.push((String::new(), expr[i + 1..end - 1].to_string()));
+                i = end;
+            }
+            b'$' => {
+                i += 1;
+                while i < b.len() && (ident(b[i]) || b[i] == b'{' || b[i] == b'}') {
+                    i += 1;
+                }
+            }
+            c if c.is_ascii_digit() || c == b'.' => {
+                while i < b.len() && (ident(b[i]) || b[i] == b'.') {
+                    i += 1;
+                }
+            }
+            c if ident(c) => {
+                let start = i;
+                while i < b.len() && ident(b[i]) {
+                    i += 1;
+                }
+                let word = &expr[start..i];
+                let after = i + expr[i..].len() - expr[i..].trim_start().len();
+                let paren = b.get(after) == Some(&b'(');
+                if LABEL_LISTS.contains(&word) {
+                    if paren {
+                        i = past_bracket(b, after);
+                    }
+                } else if paren || AGGREGATIONS.contains(&word) || KEYWORDS.contains(&word) {
+                    // A function's or an aggregation's name, or an operator.
+                } else if b.get(after) == Some(&b'{') {
+                    let end = past_bracket(b, after);
+                    out.push((word.to_string(), expr[after + 1..end - 1].to_string()));
+                    i = end;
+                } else {
+                    out.push((word.to_string(), String::new()));
+                }
+            }
+            _ => i += 1,
+        }
+    }
+    out
+}
+
+/// The bundle's queries: its PrometheusRule's exprs and its dashboard's.
+fn bundle_queries() -> Vec<(String, String)> {
+    let rules = std::fs::read_to_string(root().join("deploy/prometheusrule.yaml")).unwrap();
+    let dash: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(root().join("deploy/dashboard.json")).unwrap(),
+    )
+    .unwrap();
+    let mut q: Vec<_> = rule_exprs(&rules)
+        .into_iter()
+        .map(|e| ("prometheusrule.yaml".to_string(), e))
+        .collect();
+    q.extend(
+        dashboard_exprs(&dash)
+            .into_iter()
+            .map(|e| ("dashboard.json".to_string(), e)),
+    );
+    q
+}
+
+/// Every metric name the bundle's rules and dashboard use.
+pub fn bundle_metric_names() -> BTreeSet<String> {
+    bundle_queries()
+        .iter()
+        .flat_map(|(_, e)| selectors(e))
+        .map(|(name, _)| name)
+        .collect()
+}
+
+#[test]
+fn selectors_see_through_promql() {
+    let e = r#"topk(10, sum by (namespace, pod) (rate(a_total{job="x",pod=~"$pod"}[$__rate_interval])))
+        / on (pod) group_left (node) b{x="}{"} > bool 0.9 or vector(1) unless absent(up{job="y"})
+        offset 5m and ignoring(container) c:rec:sum * 1e3 + max without (id) (d[5m:1m])"#;
+    let got: Vec<_> = selectors(e).into_iter().map(|(n, _)| n).collect();
+    assert_eq!(got, ["a_total", "b", "up", "c:rec:sum", "d"]);
+    assert_eq!(selectors(r#"x{a="}"}"#)[0].1, r#"a="}""#);
+    let rules = "      rules:\n        - alert: A\n          expr: |\n            rate(x_total[5m])\n              > 1\n          for: 5m\n        - record: r\n          expr: y > 0\n        - alert: B\n          expr: \"z{j=\\\"k\\\"}\"\n";
+    assert_eq!(
+        rule_exprs(rules),
+        ["rate(x_total[5m]) > 1", "y > 0", "z{j=\"k\"}"]
+    );
+}
+
+/// Every selector names the job, so that none also matches the kubelet's
+/// cAdvisor series (job="kubelet") and a sum() never counts a container twice.
+#[test]
+fn every_selector_of_the_bundle_names_the_job() {
+    let queries = bundle_queries();
+    assert!(queries.len() > 20, "{} queries", queries.len());
+    for (file, e) in &queries {
+        let sel = selectors(e);
+        assert!(!sel.is_empty(), "{file}: no selector in {e}");
+        for (name, matchers) in sel {
+            assert!(!name.is_empty(), "{file}: a selector without a name in {e}");
+            let m: String = matchers.chars().filter(|c| !c.is_whitespace()).collect();
+            assert!(
+                m.split(',').any(|x| x == r#"job="resource-tracker""#),
+                "{file}: {name}{{{matchers}}} does not select job=\"resource-tracker\" in {e}"
+            );
+        }
+    }
+}
+
+/// The sample names of an exposition.
+fn served_names(text: &str) -> BTreeSet<String> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .filter_map(|l| l.split(['{', ' ']).next())
+        .map(str::to_string)
+        .collect()
+}
+
+/// Limits `c` to 32 MiB, so that 64 MiB in it is OOM-killed, and to 20 ms of CPU
+/// per 100 ms, so that a burner in it is throttled.
+fn limit(c: &FakeContainer) {
+    let (mut memory, mut cpu) = (false, false);
+    for d in &c.dirs {
+        for f in ["memory.limit_in_bytes", "memory.max"] {
+            if d.join(f).exists() {
+                std::fs::write(d.join(f), "33554432").unwrap();
+                memory = true;
+            }
+        }
+        let _ = std::fs::write(d.join("memory.swappiness"), "0");
+        for (f, v) in [("cpu.cfs_quota_us", "20000"), ("cpu.max", "20000 100000")] {
+            if d.join(f).exists() {
+                std::fs::write(d.join(f), v).unwrap();
+                cpu = true;
+            }
+        }
+    }
+    assert!(memory && cpu, "no memory or CPU limit file in {:?}", c.dirs);
+}
+
+/// Whether this test's conditions explain that the agent does not serve `name`
+/// (`text` its scrape, `ebpf` whether its BPF programs can load here). Each arm
+/// says why; any other name must be served.
+fn absence_explained(name: &str, text: &str, ebpf: bool) -> bool {
+    match name {
+        // Prometheus's own, never the agent's.
+        "up" => true,
+        // Served only while kernel.bpf_stats_enabled is 1 (the kernel's figure);
+        // turning it on is host-wide, not for a test to do.
+        "resource_tracker_agent_bpf_run_seconds_total" => {
+            std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled")
+                .map_or(true, |v| v.trim() != "1")
+        }
+        // The kernel counts a program's skipped runs from 6.19 on.
+        "resource_tracker_skipped_runs_total" => {
+            let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+            let mut n = release
+                .split(|c: char| !c.is_ascii_digit())
+                .filter_map(|n| n.parse::<u32>().ok());
+            (n.next().unwrap_or(0), n.next().unwrap_or(0)) < (6, 19)
+        }
+        // One series per part the agent cannot measure: none where it measures
+        // everything.
+        "resource_tracker_degraded" => true,
+        // Pressure, only where the agent says it cannot read it.
+        n if n.starts_with("resource_tracker_container_pressure_") => {
+            text.contains("resource_tracker_degraded{part=\"pressure\"")
+        }
+        // The BPF programs' counts, where they cannot load (never in CI, where
+        // ebpf_available fails instead).
+        "resource_tracker_container_processes_spawned_total"
+        | "resource_tracker_container_execs_total"
+        | "resource_tracker_container_nonzero_exits_total"
+        | "resource_tracker_container_signal_kills_total"
+        | "resource_tracker_container_oom_victims_total"
+        | "resource_tracker_container_command_cpu_seconds_total" => !ebpf,
+        _ => false,
+    }
+}
+
+/// The node agent serves every metric the rules and the dashboard use, with a
+/// container that has a memory limit (one it is OOM-killed under) and a CPU
+/// quota it is throttled under, and processes that ran and ended in it.
+#[test]
+fn every_metric_the_bundle_uses_is_served() {
+    if !require(
+        is_root(),
+        "the node agent's test makes cgroups and needs root",
+    ) {
+        return;
+    }
+    let ebpf = tracker_tests::ebpf_available();
+    let s = Scratch::new("bundle-served");
+    let port = free_port();
+    let mut bg = Bg::spawn(
+        Command::new(tracker())
+            .args([
+                "node",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "-i",
+                "0.2",
+            ])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(s.path("node.err")).unwrap()),
+        "node agent",
+    );
+    let t0 = Instant::now();
+    while get(port, "/healthz").map(|r| r.0) != Some(200) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the agent never answered /healthz"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let id = "cd".repeat(32);
+    let c = FakeContainer::new(&format!(
+        "kubepods/burstable/pod1e2d3c4b-5a69-4788-9a0b-c1d2e3f4a5b6/{id}"
+    ));
+    limit(&c);
+    // Matched before anything runs in it: the BPF counts start then.
+    std::thread::sleep(Duration::from_millis(600));
+    assert!(c.run(&["burner", "1", "300"]).success());
+    let _ = c.run(&["memory", "64", "1", "200"]);
+    let uses = bundle_metric_names();
+    // The commands' CPU counts when the kernel frees each thread, and the OOM kill
+    // when it is read: a scan or two after the processes end.
+    let t0 = Instant::now();
+    let (text, missing) = loop {
+        let (code, text) = get(port, "/metrics").expect("a scrape");
+        assert_eq!(code, 200);
+        let served = served_names(&text);
+        let missing: Vec<String> = uses
+            .iter()
+            .filter(|n| !served.contains(*n) && !absence_explained(n, &text, ebpf))
+            .cloned()
+            .collect();
+        if missing.is_empty() || t0.elapsed() > Duration::from_secs(10) {
+            break (text, missing);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let served = served_names(&text);
+    assert!(
+        missing.is_empty(),
+        "the bundle uses {missing:?}, which the agent does not serve here (eBPF {ebpf}); \
+         it serves {served:?}\n{}",
+        std::fs::read_to_string(s.path("node.err")).unwrap_or_default()
+    );
+    assert!(text.contains(&id), "the container is not on /metrics");
+    let absent: Vec<_> = uses.iter().filter(|n| !served.contains(*n)).collect();
+    eprintln!(
+        "the bundle uses {} names; absent, and why is known: {absent:?}",
+        uses.len()
+    );
+    bg.signal(libc::SIGTERM);
+    assert!(bg.wait_for(Duration::from_secs(5)).success());
 }
 
 fn get(port: u16, path: &str) -> Option<(u16, String)> {
