@@ -80,26 +80,14 @@ impl FakeContainer {
     }
 
     pub fn cpu_secs(&self) -> f64 {
-        match self.dir("cpuacct") {
-            Some(d) => {
-                let p = d.join("cpuacct.usage");
-                std::fs::read_to_string(&p)
-                    .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
-                    .trim()
-                    .parse::<u64>()
-                    .expect("cpuacct.usage") as f64
-                    / 1e9
-            }
-            None => {
-                let s = std::fs::read_to_string(self.dirs[0].join("cpu.stat")).unwrap();
-                let us: u64 = s
-                    .lines()
-                    .find_map(|l| l.strip_prefix("usage_usec "))
-                    .and_then(|v| v.trim().parse().ok())
-                    .unwrap();
-                us as f64 / 1e6
-            }
-        }
+        cpu_secs_of(&self.dirs)
+    }
+
+    /// Reads the container's CPU seconds when called, on any thread (a stand-in
+    /// server that serves them).
+    pub fn cpu_reader(&self) -> impl Fn() -> f64 + Send + 'static {
+        let dirs = self.dirs.clone();
+        move || cpu_secs_of(&dirs)
     }
 
     /// Runs `args` (the workload's) inside the container and waits.
@@ -134,6 +122,34 @@ impl Drop for FakeContainer {
                 }
                 std::thread::sleep(Duration::from_millis(20));
             }
+        }
+    }
+}
+
+/// CPU seconds of the cgroup at `dirs` (cpuacct on v1, else v2's cpu.stat).
+fn cpu_secs_of(dirs: &[PathBuf]) -> f64 {
+    let cpuacct = dirs.iter().find(|d| {
+        d.strip_prefix("/sys/fs/cgroup")
+            .is_ok_and(|r| r.starts_with("cpuacct"))
+    });
+    match cpuacct {
+        Some(d) => {
+            let p = d.join("cpuacct.usage");
+            std::fs::read_to_string(&p)
+                .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+                .trim()
+                .parse::<u64>()
+                .expect("cpuacct.usage") as f64
+                / 1e9
+        }
+        None => {
+            let s = std::fs::read_to_string(dirs[0].join("cpu.stat")).unwrap();
+            let us: u64 = s
+                .lines()
+                .find_map(|l| l.strip_prefix("usage_usec "))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap();
+            us as f64 / 1e6
         }
     }
 }

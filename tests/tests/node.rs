@@ -505,6 +505,56 @@ fn bad_input_and_a_flood() {
     );
 }
 
+/// A real Prometheus (Debian's package) with `config`, ready: it and its web port.
+fn prometheus(s: &Scratch, config: &str) -> (Bg, u16) {
+    let web = free_port();
+    std::fs::write(s.path("prometheus.yml"), config).unwrap();
+    let prom = Bg::spawn(
+        Command::new("prometheus")
+            .arg(format!(
+                "--config.file={}",
+                s.path("prometheus.yml").display()
+            ))
+            .arg(format!("--storage.tsdb.path={}", s.path("tsdb").display()))
+            .arg(format!("--web.listen-address=127.0.0.1:{web}"))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(s.path("prometheus.log")).unwrap()),
+        "prometheus",
+    );
+    let t0 = Instant::now();
+    while get(web, "/-/ready", "*/*").map(|r| r.0) != Some(200) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "prometheus never got ready: {}",
+            std::fs::read_to_string(s.path("prometheus.log")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    (prom, web)
+}
+
+/// The result vector of an instant query, or None (said, with the targets).
+fn prom_query(web: u16, q: &str) -> Option<Vec<serde_json::Value>> {
+    let enc: String = q
+        .bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'_' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect();
+    let (_, body) = get(web, &format!("/api/v1/query?query={enc}"), "*/*")?;
+    let v: serde_json::Value = serde_json::from_str(&body).ok()?;
+    let got = v["data"]["result"]
+        .as_array()
+        .filter(|r| !r.is_empty())
+        .cloned();
+    if got.is_none() {
+        let targets = get(web, "/api/v1/targets", "*/*").map(|t| t.1);
+        eprintln!("prometheus answered {q}: {body}; targets: {targets:?}");
+    }
+    got
+}
+
 /// A real Prometheus (Debian's package) scrapes the agent; its HTTP API gives the
 /// container's CPU rate while a burner runs and, once it is done, the cgroup's own
 /// total. `promtool check metrics` accepts the exposition with containers in it.
@@ -523,52 +573,16 @@ fn prometheus_scrapes_it() {
     let mut bg = agent(&s.0, port, "0.5");
     let id = cid(7);
     let c = FakeContainer::new(&format!("kubepods/burstable/pod{UID2}/{id}"));
-    let web = free_port();
-    std::fs::write(
-        s.path("prometheus.yml"),
-        format!(
+    let (mut prom, web) = prometheus(
+        &s,
+        &format!(
             "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  - job_name: node\n    static_configs:\n      - targets: ['127.0.0.1:{port}']\n"
         ),
-    )
-    .unwrap();
-    let mut prom = Bg::spawn(
-        Command::new("prometheus")
-            .arg(format!(
-                "--config.file={}",
-                s.path("prometheus.yml").display()
-            ))
-            .arg(format!("--storage.tsdb.path={}", s.path("tsdb").display()))
-            .arg(format!("--web.listen-address=127.0.0.1:{web}"))
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(s.path("prometheus.log")).unwrap()),
-        "prometheus",
     );
-    let t0 = Instant::now();
-    while get(web, "/-/ready", "*/*").map(|r| r.0) != Some(200) {
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "prometheus never got ready"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
     let query = |q: &str| -> Option<f64> {
-        let enc: String = q
-            .bytes()
-            .map(|b| match b {
-                b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'_' => (b as char).to_string(),
-                _ => format!("%{b:02X}"),
-            })
-            .collect();
-        let (_, body) = get(web, &format!("/api/v1/query?query={enc}"), "*/*")?;
-        let v: serde_json::Value = serde_json::from_str(&body).ok()?;
-        let got = v["data"]["result"][0]["value"][1]
+        prom_query(web, q)?[0]["value"][1]
             .as_str()
-            .and_then(|x| x.parse().ok());
-        if got.is_none() {
-            let targets = get(web, "/api/v1/targets", "*/*").map(|t| t.1);
-            eprintln!("prometheus answered {q}: {body}; targets: {targets:?}");
-        }
-        got
+            .and_then(|x| x.parse().ok())
     };
     // Scraping before the burn starts (static targets reach the scraper within
     // its 5 s discovery update).
@@ -1266,4 +1280,240 @@ fn no_pressure_files_no_pressure_series_and_the_reason() {
     );
     let log = std::fs::read_to_string(&err).unwrap();
     assert_eq!(log.matches("no pressure per container").count(), 1, "{log}");
+}
+
+/// A stand-in kubelet for the bundle's test: its `/pods` names pod `web-0`
+/// (namespace `shop`) with containers `app` and `side`; its `/metrics/cadvisor`
+/// serves what the kubelet's cAdvisor serves of them (each container's CPU, read
+/// from its cgroup at each scrape, and the pod's own cgroup, `container=""`), with
+/// cAdvisor's names and timestamps.
+type CpuOf = Box<dyn Fn() -> f64 + Send + Sync>;
+
+fn kubelet_with_cadvisor(pod: CpuOf, parts: [(&'static str, String, CpuOf); 2]) -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let (pod, parts) = (std::sync::Arc::new(pod), std::sync::Arc::new(parts));
+    std::thread::spawn(move || {
+        // A thread per connection: the agent's client keeps its own open.
+        for s in l.incoming().flatten() {
+            let (pod, parts) = (pod.clone(), parts.clone());
+            std::thread::spawn(move || serve_kubelet(s, &pod, &parts));
+        }
+    });
+    port
+}
+
+/// One connection to the stand-in kubelet, until its client closes it.
+fn serve_kubelet(s: std::net::TcpStream, pod: &CpuOf, parts: &[(&'static str, String, CpuOf); 2]) {
+    {
+        {
+            let mut c = tracker_tests::http::Conn::new(s);
+            while let Ok(Some(h)) = c.read_request() {
+                let statuses: Vec<String> = parts
+                    .iter()
+                    .map(|(name, id, _)| {
+                        format!(r#"{{"name":"{name}","image":"nginx:1.27","containerID":"containerd://{id}","ready":true}}"#)
+                    })
+                    .collect();
+                let (ctype, text) = if h.path() == "/pods" {
+                    (
+                        "application/json",
+                        format!(
+                            r#"{{"kind":"PodList","apiVersion":"v1","metadata":{{}},"items":[{{"metadata":{{"name":"web-0","namespace":"shop","uid":"{UID1}"}},"spec":{{}},"status":{{"phase":"Running","containerStatuses":[{}]}}}}]}}"#,
+                            statuses.join(",")
+                        ),
+                    )
+                } else {
+                    let ms = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .unwrap()
+                        .as_millis();
+                    let mut t = String::from("# HELP container_cpu_usage_seconds_total [STABLE] Cumulative cpu time consumed by the container in core-seconds\n# TYPE container_cpu_usage_seconds_total counter\n");
+                    let pod_dir = format!("/kubepods/burstable/pod{UID1}");
+                    t.push_str(&format!(
+                        "container_cpu_usage_seconds_total{{container=\"\",cpu=\"total\",id=\"{pod_dir}\",image=\"\",name=\"\",namespace=\"shop\",pod=\"web-0\"}} {} {ms}\n",
+                        pod()
+                    ));
+                    for (name, id, c) in parts {
+                        t.push_str(&format!(
+                            "container_cpu_usage_seconds_total{{container=\"{name}\",cpu=\"total\",id=\"{pod_dir}/{id}\",image=\"nginx:1.27\",name=\"{id}\",namespace=\"shop\",pod=\"web-0\"}} {} {ms}\n",
+                            c()
+                        ));
+                    }
+                    ("text/plain; version=0.0.4", t)
+                };
+                let _ = c.write(&tracker_tests::http::response(
+                    200,
+                    &[("content-type", ctype)],
+                    text.as_bytes(),
+                    false,
+                ));
+            }
+        }
+    }
+}
+
+/// The bundle's rules on a real Prometheus that scrapes the agent (as the
+/// ServiceMonitor does: job `resource-tracker`) and, beside it, a kubelet's
+/// cAdvisor serving the same containers (job `kubelet` with its `metrics_path`
+/// label, as kube-prometheus scrapes it): the OOM alert fires within two evaluation intervals (1 s each) of
+/// a kubelet-named container's OOM kill, and each job's `sum by (pod)` of the
+/// containers' CPU is the cgroups' own, once — neither sees the other's series.
+#[test]
+fn the_bundles_alerts_fire_beside_the_kubelets_cadvisor() {
+    if !require(is_root(), "the node tests make cgroups and need root")
+        || !require(
+            tracker_tests::e2e::have("prometheus"),
+            "prometheus (Debian's package; scripts/setup.sh installs it) is missing",
+        )
+    {
+        return;
+    }
+    let s = Scratch::new("nodebundle");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    // The shipped rules as Prometheus loads them: the PrometheusRule's spec, as
+    // deploy/validate.sh extracts it (it makes the virtual environment it runs in).
+    let py = root.join("target/kv/bin/python");
+    if !py.exists() {
+        let o = Command::new("bash")
+            .arg(root.join("deploy/validate.sh"))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    let o = Command::new(&py)
+        .arg(root.join("deploy/bundle-check.py"))
+        .arg(root.join("deploy"))
+        .arg(&s.0)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let pod = FakeContainer::new(&format!("kubepods/burstable/pod{UID1}"));
+    let (a, b) = (cid(0x51), cid(0x52));
+    let app = FakeContainer::new(&format!("kubepods/burstable/pod{UID1}/{a}"));
+    let side = FakeContainer::new(&format!("kubepods/burstable/pod{UID1}/{b}"));
+    let mem = side.dir("memory").unwrap_or(&side.dirs[0]).clone();
+    let limit_file = if mem.join("memory.limit_in_bytes").exists() {
+        "memory.limit_in_bytes"
+    } else {
+        "memory.max"
+    };
+    std::fs::write(mem.join(limit_file), (32u64 << 20).to_string()).unwrap();
+    let _ = std::fs::write(mem.join("memory.swappiness"), "0");
+    let kport = kubelet_with_cadvisor(
+        Box::new(pod.cpu_reader()),
+        [
+            ("app", a.clone(), Box::new(app.cpu_reader())),
+            ("side", b.clone(), Box::new(side.cpu_reader())),
+        ],
+    );
+    std::fs::write(s.path("token"), "tok\n").unwrap();
+    let port = free_port();
+    let mut cmd = Command::new(tracker());
+    cmd.args([
+        "node",
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+        "-i",
+        "0.2",
+    ])
+    .args([
+        "--kubelet-url",
+        &format!("http://127.0.0.1:{kport}"),
+        "--kubelet-token-file",
+    ])
+    .arg(s.path("token"))
+    .stdout(Stdio::null())
+    .stderr(std::fs::File::create(s.path("node.err")).unwrap());
+    let mut agent = Bg::spawn(&mut cmd, "node agent");
+    let (mut prom, web) = prometheus(
+        &s,
+        &format!(
+            "global:\n  scrape_interval: 500ms\n  scrape_timeout: 500ms\n  evaluation_interval: 1s\nrule_files:\n  - {}\nscrape_configs:\n  - job_name: resource-tracker\n    static_configs:\n      - targets: ['127.0.0.1:{port}']\n  - job_name: kubelet\n    metrics_path: /metrics/cadvisor\n    honor_timestamps: true\n    relabel_configs:\n      - source_labels: [__metrics_path__]\n        target_label: metrics_path\n    static_configs:\n      - targets: ['127.0.0.1:{kport}']\n",
+            s.path("rules.yaml").display()
+        ),
+    );
+    // Both jobs scraped, the agent's series named by the kubelet, before the kill.
+    let t0 = Instant::now();
+    let named = "resource_tracker_container_oom_kills_total{job=\"resource-tracker\",pod=\"web-0\",container=\"side\"}";
+    while prom_query(web, named).is_none() || prom_query(web, "up{job=\"kubelet\"} == 1").is_none()
+    {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "never scraped, named"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    // CPU in both containers; then the side container's OOM kill: 64 MiB asked
+    // for under its 32 MiB limit.
+    app.run(&["burner", "1", "800"]);
+    side.run(&["burner", "1", "300"]);
+    side.run(&["memory", "64", "1", "200"]);
+    let killed = Instant::now();
+    let events = ["memory.oom_control", "memory.events"]
+        .iter()
+        .find_map(|f| std::fs::read_to_string(mem.join(f)).ok())
+        .unwrap_or_default();
+    let kills = events
+        .lines()
+        .find_map(|l| l.strip_prefix("oom_kill "))
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    assert_eq!(
+        kills,
+        Some(1),
+        "the kernel's count of OOM kills under 32 MiB: {events}"
+    );
+    let firing = |a: &serde_json::Value| {
+        a["labels"]["alertname"] == "ResourceTrackerContainerOOMKilled"
+            && a["labels"]["container"] == "side"
+            && a["labels"]["pod"] == "web-0"
+            && a["state"] == "firing"
+    };
+    let fired = loop {
+        let alerts = get(web, "/api/v1/alerts", "*/*")
+            .and_then(|(_, b)| serde_json::from_str::<serde_json::Value>(&b).ok())
+            .map(|v| v["data"]["alerts"].clone())
+            .unwrap_or_default();
+        if alerts.as_array().is_some_and(|v| v.iter().any(firing)) {
+            break killed.elapsed();
+        }
+        assert!(
+            killed.elapsed() < Duration::from_secs(10),
+            "the OOM alert never fired: {alerts}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    eprintln!("bundle: the OOM alert fired {fired:?} after the kill");
+    // Two evaluation intervals, and the 50 ms of the poll.
+    assert!(
+        fired <= Duration::from_millis(2050),
+        "the OOM alert fired {fired:?} after the kill"
+    );
+    // Three scrapes after the end: each job holds the cgroups' final totals.
+    std::thread::sleep(Duration::from_millis(1500));
+    let truth = app.cpu_secs() + side.cpu_secs();
+    assert!(truth > 0.9, "the containers used {truth} s");
+    for (job, q) in [
+        ("resource-tracker", "sum by (pod) (resource_tracker_container_cpu_usage_seconds_total{job=\"resource-tracker\",namespace=\"shop\"})".to_string()),
+        // kube-prometheus's own selection of the kubelet's containers.
+        ("kubelet", "sum by (pod) (container_cpu_usage_seconds_total{job=\"kubelet\",namespace=\"shop\",metrics_path=\"/metrics/cadvisor\",image!=\"\",container!=\"\"})".to_string()),
+    ] {
+        let r = prom_query(web, &q).unwrap_or_else(|| panic!("{job}: no answer to {q}"));
+        assert_eq!(r.len(), 1, "{job}: one pod: {r:?}");
+        assert_eq!(r[0]["metric"]["pod"], "web-0", "{job}: {r:?}");
+        let got: f64 = r[0]["value"][1].as_str().and_then(|x| x.parse().ok()).unwrap();
+        eprintln!("bundle: {job}: sum by (pod) {got:.4} s, cgroups {truth:.4} s");
+        assert!((got - truth).abs() <= 0.01 * truth, "{job}: {got} s, the cgroups' {truth} s");
+    }
+    // Neither job's series under the other's names.
+    for q in [
+        "resource_tracker_container_cpu_usage_seconds_total{job!=\"resource-tracker\"}",
+        "container_cpu_usage_seconds_total{job!=\"kubelet\"}",
+    ] {
+        assert!(prom_query(web, q).is_none(), "{q}");
+    }
+    prom.signal(libc::SIGTERM);
+    prom.wait_for(Duration::from_secs(10));
+    agent.signal(libc::SIGTERM);
+    assert!(agent.wait_for(Duration::from_secs(5)).success());
 }

@@ -495,7 +495,8 @@ pub fn run(dir: &Path, args: &[String]) -> anyhow::Result<()> {
     let quick = args.iter().any(|a| a == "--quick");
     let only_peers = args.iter().any(|a| a == "--only-peers");
     if args.iter().any(|a| a == "--node") {
-        return crate::node_bench::run(dir, quick);
+        let baseline = flag_value(args, "--baseline").map(std::path::PathBuf::from);
+        return crate::node_bench::run(dir, quick, baseline.as_deref());
     }
     let path = crate::root().join("docs/benchmarks.md");
     if args.iter().any(|a| a == "--only-cost") {

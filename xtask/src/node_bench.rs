@@ -187,7 +187,39 @@ fn storm(tr: &Path, w: &Path, reps: usize) -> anyhow::Result<(Vec<f64>, Vec<f64>
     Ok((off, on))
 }
 
-pub fn run(dir: &Path, quick: bool) -> anyhow::Result<()> {
+/// The cases, by name, containers and processes each (0: active), with the
+/// baseline's beside the two it is measured on.
+fn cases(baseline: Option<&Path>) -> Vec<(String, usize, usize)> {
+    let mut cases: Vec<(String, usize, usize)> = [
+        ("node agent", 500, 1),
+        ("node agent, each container active", 100, 0),
+        ("node agent", 100, 30),
+        ("node agent", 100, 1),
+        ("node agent", 10, 1),
+        ("`run --pid 1` (ebpf)", 100, 30),
+    ]
+    .into_iter()
+    .map(|(name, n, each)| (name.to_string(), n, each))
+    .collect();
+    if let Some(b) = baseline {
+        let b = b.display();
+        cases.insert(1, (format!("baseline agent `{b}`"), 500, 1));
+        cases.insert(
+            3,
+            (
+                format!("baseline agent `{b}`, each container active"),
+                100,
+                0,
+            ),
+        );
+    }
+    cases
+}
+
+/// `baseline`: another build of the agent (`--baseline BIN`), measured beside
+/// this one on the cases a change of the agent moves most (500 idle containers,
+/// 100 active), interleaved with them.
+pub fn run(dir: &Path, quick: bool, baseline: Option<&Path>) -> anyhow::Result<()> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         bail!("the node benchmark makes cgroups: run it as root");
@@ -211,14 +243,7 @@ pub fn run(dir: &Path, quick: bool) -> anyhow::Result<()> {
     );
     let _ = writeln!(md, "| case | containers | processes on the host | CPU, % of one core | RSS (MiB) | /metrics size |");
     let _ = writeln!(md, "|---|---|---|---|---|---|");
-    let cases: [(&str, usize, usize); 6] = [
-        ("node agent", 500, 1),
-        ("node agent, each container active", 100, 0),
-        ("node agent", 100, 30),
-        ("node agent", 100, 1),
-        ("node agent", 10, 1),
-        ("`run --pid 1` (ebpf)", 100, 30),
-    ];
+    let cases = cases(baseline);
     let mut res: Vec<(Vec<f64>, Vec<f64>, usize, usize)> =
         vec![(vec![], vec![], 0, 0); cases.len()];
     for _ in 0..reps {
@@ -226,9 +251,13 @@ pub fn run(dir: &Path, quick: bool) -> anyhow::Result<()> {
             let pods = Pods::new(&w, *n, *each)?;
             std::thread::sleep(Duration::from_secs(2));
             let procs = count_procs();
-            let (cpu, rss, bytes) = if name.starts_with("node") {
+            let (cpu, rss, bytes) = if !name.starts_with('`') {
+                let bin = match baseline {
+                    Some(b) if name.starts_with("baseline") => b,
+                    _ => tr.as_path(),
+                };
                 cost(
-                    Command::new(&tr).args([
+                    Command::new(bin).args([
                         "node",
                         "--listen",
                         &format!("127.0.0.1:{port}"),
