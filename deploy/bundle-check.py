@@ -4,8 +4,9 @@ to kubernetes-validate and promtool. Run by validate.sh with the venv's python
 
     bundle-check.py DIR OUT    check DIR's bundle; write OUT/core.list (the
                                manifests of core kinds), OUT/rules.yaml (the
-                               PrometheusRules' spec) and OUT/dashboard-rules.yaml
-                               (each dashboard query as a recording rule)
+                               PrometheusRules' spec), OUT/dashboard-rules.yaml
+                               (each dashboard query as a recording rule) and
+                               OUT/queries.json (every query, where it is)
     bundle-check.py core IN OUT    the core-kind documents of a rendered bundle
 
 Exits 1 after printing every problem found.
@@ -279,6 +280,12 @@ def main_bundle(bundle, out):
     if any(p.suffix == ".json" for p in named) and not exprs:
         problem("the dashboards have no query")
     records = [{"record": f"dashboard:{where}", "expr": as_promql(e)} for where, e in exprs]
+    queries = [
+        {"where": f"prometheusrule.yaml: {r.get('alert') or r.get('record')}", "expr": r.get("expr", "")}
+        for g in rules["groups"]
+        for r in g.get("rules") or []
+    ] + [{"where": f"dashboard.json: {where}", "expr": as_promql(e)} for where, e in exprs]
+    (out / "queries.json").write_text(json.dumps(queries, indent=1))
     (out / "dashboard-rules.yaml").write_text(
         yaml.safe_dump({"groups": [{"name": "dashboard", "rules": records}]}, sort_keys=False)
     )

@@ -419,3 +419,23 @@ impl Drop for AdminPolicy {
         }
     }
 }
+
+/// The Python of deploy/validate.sh's virtual environment (PyYAML and
+/// kubernetes-validate, pinned there), made by validate.sh where it is missing.
+pub fn deploy_python() -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let py = root.join("target/kv/bin/python");
+    if !py.exists() {
+        let o = std::process::Command::new("bash")
+            .arg(root.join("deploy/validate.sh"))
+            .output()
+            .expect("bash deploy/validate.sh");
+        assert!(
+            py.exists(),
+            "deploy/validate.sh made no {}: {}",
+            py.display(),
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    py
+}

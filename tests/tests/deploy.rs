@@ -181,236 +181,68 @@ fn a_broken_rule_query_or_resource_list_fails_validation() {
     }
 }
 
-/// The `expr`s of a rule file: `expr: TEXT`, or a block scalar (`expr: |`, `>-`,
-/// …) whose lines are indented deeper than the key. Panics where the count of
-/// exprs is not that of the rules, so that a form it cannot read is not skipped.
-pub fn rule_exprs(yaml: &str) -> Vec<String> {
-    let indent = |l: &str| l.len() - l.trim_start().len();
-    let lines: Vec<&str> = yaml.lines().collect();
-    let (mut out, mut rules) = (Vec::new(), 0);
-    let mut i = 0;
-    while i < lines.len() {
-        let key = lines[i].trim_start().trim_start_matches("- ");
-        if key.starts_with("alert:") || key.starts_with("record:") {
-            rules += 1;
-        }
-        i += 1;
-        let Some(v) = key.strip_prefix("expr:").map(str::trim) else {
-            continue;
-        };
-        if v.starts_with('|') || v.starts_with('>') {
-            let at = indent(lines[i - 1]);
-            let mut body = Vec::new();
-            while i < lines.len() && (lines[i].trim().is_empty() || indent(lines[i]) > at) {
-                body.push(lines[i].trim());
-                i += 1;
-            }
-            out.push(body.join(" ").trim().to_string());
-        } else if let Some(q) = v.strip_prefix('"').and_then(|v| v.strip_suffix('"')) {
-            out.push(q.replace("\\\"", "\"").replace("\\\\", "\\"));
-        } else if let Some(q) = v.strip_prefix('\'').and_then(|v| v.strip_suffix('\'')) {
-            out.push(q.replace("''", "'"));
-        } else {
-            out.push(v.to_string());
-        }
-    }
-    assert_eq!(
-        out.len(),
-        rules,
-        "{rules} rules but {} exprs read",
-        out.len()
-    );
-    out
-}
-
-/// Every query of a Grafana dashboard model: each panel target's `expr`, and
-/// the selector of each query variable (`label_values(SELECTOR, LABEL)`).
-pub fn dashboard_exprs(v: &serde_json::Value) -> Vec<String> {
-    let mut out = Vec::new();
-    fn walk(v: &serde_json::Value, out: &mut Vec<String>) {
-        match v {
-            serde_json::Value::Object(m) => {
-                for (k, v) in m {
-                    match (k.as_str(), v) {
-                        ("expr", serde_json::Value::String(e)) => out.push(e.clone()),
-                        ("templating", t) => {
-                            for var in t["list"].as_array().into_iter().flatten() {
-                                if var["type"] != "query" {
-                                    continue;
-                                }
-                                let q = var["query"]["query"]
-                                    .as_str()
-                                    .or(var["query"].as_str())
-                                    .unwrap_or("");
-                                let inner = q
-                                    .trim()
-                                    .strip_prefix("label_values(")
-                                    .and_then(|r| r.strip_suffix(')'))
-                                    .map(|r| r.rsplit_once(',').map(|(sel, _)| sel).unwrap_or(""))
-                                    .unwrap_or(q);
-                                if !inner.trim().is_empty() {
-                                    out.push(inner.to_string());
-                                }
-                            }
-                        }
-                        _ => walk(v, out),
-                    }
-                }
-            }
-            serde_json::Value::Array(a) => a.iter().for_each(|v| walk(v, out)),
-            _ => {}
-        }
-    }
-    walk(v, &mut out);
-    out
-}
-
-/// PromQL's words that are never a metric name where no `(` follows them.
-const AGGREGATIONS: &[&str] = &[
-    "sum",
-    "min",
-    "max",
-    "avg",
-    "group",
-    "stddev",
-    "stdvar",
-    "count",
-    "count_values",
-    "bottomk",
-    "topk",
-    "quantile",
-    "limitk",
-    "limit_ratio",
-];
-/// The modifiers followed by a list of label names.
-const LABEL_LISTS: &[&str] = &[
-    "by",
-    "without",
-    "on",
-    "ignoring",
-    "group_left",
-    "group_right",
-];
-const KEYWORDS: &[&str] = &[
-    "and", "or", "unless", "bool", "offset", "atan2", "inf", "nan",
-];
-
-fn ident(c: u8) -> bool {
-    c.is_ascii_alphanumeric() || c == b'_' || c == b':'
-}
-
-/// The index past the string literal that opens at `i`.
-fn past_string(b: &[u8], mut i: usize) -> usize {
-    let q = b[i];
-    i += 1;
-    while i < b.len() && b[i] != q {
-        i += if b[i] == b'\\' { 2 } else { 1 };
-    }
-    i + 1
-}
-
-/// The index past the bracket that closes the one at `i`, strings skipped.
-fn past_bracket(b: &[u8], mut i: usize) -> usize {
-    let open = b[i];
-    let shut = match open {
-        b'(' => b')',
-        b'[' => b']',
-        _ => b'}',
-    };
-    let mut depth = 0;
-    while i < b.len() {
-        match b[i] {
-            b'"' | b'\'' | b'`' => {
-                i = past_string(b, i);
-                continue;
-            }
-            c if c == open => depth += 1,
-            c if c == shut => {
-                depth -= 1;
-                if depth == 0 {
-                    return i + 1;
-                }
-            }
-            _ => {}
-        }
-        i += 1;
-    }
-    b.len()
-}
-
-/// Each vector selector of a PromQL expression (Grafana's `$variables` allowed):
-/// its metric name and what stands between its braces ("" without). Label
-/// matchers, strings, ranges and durations, numbers, `$vars`, functions and
-/// aggregations, `by`/`without`/`on`/`ignoring`/`group_left`/`group_right` and
-/// their label lists, and the binary keywords are not names.
-pub fn selectors(expr: &str) -> Vec<(String, String)> {
-    let b = expr.as_bytes();
-    let (mut out, mut i) = (Vec::new(), 0);
-    while i < b.len() {
-        match b[i] {
-            b'"' | b'\'' | b'`' => i = past_string(b, i),
-            b'[' => i = past_bracket(b, i),
-            b'{' => {
-                let end = past_bracket(b, i);
-                out.push((String::new(), expr[i + 1..end - 1].to_string()));
-                i = end;
-            }
-            b'$' => {
-                i += 1;
-                while i < b.len() && (ident(b[i]) || b[i] == b'{' || b[i] == b'}') {
-                    i += 1;
-                }
-            }
-            c if c.is_ascii_digit() || c == b'.' => {
-                while i < b.len() && (ident(b[i]) || b[i] == b'.') {
-                    i += 1;
-                }
-            }
-            c if ident(c) => {
-                let start = i;
-                while i < b.len() && ident(b[i]) {
-                    i += 1;
-                }
-                let word = &expr[start..i];
-                let after = i + expr[i..].len() - expr[i..].trim_start().len();
-                let paren = b.get(after) == Some(&b'(');
-                if LABEL_LISTS.contains(&word) {
-                    if paren {
-                        i = past_bracket(b, after);
-                    }
-                } else if paren || AGGREGATIONS.contains(&word) || KEYWORDS.contains(&word) {
-                    // A function's or an aggregation's name, or an operator.
-                } else if b.get(after) == Some(&b'{') {
-                    let end = past_bracket(b, after);
-                    out.push((word.to_string(), expr[after + 1..end - 1].to_string()));
-                    i = end;
-                } else {
-                    out.push((word.to_string(), String::new()));
-                }
-            }
-            _ => i += 1,
-        }
-    }
-    out
-}
-
-/// The bundle's queries: its PrometheusRule's exprs and its dashboard's.
+/// The bundle's queries as deploy/bundle-check.py reads them (the rules by
+/// PyYAML, the dashboard's targets and variables, Grafana's variables given
+/// values): (where, query).
 fn bundle_queries() -> Vec<(String, String)> {
-    let rules = std::fs::read_to_string(root().join("deploy/prometheusrule.yaml")).unwrap();
-    let dash: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(root().join("deploy/dashboard.json")).unwrap(),
-    )
-    .unwrap();
-    let mut q: Vec<_> = rule_exprs(&rules)
-        .into_iter()
-        .map(|e| ("prometheusrule.yaml".to_string(), e))
-        .collect();
-    q.extend(
-        dashboard_exprs(&dash)
-            .into_iter()
-            .map(|e| ("dashboard.json".to_string(), e)),
-    );
-    q
+    let s = Scratch::new("bundle-queries");
+    let o = Command::new(tracker_tests::deploy_python())
+        .arg(root().join("deploy/bundle-check.py"))
+        .arg(root().join("deploy"))
+        .arg(&s.0)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "bundle-check.py: {}", text(&o));
+    let q: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(s.path("queries.json")).unwrap()).unwrap();
+    q.as_array()
+        .expect("queries.json: a list")
+        .iter()
+        .map(|x| {
+            let s = |k: &str| x[k].as_str().unwrap_or_default().to_string();
+            (s("where"), s("expr"))
+        })
+        .collect()
+}
+
+/// A selector: its metric name and its equality matchers (label, value).
+type Selector = (String, Vec<(String, String)>);
+
+/// Each vector selector of a PromQL query (parsed by promql-parser; a query it
+/// cannot parse panics).
+pub fn selectors(query: &str) -> Vec<Selector> {
+    use promql_parser::{label::MatchOp, parser::Expr};
+    fn walk(e: &Expr, out: &mut Vec<Selector>) {
+        let vs = match e {
+            Expr::Aggregate(a) => {
+                walk(&a.expr, out);
+                return a.param.iter().for_each(|p| walk(p, out));
+            }
+            Expr::Unary(u) => return walk(&u.expr, out),
+            Expr::Binary(b) => {
+                walk(&b.lhs, out);
+                return walk(&b.rhs, out);
+            }
+            Expr::Paren(p) => return walk(&p.expr, out),
+            Expr::Subquery(s) => return walk(&s.expr, out),
+            Expr::Call(c) => return c.args.args.iter().for_each(|a| walk(a, out)),
+            Expr::VectorSelector(v) => v,
+            Expr::MatrixSelector(m) => &m.vs,
+            Expr::NumberLiteral(_) | Expr::StringLiteral(_) | Expr::Extension(_) => return,
+        };
+        let eq = vs
+            .matchers
+            .matchers
+            .iter()
+            .filter(|m| m.op == MatchOp::Equal && m.name != "__name__")
+            .map(|m| (m.name.clone(), m.value.clone()))
+            .collect();
+        out.push((vs.name.clone().unwrap_or_default(), eq));
+    }
+    let e = promql_parser::parser::parse(query).unwrap_or_else(|e| panic!("{query}: {e}"));
+    let mut out = Vec::new();
+    walk(&e, &mut out);
+    out
 }
 
 /// Every metric name the bundle's rules and dashboard use.
@@ -424,16 +256,17 @@ pub fn bundle_metric_names() -> BTreeSet<String> {
 
 #[test]
 fn selectors_see_through_promql() {
-    let e = r#"topk(10, sum by (namespace, pod) (rate(a_total{job="x",pod=~"$pod"}[$__rate_interval])))
-        / on (pod) group_left (node) b{x="}{"} > bool 0.9 or vector(1) unless absent(up{job="y"})
-        offset 5m and ignoring(container) c:rec:sum * 1e3 + max without (id) (d[5m:1m])"#;
+    let e = r#"topk(10, sum by (namespace, pod) (rate(a_total{job="x",pod=~".*"}[5m])))
+        / on (pod) group_left (node) b{x="}{"} > bool 0.9 or vector(1) unless absent(up{job="y"}
+        offset 5m) and ignoring(container) c:rec:sum * 1e3 + max without (id) (max_over_time(d[5m:1m]))
+        + quantile(0.9, -e)"#;
     let got: Vec<_> = selectors(e).into_iter().map(|(n, _)| n).collect();
-    assert_eq!(got, ["a_total", "b", "up", "c:rec:sum", "d"]);
-    assert_eq!(selectors(r#"x{a="}"}"#)[0].1, r#"a="}""#);
-    let rules = "      rules:\n        - alert: A\n          expr: |\n            rate(x_total[5m])\n              > 1\n          for: 5m\n        - record: r\n          expr: y > 0\n        - alert: B\n          expr: \"z{j=\\\"k\\\"}\"\n";
+    assert_eq!(got, ["a_total", "b", "up", "c:rec:sum", "d", "e"]);
+    // A query that is not PromQL is no query.
+    assert!(std::panic::catch_unwind(|| selectors("absent(up) offset 5m")).is_err());
     assert_eq!(
-        rule_exprs(rules),
-        ["rate(x_total[5m]) > 1", "y > 0", "z{j=\"k\"}"]
+        selectors(r#"x{a="}",b=~"c"}"#)[0].1,
+        [("a".to_string(), "}".to_string())]
     );
 }
 
@@ -448,10 +281,11 @@ fn every_selector_of_the_bundle_names_the_job() {
         assert!(!sel.is_empty(), "{file}: no selector in {e}");
         for (name, matchers) in sel {
             assert!(!name.is_empty(), "{file}: a selector without a name in {e}");
-            let m: String = matchers.chars().filter(|c| !c.is_whitespace()).collect();
             assert!(
-                m.split(',').any(|x| x == r#"job="resource-tracker""#),
-                "{file}: {name}{{{matchers}}} does not select job=\"resource-tracker\" in {e}"
+                matchers
+                    .iter()
+                    .any(|(l, v)| l == "job" && v == "resource-tracker"),
+                "{file}: {name}{matchers:?} does not select job=\"resource-tracker\" in {e}"
             );
         }
     }

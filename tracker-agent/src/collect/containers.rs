@@ -569,6 +569,8 @@ struct Kept {
     reads: u32,
     /// What the last read found.
     last: Option<CgroupCounters>,
+    /// The CPU the container had used when its stall totals were last read.
+    pressure_cpu: Option<u64>,
 }
 
 /// Every FULL_READS-th read of a container reads all its files, moved or not.
@@ -577,6 +579,10 @@ const FULL_READS: u32 = 10;
 /// Reads after which a container's missing files are looked for again (a v2
 /// controller enabled later).
 const RETRY_MISSING: u32 = 30;
+
+/// Every SELDOM_READS-th read of a container reads its limits and its stall
+/// totals, moved or not.
+const SELDOM_READS: u32 = 30;
 
 /// Bytes read and written, from an I/O file's lines.
 fn io_bytes(c: &mut CgroupCounters, t: &str) {
@@ -832,17 +838,39 @@ impl Reader {
         }
         let pids = h.pids.as_ref().or(h.v2.as_ref());
         c.tasks = self.number(pids, rel, "pids.current");
-        // Limits are settings, changed seldom (a resize): read at every
-        // FULL_READS-th read only, like the files of an unmoved container.
-        match &self.cur.last {
-            Some(last) if !self.cur.reads.is_multiple_of(FULL_READS) => {
-                (c.memory_limit_bytes, c.cpu_quota_us) =
-                    (last.memory_limit_bytes, last.cpu_quota_us);
-            }
-            _ => self.limits(h, rel, &mut c),
-        }
-        c.pressure = self.pressure(h, rel);
+        self.seldom(h, rel, &mut c);
         Some(c)
+    }
+
+    /// What is read less often than each full read, into `c`: the limits, which
+    /// are settings the kubelet changes on a resize only, at every SELDOM_READS-th
+    /// read; the stall totals at every FULL_READS-th read where the container's
+    /// CPU moved since they were read, else at every SELDOM_READS-th: a PSI file
+    /// is dear to show, the kernel sums every CPU's stall times (docs/node.md).
+    /// Totals lose nothing by being read late; a stall needs
+    /// a task that waits, and a task blocked on I/O for long moves no CPU, so its
+    /// `io.pressure` shows within SELDOM_READS reads.
+    fn seldom(&mut self, h: &Hierarchies, rel: &str, c: &mut CgroupCounters) {
+        let reads = self.cur.reads;
+        let Some(last) = self.cur.last.clone() else {
+            self.limits(h, rel, c);
+            c.pressure = self.pressure(h, rel);
+            self.cur.pressure_cpu = c.cpu_usage_ns;
+            return;
+        };
+        let seldom = reads.is_multiple_of(SELDOM_READS);
+        if seldom {
+            self.limits(h, rel, c);
+        } else {
+            (c.memory_limit_bytes, c.cpu_quota_us) = (last.memory_limit_bytes, last.cpu_quota_us);
+        }
+        let moved = self.cur.pressure_cpu != c.cpu_usage_ns;
+        if seldom || (moved && reads.is_multiple_of(FULL_READS)) {
+            c.pressure = self.pressure(h, rel);
+            self.cur.pressure_cpu = c.cpu_usage_ns;
+        } else {
+            c.pressure = last.pressure;
+        }
     }
 
     /// The memory limit and the CPU quota in place, as the kernel keeps them
@@ -1151,6 +1179,46 @@ mod tests {
             assert!(n < FULL_READS, "never read in full");
         }
         assert!(n > 0);
+    }
+
+    /// An active container's stall totals are read at every FULL_READS-th read,
+    /// an idle one's and the limits at every SELDOM_READS-th.
+    #[test]
+    fn stalls_and_limits_are_read_at_their_cadence() {
+        let t = TestRoot::new("cgseldom");
+        t.write("sys/fs/cgroup/cgroup.controllers", "cpu io memory pids\n");
+        let f = |n: &str| format!("sys/fs/cgroup/k/a/{n}");
+        let psi = |us: u64| {
+            format!("some avg10=0.00 avg60=0.00 avg300=0.00 total={us}\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")
+        };
+        t.write(&f("cpu.stat"), "usage_usec 1\n");
+        t.write(&f("memory.current"), "4096\n");
+        t.write(&f("memory.max"), "max\n");
+        for p in ["cpu", "memory", "io"] {
+            t.write(&f(&format!("{p}.pressure")), &psi(1));
+        }
+        let mut r = Reader::new(Hierarchies::probe(&t.roots()), 64);
+        let cpu_stall = |r: &mut Reader| r.read("k/a").unwrap().pressure.map(|p| p.cpu_some_us);
+        assert_eq!(cpu_stall(&mut r), Some(1));
+        // Active: its CPU moves at every read; its stalls show at the 10th.
+        t.write(&f("cpu.pressure"), &psi(2));
+        for n in 2..=FULL_READS {
+            t.write(&f("cpu.stat"), &format!("usage_usec {n}\n"));
+            let want = if n < FULL_READS { 1 } else { 2 };
+            assert_eq!(cpu_stall(&mut r), Some(want), "read {n}");
+        }
+        // Idle (and a limit set): both show at the 30th read.
+        t.write(&f("cpu.pressure"), &psi(3));
+        t.write(&f("memory.max"), "1048576\n");
+        for n in FULL_READS + 1..=SELDOM_READS {
+            let c = r.read("k/a").unwrap();
+            let (stall, limit) = (c.pressure.map(|p| p.cpu_some_us), c.memory_limit_bytes);
+            if n < SELDOM_READS {
+                assert_eq!((stall, limit), (Some(2), None), "read {n}");
+            } else {
+                assert_eq!((stall, limit), (Some(3), Some(1048576)), "read {n}");
+            }
+        }
     }
 
     /// The containers' ids after one more scan, the last scan's where it says
