@@ -364,7 +364,8 @@ fn absence_explained(name: &str, text: &str, ebpf: bool) -> bool {
 
 /// The node agent serves every metric the rules and the dashboard use, with a
 /// container that has a memory limit (one it is OOM-killed under) and a CPU
-/// quota it is throttled under, and processes that ran and ended in it.
+/// quota it is throttled under, processes that ran and ended in it, and storage
+/// I/O past the page cache.
 #[test]
 fn every_metric_the_bundle_uses_is_served() {
     if !require(
@@ -406,6 +407,19 @@ fn every_metric_the_bundle_uses_is_served() {
     std::thread::sleep(Duration::from_millis(600));
     assert!(c.run(&["burner", "1", "300"]).success());
     let _ = c.run(&["memory", "64", "1", "200"]);
+    // Storage written and read past the page cache: its devices' series.
+    let file = s.path("io");
+    let dd = format!(
+        "dd if=/dev/zero of={0} bs=1M count=4 oflag=direct 2>/dev/null && dd if={0} of=/dev/null bs=1M iflag=direct 2>/dev/null",
+        file.display()
+    );
+    let st = Command::new(tracker_tests::workload())
+        .arg("incgroup")
+        .arg(c.join_arg())
+        .args(["--", "/bin/sh", "-c", &dd])
+        .status()
+        .unwrap();
+    assert!(st.success(), "dd in the container: {st}");
     let uses = bundle_metric_names();
     // The commands' CPU counts when the kernel frees each thread, and the OOM kill
     // when it is read: a scan or two after the processes end.

@@ -1058,11 +1058,53 @@ fn psi(dir: &Path, file: &str) -> (f64, f64) {
     (total("some "), total("full "))
 }
 
+/// A container's bytes read by device (named as in /dev), from the file the
+/// agent reads: v1's BFQ or throttling counters, or v2's `io.stat`.
+fn reads_by_device(c: &FakeContainer) -> std::collections::BTreeMap<String, u64> {
+    let (text, v1) = match c.dir("blkio") {
+        // BFQ's counters where it schedules a device the container used.
+        Some(d) => (
+            std::fs::read_to_string(d.join("blkio.bfq.io_service_bytes_recursive"))
+                .ok()
+                .filter(|t| t.contains(':'))
+                .or_else(|| std::fs::read_to_string(d.join("blkio.throttle.io_service_bytes")).ok())
+                .unwrap(),
+            true,
+        ),
+        None => (
+            std::fs::read_to_string(c.dirs[0].join("io.stat")).unwrap(),
+            false,
+        ),
+    };
+    let mut out = std::collections::BTreeMap::new();
+    for l in text.lines() {
+        let w: Vec<&str> = l.split_whitespace().collect();
+        let n = match (v1, &w[..]) {
+            (true, [_, "Read", n]) => n.parse().ok(),
+            (false, [_, rest @ ..]) => rest
+                .iter()
+                .find_map(|kv| kv.strip_prefix("rbytes=")?.parse().ok()),
+            _ => None,
+        };
+        if let Some(n) = n.filter(|&n: &u64| n > 0) {
+            let uevent = std::fs::read_to_string(format!("/sys/dev/block/{}/uevent", w[0]))
+                .unwrap_or_default();
+            let name = uevent
+                .lines()
+                .find_map(|l| l.strip_prefix("DEVNAME="))
+                .map_or(w[0].to_string(), |d| format!("/dev/{d}"));
+            out.insert(name, n);
+        }
+    }
+    out
+}
+
 /// Pressure per container is its v2 cgroup's own (on a hybrid host, the unified
 /// tree's cgroup at the same path): three busy threads on two CPUs wait for a CPU;
 /// a job holding 24 MiB and reading a 48 MiB file again and again under a 40
 /// MiB limit waits for memory (the file's pages read back) and for I/O. Each exported total within 5 % of the kernel's, read
-/// once the job has ended and the agent has read it again; and the default names
+/// once the job has ended and the agent has read it again; its storage reads by
+/// device, as the kernel counts them; and the default names
 /// are ours, cAdvisor's only on request.
 #[test]
 fn pressure_per_container_is_the_cgroups() {
@@ -1156,6 +1198,18 @@ fn pressure_per_container_is_the_cgroups() {
         checked += 1;
     }
     assert_eq!(checked, 3);
+    // The bytes read, by device, as the kernel's file the agent reads has them.
+    let read = reads_by_device(&reader);
+    assert!(read.values().sum::<u64>() >= 48 << 20, "{read:?}");
+    for (device, bytes) in &read {
+        let label = format!("container_id=\"{}\",qos=\"burstable\",namespace=\"\",pod=\"\",container=\"\",image=\"\",device=\"{device}\"", cid(0x32));
+        let got = value(
+            &text,
+            "resource_tracker_container_fs_reads_bytes_total",
+            &label,
+        );
+        assert_eq!(got, Some(*bytes as f64), "{device}: {text}");
+    }
     assert!(
         !text.lines().any(|l| l.starts_with("container_")),
         "cAdvisor's names by default"

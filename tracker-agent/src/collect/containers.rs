@@ -19,7 +19,7 @@ use foldhash::{HashMap, HashMapExt as _, HashSet, HashSetExt as _};
 use super::files::{keyed, pread_all, End, Roots};
 use super::memcg::psi_totals;
 use crate::model::{
-    node::{CgroupCounters, Found},
+    node::{CgroupCounters, DeviceIo, Found},
     reading::Pressure,
 };
 
@@ -32,6 +32,8 @@ pub struct Hierarchies {
     pub memory: Option<PathBuf>,
     pub blkio: Option<PathBuf>,
     pub pids: Option<PathBuf>,
+    /// The host's /sys/dev/block, where a device number is named.
+    pub dev_block: PathBuf,
 }
 
 impl Hierarchies {
@@ -42,9 +44,11 @@ impl Hierarchies {
     pub fn probe(roots: &Roots) -> Hierarchies {
         let base = roots.sys.join("fs/cgroup");
         let dir = |d: PathBuf| d.join("cgroup.procs").exists().then_some(d);
+        let dev_block = roots.sys.join("dev/block");
         if base.join("cgroup.controllers").exists() {
             return Hierarchies {
                 v2: Some(base),
+                dev_block,
                 ..Default::default()
             };
         }
@@ -55,6 +59,7 @@ impl Hierarchies {
             memory: dir(base.join("memory")),
             blkio: dir(base.join("blkio")),
             pids: dir(base.join("pids")),
+            dev_block,
         }
     }
 
@@ -559,6 +564,8 @@ pub struct Reader {
     cur: Box<Kept>,
     n_kept: usize,
     max_kept: usize,
+    /// Block devices' names by `MAJ:MIN`, looked up once each.
+    dev_names: HashMap<Box<str>, std::sync::Arc<str>>,
 }
 
 /// One container's files: open, or found missing (None), by name (a file name
@@ -584,37 +591,57 @@ const RETRY_MISSING: u32 = 30;
 /// totals, moved or not.
 const SELDOM_READS: u32 = 30;
 
-/// Bytes read and written, from an I/O file's lines.
+/// Bytes read and written, from an I/O file's lines: in all, and by device.
 fn io_bytes(c: &mut CgroupCounters, t: &str) {
-    c.read_bytes = Some(io_sum(t, "rbytes", "Read"));
-    c.write_bytes = Some(io_sum(t, "wbytes", "Write"));
+    c.read_bytes = Some(io_into(c, t, "rbytes", "Read", |d| &mut d.read_bytes));
+    c.write_bytes = Some(io_into(c, t, "wbytes", "Write", |d| &mut d.write_bytes));
 }
 
-/// Read and write operations, from an I/O file's lines.
+/// Read and write operations, from an I/O file's lines: in all, and by device.
 fn io_ops(c: &mut CgroupCounters, t: &str) {
-    c.reads = Some(io_sum(t, "rios", "Read"));
-    c.writes = Some(io_sum(t, "wios", "Write"));
+    c.reads = Some(io_into(c, t, "rios", "Read", |d| &mut d.reads));
+    c.writes = Some(io_into(c, t, "wios", "Write", |d| &mut d.writes));
 }
 
-/// Σ of `KEY=N` (v2 `io.stat`) or `MAJ:MIN Key N` (v1 blkio) entries.
-fn io_sum(text: &str, v2_key: &str, v1_key: &str) -> u64 {
+/// Each device's `KEY=N` (v2 `io.stat`) or `MAJ:MIN Key N` (v1 blkio) into the
+/// field `at` picks of its entry in `c.devices` (by `MAJ:MIN` until named); their
+/// sum. A device at zero makes no entry.
+fn io_into(
+    c: &mut CgroupCounters,
+    text: &str,
+    v2_key: &str,
+    v1_key: &str,
+    at: fn(&mut DeviceIo) -> &mut u64,
+) -> u64 {
     let mut sum = 0u64;
     for line in text.lines() {
         let mut it = line.split_whitespace();
-        if !it.next().is_some_and(|d| d.contains(':')) {
+        let Some(dev) = it.next().filter(|d| d.contains(':')) else {
             continue;
-        }
+        };
         let rest: Vec<&str> = it.collect();
-        if let [k, v] = rest[..] {
-            if k == v1_key {
-                sum = sum.saturating_add(v.parse().unwrap_or(0));
+        let v1 = match rest[..] {
+            [k, v] if k == v1_key => v.parse().ok(),
+            _ => None,
+        };
+        let v2 = rest
+            .iter()
+            .find_map(|kv| kv.strip_prefix(v2_key)?.strip_prefix('=')?.parse().ok());
+        let Some(n) = v1.or(v2).filter(|&n: &u64| n > 0) else {
+            continue;
+        };
+        sum = sum.saturating_add(n);
+        let i = match c.devices.iter().position(|d| &*d.device == dev) {
+            Some(i) => i,
+            None => {
+                c.devices.push(DeviceIo {
+                    device: dev.into(),
+                    ..Default::default()
+                });
+                c.devices.len() - 1
             }
-        }
-        for kv in &rest {
-            if let Some(v) = kv.strip_prefix(v2_key).and_then(|r| r.strip_prefix('=')) {
-                sum = sum.saturating_add(v.parse().unwrap_or(0));
-            }
-        }
+        };
+        *at(&mut c.devices[i]) = n;
     }
     sum
 }
@@ -630,6 +657,7 @@ impl Reader {
             cur: Box::default(),
             n_kept: 0,
             max_kept,
+            dev_names: HashMap::new(),
         }
     }
 
@@ -722,20 +750,26 @@ impl Reader {
     ) -> Option<&'static str> {
         if h.blkio.is_some() {
             let b = h.blkio.as_ref();
-            return Some(
-                match self.text(b, rel, "blkio.bfq.io_service_bytes_recursive") {
-                    Some(t) => {
+            // BFQ's file is there wherever the scheduler is built, and counts only
+            // the devices it schedules: "Total 0" alone where it runs on none.
+            let bfq = self
+                .text(b, rel, "blkio.bfq.io_service_bytes_recursive")
+                .filter(|t| {
+                    t.lines()
+                        .any(|l| l.split(' ').next().is_some_and(|d| d.contains(':')))
+                });
+            return Some(match bfq {
+                Some(t) => {
+                    io_bytes(c, t);
+                    "blkio.bfq.io_serviced_recursive"
+                }
+                None => {
+                    if let Some(t) = self.text(b, rel, "blkio.throttle.io_service_bytes") {
                         io_bytes(c, t);
-                        "blkio.bfq.io_serviced_recursive"
                     }
-                    None => {
-                        if let Some(t) = self.text(b, rel, "blkio.throttle.io_service_bytes") {
-                            io_bytes(c, t);
-                        }
-                        "blkio.throttle.io_serviced"
-                    }
-                },
-            );
+                    "blkio.throttle.io_serviced"
+                }
+            });
         }
         if let Some(t) = self.text(h.v2.as_ref(), rel, "io.stat") {
             io_bytes(c, t);
@@ -839,7 +873,30 @@ impl Reader {
         let pids = h.pids.as_ref().or(h.v2.as_ref());
         c.tasks = self.number(pids, rel, "pids.current");
         self.seldom(h, rel, &mut c);
+        self.name_devices(h, &mut c);
         Some(c)
+    }
+
+    /// Each device of `c` by its name in /dev (the kernel's DEVNAME), as
+    /// cAdvisor's `device` label has it; `MAJ:MIN` where the kernel gives none.
+    fn name_devices(&mut self, h: &Hierarchies, c: &mut CgroupCounters) {
+        for d in &mut c.devices {
+            if let Some(n) = self.dev_names.get(&*d.device) {
+                d.device = n.clone();
+                continue;
+            }
+            let named = std::fs::read_to_string(h.dev_block.join(&*d.device).join("uevent"))
+                .ok()
+                .and_then(|u| {
+                    u.lines()
+                        .find_map(|l| l.strip_prefix("DEVNAME="))
+                        .map(|n| format!("/dev/{}", n.trim()))
+                });
+            let name: std::sync::Arc<str> = named.map_or_else(|| d.device.clone(), Into::into);
+            self.dev_names
+                .insert(d.device.as_ref().into(), name.clone());
+            d.device = name;
+        }
     }
 
     /// What is read less often than each full read, into `c`: the limits, which
@@ -1065,7 +1122,7 @@ mod tests {
             ("memory.peak", "16384\n"),
             ("memory.stat", "anon 1\ninactive_file 4096\n"),
             ("memory.events", "low 0\nhigh 0\nmax 2\noom 1\noom_kill 1\n"),
-            ("io.stat", "8:0 rbytes=10 wbytes=20 rios=1 wios=2 dbytes=0 dios=0\n"),
+            ("io.stat", "8:0 rbytes=10 wbytes=20 rios=1 wios=2 dbytes=0 dios=0\n253:0 rbytes=0 wbytes=0 rios=0 wios=0 dbytes=0 dios=0\n259:1 rbytes=5 wbytes=0 rios=1 wios=0 dbytes=0 dios=0\n"),
             ("pids.current", "3\n"),
             ("memory.max", "max\n"),
             ("cpu.max", "50000 100000\n"),
@@ -1076,8 +1133,24 @@ mod tests {
             t.write(&format!("sys/fs/cgroup/{rel}/{f}"), body);
         }
         t.write("sys/fs/cgroup/cgroup.controllers", "cpu io memory pids\n");
+        t.write(
+            "sys/dev/block/8:0/uevent",
+            "MAJOR=8\nMINOR=0\nDEVNAME=sda\nDEVTYPE=disk\n",
+        );
         let mut r = Reader::new(Hierarchies::probe(&t.roots()), 64);
         let c = r.read(rel).unwrap();
+        // By device, named as in /dev (MAJ:MIN where /sys names none); none at zero.
+        let dev = |device: &str, rb, wb, r, w| DeviceIo {
+            device: device.into(),
+            read_bytes: rb,
+            write_bytes: wb,
+            reads: r,
+            writes: w,
+        };
+        assert_eq!(
+            c.devices,
+            [dev("/dev/sda", 10, 20, 1, 2), dev("259:1", 5, 0, 1, 0)]
+        );
         // Unlimited memory is no limit; the quota and its period as written.
         assert_eq!(
             (c.memory_limit_bytes, c.cpu_quota_us),
@@ -1109,7 +1182,7 @@ mod tests {
         assert_eq!((c.oom_events, c.oom_kills), (Some(1), Some(1)));
         assert_eq!(
             (c.read_bytes, c.write_bytes, c.reads, c.writes),
-            (Some(10), Some(20), Some(1), Some(2))
+            (Some(15), Some(20), Some(2), Some(2))
         );
         assert_eq!(c.tasks, Some(3));
     }

@@ -43,6 +43,8 @@ pub struct CgroupCounters {
     pub writes: Option<u64>,
     /// Tasks (threads) in the cgroup (`pids.current`).
     pub tasks: Option<u64>,
+    /// The storage I/O above, by device (those with any).
+    pub devices: Vec<DeviceIo>,
     /// The memory limit (`memory.max`, `memory.limit_in_bytes`); None when unlimited.
     pub memory_limit_bytes: Option<u64>,
     /// The CPU quota and its period, µs (`cpu.max`, `cpu.cfs_quota_us`); None
@@ -52,6 +54,17 @@ pub struct CgroupCounters {
     pub pressure: Option<crate::model::reading::Pressure>,
     /// The process life cycle from the node's BPF programs (None without them).
     pub life: Option<tracker_common::NodeCounts>,
+}
+
+/// One block device's part of a container's storage I/O.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct DeviceIo {
+    /// As in /dev (`/dev/sda`), or `MAJ:MIN` where the kernel names none.
+    pub device: std::sync::Arc<str>,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    pub reads: u64,
+    pub writes: u64,
 }
 
 /// What the kubelet says of one container.

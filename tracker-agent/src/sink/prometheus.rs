@@ -35,7 +35,7 @@ use tokio::{
 
 use super::base::Sink;
 use crate::{
-    model::node::{Current, NodeScan, NodeSnapshot},
+    model::node::{Current, DeviceIo, NodeScan, NodeSnapshot},
     warn::say,
 };
 
@@ -239,30 +239,6 @@ const CONTAINER_METRICS: &[(&str, &str, bool, Get)] = &[
         |c| c.counters.oom_kills.map(|n| n as f64),
     ),
     (
-        "container_fs_reads_bytes",
-        "Cumulative bytes read from block devices, all devices.",
-        true,
-        |c| c.counters.read_bytes.map(|n| n as f64),
-    ),
-    (
-        "container_fs_writes_bytes",
-        "Cumulative bytes written to block devices, all devices.",
-        true,
-        |c| c.counters.write_bytes.map(|n| n as f64),
-    ),
-    (
-        "container_fs_reads",
-        "Cumulative completed reads, all devices.",
-        true,
-        |c| c.counters.reads.map(|n| n as f64),
-    ),
-    (
-        "container_fs_writes",
-        "Cumulative completed writes, all devices.",
-        true,
-        |c| c.counters.writes.map(|n| n as f64),
-    ),
-    (
         "container_spec_memory_limit_bytes",
         "Memory limit (memory.max, memory.limit_in_bytes); absent when unlimited.",
         false,
@@ -377,6 +353,33 @@ const CONTAINER_METRICS: &[(&str, &str, bool, Get)] = &[
     ),
 ];
 
+type DeviceGet = fn(&DeviceIo) -> u64;
+
+/// Storage I/O by device, cAdvisor's `container_fs_*` with their `device` label:
+/// (name without `_total`, help, value).
+const FS_METRICS: &[(&str, &str, DeviceGet)] = &[
+    (
+        "container_fs_reads_bytes",
+        "Cumulative bytes read from the block device.",
+        |d| d.read_bytes,
+    ),
+    (
+        "container_fs_writes_bytes",
+        "Cumulative bytes written to the block device.",
+        |d| d.write_bytes,
+    ),
+    (
+        "container_fs_reads",
+        "Cumulative completed reads from the block device.",
+        |d| d.reads,
+    ),
+    (
+        "container_fs_writes",
+        "Cumulative completed writes to the block device.",
+        |d| d.writes,
+    ),
+];
+
 /// Labelled values of one metric.
 type Series<'a> = Vec<(Vec<(&'a str, String)>, f64)>;
 
@@ -421,6 +424,20 @@ impl Collector for Exported {
                 .filter_map(|c| get(c).map(|v| (labels(c), v)))
                 .collect();
             family(&mut enc, &self.names.of(name), help, *counter, &series)?;
+        }
+        for (name, help, get) in FS_METRICS {
+            let series: Series = snap
+                .containers
+                .iter()
+                .flat_map(|c| {
+                    c.counters.devices.iter().map(move |d| {
+                        let mut l = labels(c);
+                        l.push(("device", esc(&d.device)));
+                        (l, get(d) as f64)
+                    })
+                })
+                .collect();
+            family(&mut enc, &self.names.of(name), help, true, &series)?;
         }
         // The OOM killer's victims by command: one series per command seen, at most
         // MAX_OOM_COMMANDS per container (the session keeps the first ones).
@@ -752,7 +769,7 @@ async fn answer(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::node::{CgroupCounters, Found};
+    use crate::model::node::{CgroupCounters, DeviceIo, Found};
 
     fn snap() -> Shared {
         Arc::new(Mutex::new(Arc::new(NodeSnapshot {
@@ -767,6 +784,11 @@ mod tests {
                 counters: CgroupCounters {
                     cpu_usage_ns: Some(1_500_000_000),
                     memory_bytes: Some(4096),
+                    devices: vec![DeviceIo {
+                        device: "/dev/sda".into(),
+                        read_bytes: 10,
+                        ..Default::default()
+                    }],
                     ..Default::default()
                 },
                 names: None,
@@ -792,6 +814,12 @@ mod tests {
         );
         assert!(text.contains("container_cpu_usage_seconds_total{id=\"/kubepods/pod\\\"x/abc\",pod_uid=\"u-1\",container_id=\"abc\",qos=\"burstable\",namespace=\"\",pod=\"\",container=\"\",image=\"\"} 1.5\n"), "{text}");
         assert!(text.contains("container_memory_usage_bytes{"), "{text}");
+        // Storage by device, as cAdvisor labels it.
+        assert!(
+            text.contains("image=\"\",device=\"/dev/sda\"} 10.0\n")
+                && text.contains("# TYPE container_fs_reads_bytes_total counter\n"),
+            "{text}"
+        );
         assert!(
             !text.contains("# EOF") && !text.contains("container_cpu_user_seconds"),
             "{text}"
