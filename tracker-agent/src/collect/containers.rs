@@ -34,6 +34,9 @@ pub struct Hierarchies {
     pub pids: Option<PathBuf>,
     /// The host's /sys/dev/block, where a device number is named.
     pub dev_block: PathBuf,
+    /// Whether BFQ schedules a block device of the host (v1's BFQ counters
+    /// count those only), as at the start.
+    pub bfq: bool,
 }
 
 impl Hierarchies {
@@ -45,6 +48,14 @@ impl Hierarchies {
         let base = roots.sys.join("fs/cgroup");
         let dir = |d: PathBuf| d.join("cgroup.procs").exists().then_some(d);
         let dev_block = roots.sys.join("dev/block");
+        let bfq = std::fs::read_dir(roots.sys.join("block"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|d| {
+                std::fs::read_to_string(d.path().join("queue/scheduler"))
+                    .is_ok_and(|t| t.contains("[bfq]"))
+            });
         if base.join("cgroup.controllers").exists() {
             return Hierarchies {
                 v2: Some(base),
@@ -60,6 +71,18 @@ impl Hierarchies {
             blkio: dir(base.join("blkio")),
             pids: dir(base.join("pids")),
             dev_block,
+            bfq,
+        }
+    }
+
+    /// Why no container's cgroup would have pressure files, said where none has.
+    pub fn no_pressure_why(&self) -> &'static str {
+        if self.v2.is_none() {
+            "no cgroup v2 hierarchy: the kernel keeps pressure per cgroup in v2 only"
+        } else if !Path::new("/proc/pressure/cpu").exists() {
+            "PSI is off in this kernel (boot it with psi=1)"
+        } else {
+            "the containers' v2 cgroups have no *.pressure files"
         }
     }
 
@@ -751,13 +774,18 @@ impl Reader {
         if h.blkio.is_some() {
             let b = h.blkio.as_ref();
             // BFQ's file is there wherever the scheduler is built, and counts only
-            // the devices it schedules: "Total 0" alone where it runs on none.
-            let bfq = self
-                .text(b, rel, "blkio.bfq.io_service_bytes_recursive")
-                .filter(|t| {
-                    t.lines()
-                        .any(|l| l.split(' ').next().is_some_and(|d| d.contains(':')))
-                });
+            // the devices it schedules: "Total 0" alone where it runs on none, or
+            // on none the container used. Not read on a host where it schedules
+            // no device (it would be one more file per container and interval).
+            let bfq = if h.bfq {
+                self.text(b, rel, "blkio.bfq.io_service_bytes_recursive")
+                    .filter(|t| {
+                        t.lines()
+                            .any(|l| l.split(' ').next().is_some_and(|d| d.contains(':')))
+                    })
+            } else {
+                None
+            };
             return Some(match bfq {
                 Some(t) => {
                     io_bytes(c, t);
@@ -1185,6 +1213,39 @@ mod tests {
             (Some(15), Some(20), Some(2), Some(2))
         );
         assert_eq!(c.tasks, Some(3));
+    }
+
+    /// v1's BFQ counters where BFQ schedules a device the container used; the
+    /// throttling layer's where its file holds no device (BFQ built, scheduling
+    /// none the container used), and alone on a host where BFQ schedules none.
+    #[test]
+    fn v1_io_from_bfq_only_where_it_schedules() {
+        for (scheduler, bfq_file, want) in [
+            (
+                "none [mq-deadline] kyber bfq\n",
+                "8:0 Read 7\nTotal 7\n",
+                100,
+            ),
+            ("mq-deadline kyber [bfq] none\n", "8:0 Read 7\nTotal 7\n", 7),
+            ("mq-deadline kyber [bfq] none\n", "Total 0\n", 100),
+        ] {
+            let t = TestRoot::new("cgbfq");
+            let rel = "kubepods/pod1/c";
+            let b = |f: &str| format!("sys/fs/cgroup/blkio/{rel}/{f}");
+            t.write(&format!("sys/fs/cgroup/cpuacct/{rel}/cpuacct.usage"), "1\n");
+            t.write(b("blkio.bfq.io_service_bytes_recursive").as_str(), bfq_file);
+            t.write(
+                b("blkio.throttle.io_service_bytes").as_str(),
+                "8:0 Read 100\nTotal 100\n",
+            );
+            for c in ["cpuacct", "blkio"] {
+                t.write(&format!("sys/fs/cgroup/{c}/cgroup.procs"), "");
+            }
+            t.write("sys/block/sda/queue/scheduler", scheduler);
+            let mut r = Reader::new(Hierarchies::probe(&t.roots()), 64);
+            let c = r.read(rel).unwrap();
+            assert_eq!(c.read_bytes, Some(want), "{scheduler} {bfq_file:?}");
+        }
     }
 
     /// Kept files are read again from their start; a file found missing is looked

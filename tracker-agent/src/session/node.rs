@@ -79,7 +79,7 @@ pub fn run(st: NodeSettings) -> anyhow::Result<i32> {
         // as many as the open-file limit allows beside the agent's other files; an
         // eighth of them for the directories of the tree's listings.
         let fds = crate::sys::raise_open_files().saturating_sub(FDS_SPARE) as usize;
-        let no_pressure = no_pressure_why(&h);
+        let no_pressure = h.no_pressure_why();
         let mut scanner = Scanner::new(
             Reader::new(h, fds - fds / 8),
             Listings::new(fds / 8),
@@ -193,17 +193,6 @@ fn snapshot_of(read: Vec<Current>, life: Option<&NodeLife>, scanner: &Scanner) -
         scans: scanner.scans,
         vanished: scanner.vanished,
         degraded: scanner.degraded(),
-    }
-}
-
-/// Why no container's cgroup has pressure files, said where none has.
-fn no_pressure_why(h: &Hierarchies) -> &'static str {
-    if h.v2.is_none() {
-        "no cgroup v2 hierarchy: the kernel keeps pressure per cgroup in v2 only"
-    } else if !Path::new("/proc/pressure/cpu").exists() {
-        "PSI is off in this kernel (boot it with psi=1)"
-    } else {
-        "the containers' v2 cgroups have no *.pressure files"
     }
 }
 
