@@ -202,7 +202,8 @@ fn cases(baseline: Option<&Path>) -> Vec<(String, usize, usize)> {
     .map(|(name, n, each)| (name.to_string(), n, each))
     .collect();
     if let Some(b) = baseline {
-        let b = b.display();
+        // Named by its file: a build kept as, say, rt-48bdb9e says what it is.
+        let b = b.file_name().unwrap_or(b.as_os_str()).to_string_lossy();
         cases.insert(1, (format!("baseline agent `{b}`"), 500, 1));
         cases.insert(
             3,
