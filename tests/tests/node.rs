@@ -1101,11 +1101,11 @@ fn reads_by_device(c: &FakeContainer) -> std::collections::BTreeMap<String, u64>
 
 /// Pressure per container is its v2 cgroup's own (on a hybrid host, the unified
 /// tree's cgroup at the same path): three busy threads on two CPUs wait for a CPU;
-/// a job holding 24 MiB and reading a 48 MiB file again and again under a 40
-/// MiB limit waits for memory (the file's pages read back) and for I/O. Each exported total within 5 % of the kernel's, read
-/// once the job has ended and the agent has read it again; its storage reads by
-/// device, as the kernel counts them; and the default names
-/// are ours, cAdvisor's only on request.
+/// a job holding 24 MiB and reading a 48 MiB file again and again under a 40 MiB
+/// limit waits for memory (the file's pages read back) and for I/O. Each exported
+/// total within 5 % of the kernel's, read once the job has ended and the agent has
+/// read it again; its storage reads by device, as the kernel counts them; and the
+/// default names are ours, cAdvisor's only on request.
 #[test]
 fn pressure_per_container_is_the_cgroups() {
     if !require(is_root(), "the node tests make cgroups and need root") {

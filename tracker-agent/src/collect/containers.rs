@@ -17,7 +17,7 @@ use std::{
 use foldhash::{HashMap, HashMapExt as _, HashSet, HashSetExt as _};
 
 use super::files::{keyed, pread_all, End, Roots};
-use super::memcg::psi_totals;
+use super::memcg::{pressure_of, psi_totals};
 use crate::model::{
     node::{CgroupCounters, DeviceIo, Found},
     reading::Pressure,
@@ -992,15 +992,7 @@ impl Reader {
         {
             *t = psi_totals(self.text(h.v2.as_ref(), rel, file)?)?;
         }
-        let [cpu, memory, io] = totals;
-        Some(Pressure {
-            cpu_some_us: cpu.0,
-            cpu_full_us: cpu.1,
-            memory_some_us: memory.0,
-            memory_full_us: memory.1?,
-            io_some_us: io.0,
-            io_full_us: io.1?,
-        })
+        pressure_of(totals)
     }
 }
 

@@ -571,15 +571,7 @@ impl TreeCgroup {
             f.read(&mut self.buf).ok()?;
             *t = psi_totals(std::str::from_utf8(&self.buf).ok()?)?;
         }
-        let [cpu, memory, io] = totals;
-        Some(Pressure {
-            cpu_some_us: cpu.0,
-            cpu_full_us: cpu.1,
-            memory_some_us: memory.0,
-            memory_full_us: memory.1?,
-            io_some_us: io.0,
-            io_full_us: io.1?,
-        })
+        pressure_of(totals)
     }
 
     /// The first of the tree's `live` processes found outside the cgroup (and
@@ -659,6 +651,20 @@ impl TreeCgroup {
             ));
         }
     }
+}
+
+/// The stall times from the totals of `cpu.pressure`, `memory.pressure` and
+/// `io.pressure`, in that order; None where memory or I/O lacks a `full` total.
+pub(super) fn pressure_of(totals: [(u64, Option<u64>); 3]) -> Option<Pressure> {
+    let [cpu, memory, io] = totals;
+    Some(Pressure {
+        cpu_some_us: cpu.0,
+        cpu_full_us: cpu.1,
+        memory_some_us: memory.0,
+        memory_full_us: memory.1?,
+        io_some_us: io.0,
+        io_full_us: io.1?,
+    })
 }
 
 /// The `some` and `full` totals (µs) of a PSI file: `some avg10=… total=N`, then
