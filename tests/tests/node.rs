@@ -1217,19 +1217,20 @@ fn pressure_per_container_is_the_cgroups() {
     assert!(!text.contains("resource_tracker_degraded{"), "{text}");
     bg.signal(libc::SIGTERM);
     assert!(bg.wait_for(Duration::from_secs(5)).success());
-    // On request, cAdvisor's names for what cAdvisor has, ours for the rest.
+    // On request (the flag, or its variable as here), cAdvisor's names for what
+    // cAdvisor has, ours for the rest.
     let port = free_port();
     let mut c = Command::new(tracker());
-    c.args([
-        "node",
-        "--cadvisor-names",
-        "--listen",
-        &format!("127.0.0.1:{port}"),
-        "-i",
-        "0.2",
-    ])
-    .stdout(Stdio::null())
-    .stderr(Stdio::null());
+    c.env("TRACKER_CADVISOR_NAMES", "1")
+        .args([
+            "node",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "-i",
+            "0.2",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
     let mut bg = Bg::spawn(&mut c, "node agent");
     let t0 = Instant::now();
     let text = loop {

@@ -115,7 +115,7 @@ pub struct NodeOpts {
     /// Serve cAdvisor's names (`container_*`) for the series cAdvisor also has, for
     /// a Prometheus that scrapes no kubelet [default: `resource_tracker_container_*`,
     /// never the same series as the kubelet's]; env TRACKER_CADVISOR_NAMES.
-    #[arg(long, env = "TRACKER_CADVISOR_NAMES")]
+    #[arg(long)]
     pub cadvisor_names: bool,
 }
 

@@ -4,7 +4,7 @@ use std::{net::SocketAddr, path::PathBuf};
 
 use super::{
     cli::NodeOpts,
-    values::{env_var, seconds, GetEnv},
+    values::{env_bool, env_var, seconds, GetEnv},
 };
 use crate::{collect::Roots, discovery::kubelet::KubeletConfig};
 
@@ -138,7 +138,8 @@ pub fn resolve(o: NodeOpts, get_env: GetEnv) -> Result<NodeSettings, String> {
         include: o.include,
         kubelet,
         no_ebpf: o.no_ebpf,
-        cadvisor_names: o.cadvisor_names,
+        cadvisor_names: o.cadvisor_names
+            || env_bool(get_env, "TRACKER_CADVISOR_NAMES")?.unwrap_or(false),
         owner,
     })
 }
