@@ -13,6 +13,8 @@ use aws_sdk_s3::{
     Client,
 };
 
+use aws_smithy_http_client::tls;
+
 use super::api::Credentials;
 
 /// Region when neither the credentials nor the bucket tell (the Python client's).
@@ -55,8 +57,14 @@ pub fn client(c: &Credentials, region: &str, endpoint: Option<&str>, timeout: Du
         None,
         "sentinel",
     );
+    let https = aws_smithy_http_client::Builder::new()
+        .tls_provider(tls::Provider::Rustls(
+            tls::rustls_provider::CryptoMode::Ring,
+        ))
+        .build_https();
     let mut b = aws_sdk_s3::Config::builder()
         .behavior_version(BehaviorVersion::latest())
+        .http_client(https)
         .region(Region::new(region.to_string()))
         .credentials_provider(creds)
         .retry_config(RetryConfig::disabled())
