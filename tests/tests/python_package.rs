@@ -797,6 +797,27 @@ fn side_by_side_with_python_resource_tracker_0_5_0() {
             );
         }
     }
+    // The GPU columns as 0.5.0 gives them on a host where neither sees a GPU: the
+    // same numbers in every row (0), never None beside its 0.
+    let gpu_hosts = new["summary"]["host"]["host_gpu_count"]
+        .as_u64()
+        .unwrap_or(0);
+    let column = |rows: &Value, col: &str| -> Vec<Value> {
+        rows.as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r[col].clone())
+            .collect()
+    };
+    for col in ["gpu_usage", "gpu_vram_mib", "gpu_utilized"] {
+        let (o, n) = (column(&old["process"], col), column(&new["process"], col));
+        assert!(!o.is_empty() && !n.is_empty(), "{col}: no rows");
+        if gpu_hosts == 0 {
+            for v in o.iter().chain(&n) {
+                assert_eq!(v.as_f64(), Some(0.0), "{col}: 0.5.0 {o:?}, ours {n:?}");
+            }
+        }
+    }
     // server_info's keys (0.5.0 adds `allocation` only once sampled).
     let new_si = new["server_info_keys"].as_array().unwrap();
     for k in old["server_info_keys"].as_array().unwrap() {

@@ -199,6 +199,16 @@ def memory_mib(p: Row) -> float:
     return pss if pss is not None else p["memory_rss_mib"]
 
 
+def _process_gpu(s: Row, p: Row, name: str, zero: Any) -> Any:
+    """The tree's GPU figure; 0, as 0.5.0 gives, where the sample saw no GPU at
+    all (the tree used none of the none there are), and None only where a GPU is
+    there but its per-process figure could not be read."""
+    v = p.get(name)
+    if v is None and not s.get("gpu"):
+        return zero
+    return v
+
+
 def process_row(s: Row) -> Optional[Row]:
     """None for a host-only sample (no tracked tree)."""
     p = s.get("process")
@@ -217,9 +227,9 @@ def process_row(s: Row) -> Optional[Row]:
         "memory_mib": memory_mib(p),
         "disk_read_bytes": p["read_bytes"],
         "disk_write_bytes": p["write_bytes"],
-        "gpu_usage": p.get("gpu_usage"),
-        "gpu_vram_mib": p.get("gpu_vram_mib"),
-        "gpu_utilized": p.get("gpu_utilized"),
+        "gpu_usage": _process_gpu(s, p, "gpu_usage", 0.0),
+        "gpu_vram_mib": _process_gpu(s, p, "gpu_vram_mib", 0.0),
+        "gpu_utilized": _process_gpu(s, p, "gpu_utilized", 0),
     }
     # The binary's fields beyond 0.5.0's (`process_extra`), as the JSON has them.
     row.update((name, v) for name, v in p.items() if name not in PROCESS_MAPPED)
