@@ -8,7 +8,10 @@ use std::{
     process::Command,
 };
 
-use tracker_tests::*;
+use tracker_tests::{
+    e2e::{have, is_root, require},
+    *,
+};
 
 /// The xtask binary that `cargo build --workspace` puts next to the tests.
 fn xtask() -> PathBuf {
@@ -191,4 +194,121 @@ fn the_run_setup_installs_only_what_running_needs() {
     assert!(err.contains("what running needs"), "{err}");
     let called = std::fs::read_to_string(&calls).unwrap_or_default();
     assert!(called.is_empty(), "setup --run called: {called}");
+}
+
+/// The README's Python commands, as written: its first `sh` block after the
+/// "## Python" heading, run by bash from the checkout with HOME a scratch
+/// directory (so `~/rt` is made there; cargo's and rustup's homes stay where they
+/// are): the package is built and installed into a new venv, and its example
+/// tracks 303 processes and a 200 MiB array, as root on eBPF and then, from the
+/// same venv, as a plain user on procfs (the grant's run is in python_package.rs).
+#[test]
+fn the_readmes_python_commands_install_the_package_and_run_its_example() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let readme = std::fs::read_to_string(repo.join("README.md")).expect("README.md");
+    let section = readme
+        .split("\n## Python")
+        .nth(1)
+        .expect("a Python section in the README");
+    let block = section
+        .split("```sh\n")
+        .nth(1)
+        .and_then(|b| b.split("\n```").next())
+        .expect("an sh block in the README's Python section");
+    assert!(
+        block.starts_with("cargo xtask pip-install --venv ~/rt\n"),
+        "{block}"
+    );
+    let s = Scratch::new("readme-python");
+    let home = |var: &str, under: &str| {
+        std::env::var_os(var).unwrap_or_else(|| {
+            Path::new(&std::env::var_os("HOME").expect("HOME"))
+                .join(under)
+                .into()
+        })
+    };
+    let (cargo_home, rustup_home) = (home("CARGO_HOME", ".cargo"), home("RUSTUP_HOME", ".rustup"));
+    // A user whose python3 is the system's, so that the venv's interpreter is one
+    // user 65534 may run too (root's pyenv lives under a 0700 /root).
+    let system_py = Path::new("/usr/bin/python3");
+    let path_dir = s.path("path");
+    std::fs::create_dir(&path_dir).unwrap();
+    if system_py.exists() {
+        std::os::unix::fs::symlink(system_py, path_dir.join("python3")).unwrap();
+    }
+    let path = std::env::join_paths(std::iter::once(path_dir.clone()).chain(
+        std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()),
+    ))
+    .unwrap();
+    let run = |cmd: &mut Command| {
+        let t0 = std::time::Instant::now();
+        let o = cmd
+            .env("HOME", &s.0)
+            .env("PATH", &path)
+            .env("CARGO_HOME", &cargo_home)
+            .env("RUSTUP_HOME", &rustup_home)
+            .env_remove("VIRTUAL_ENV")
+            .output()
+            .expect("bash");
+        let (out, err) = (
+            String::from_utf8_lossy(&o.stdout).to_string(),
+            String::from_utf8_lossy(&o.stderr).to_string(),
+        );
+        eprintln!(
+            "the README's Python block: {:.0} s\n{out}",
+            t0.elapsed().as_secs_f64()
+        );
+        assert!(o.status.success(), "{out}\n{err}");
+        out
+    };
+    let out = run(Command::new("bash")
+        .args(["-e", "-c", block])
+        .current_dir(&repo));
+    assert!(s.path("rt/bin/resource-tracker").exists(), "{out}");
+    let want = if is_root() && ebpf_available() {
+        "ebpf"
+    } else {
+        "procfs"
+    };
+    check_readme_example(&out, want);
+    if !is_root()
+        || !require(have("setpriv"), "setpriv is missing")
+        || !require(system_py.exists(), "/usr/bin/python3 is missing")
+    {
+        return;
+    }
+    // The example again from the venv the block made, as user 65534.
+    std::fs::set_permissions(&s.0, PermissionsExt::from_mode(0o755)).unwrap();
+    let example = block
+        .split_once("~/rt/bin/python - <<'PY'\n")
+        .map(|(_, rest)| format!("~/rt/bin/python - <<'PY'\n{rest}\n"))
+        .expect("the example's heredoc");
+    let out = run(Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .args(["bash", "-e", "-c", &example])
+        .current_dir(&s.0));
+    check_readme_example(&out, "procfs");
+}
+
+/// "ebpf 9 samples, 303 processes", then the memory stats and the @resources line.
+fn check_readme_example(out: &str, backend: &str) {
+    let first: Vec<&str> = out
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(first.first().copied(), Some(backend), "{out}");
+    if backend == "ebpf" {
+        // sh, seq, 300 /bin/true and sleep: each counted by the kernel.
+        assert_eq!(first.get(3).copied(), Some("303"), "processes: {out}");
+    }
+    assert!(out.contains("@resources(cpu=1, memory="), "{out}");
+    let max: f64 = out
+        .split("'max': ")
+        .nth(1)
+        .and_then(|v| v.split(['}', ',']).next())
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0);
+    assert!(max >= 200.0, "the 200 MiB array: {out}");
 }
