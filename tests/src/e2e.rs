@@ -150,6 +150,21 @@ impl Drop for Bg {
 }
 
 /// Number of lines in a file (0 when missing).
+/// A page's rendered DOM without its `<script>` elements: the report carries its
+/// own code, whose strings (every hint, every card's title) would match otherwise.
+pub fn shown_text(dom: &str) -> String {
+    let mut out = String::with_capacity(dom.len());
+    let mut rest = dom;
+    while let Some(i) = rest.find("<script") {
+        out.push_str(&rest[..i]);
+        rest = rest[i..]
+            .find("</script>")
+            .map_or("", |j| &rest[i + j + "</script>".len()..]);
+    }
+    out.push_str(rest);
+    out
+}
+
 pub fn line_count(p: &Path) -> usize {
     std::fs::read_to_string(p)
         .map(|s| s.lines().count())

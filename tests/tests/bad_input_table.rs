@@ -399,6 +399,11 @@ fn cases() -> Vec<Case> {
         &["--status", "done"],
     ));
     v.push(flag(
+        &["report", "{file}", "--hints", "shell"],
+        2,
+        &["--hints", "shell"],
+    ));
+    v.push(flag(
         &["report", "{file}", "--title", " "],
         2,
         &["--title", "empty"],

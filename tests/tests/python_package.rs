@@ -1492,6 +1492,23 @@ fn report_is_the_binarys_html_report() {
         let (dom, problems) = chromium(&page, &s);
         assert!(problems.is_empty(), "the report's console: {problems:?}");
         assert!(dom.contains("<body"), "{}", &dom[..dom.len().min(300)]);
+        // Hints in the package's terms; the host's disk and network apart from
+        // the tree's usage.
+        let shown = tracker_tests::e2e::shown_text(&dom);
+        assert!(
+            shown.contains("ResourceTracker(discover_cloud=True)") && !shown.contains("--discover"),
+            "the page's hints are the CLI's"
+        );
+        let at = |t: &str| {
+            shown
+                .find(t)
+                .unwrap_or_else(|| panic!("no {t:?} on the page"))
+        };
+        assert!(
+            at("Usage of the process tree") < at("The host during the run")
+                && at("The host during the run") < at("disk space used"),
+            "the host's disk space is not apart from the tree's usage"
+        );
     }
 }
 

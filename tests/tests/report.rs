@@ -162,6 +162,23 @@ fn a_swarms_report_has_a_bar_per_process_and_the_kernels_cpu() {
         );
         let (dom, err, wall) = open_in_chromium(&page, &s);
         assert_rendered(&dom, &err);
+        // The CLI's hints; the host's disk and network in a card of their own.
+        let shown = tracker_tests::e2e::shown_text(&dom);
+        assert!(
+            shown.contains("run with --discover"),
+            "no CLI hint for the cloud"
+        );
+        assert!(
+            !shown.contains("ResourceTracker("),
+            "a Python hint in the CLI's page"
+        );
+        let at = |t: &str| {
+            shown
+                .find(t)
+                .unwrap_or_else(|| panic!("no {t:?} on the page"))
+        };
+        assert!(at("Usage of the process tree") < at("The host during the run"));
+        assert!(at("The host during the run") < at("disk space used"));
         assert_eq!(attr(&dom, "data-bars"), Some(&*bars.len().to_string()));
         assert_eq!(attr(&dom, "data-mode"), Some("command"));
         let charts: usize = attr(&dom, "data-charts").unwrap().parse().unwrap();

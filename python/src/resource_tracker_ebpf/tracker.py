@@ -1025,6 +1025,9 @@ class ResourceTracker:
             if "--status" in help_text:
                 status = "failed" if status_failed else "pending" if self.running else "finished"
                 args += ["--status", status, "--title", f"resource-tracker report: {self._job_title()}"]
+            if "--hints" in help_text:
+                # The page's hints in this package's terms, not the CLI's flags.
+                args += ["--hints", "python"]
             if recommend_server:
                 args.append("--recommend-server")
             run_once(binary, args, timeout=timeout)

@@ -676,6 +676,16 @@ pub struct Combined {
     pub recommendation: Option<Recommendation>,
 }
 
+/// Whose words the page's hints use: the command line's flags, or the Python
+/// package's arguments when the package made the page.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Hints {
+    #[default]
+    Cli,
+    Python,
+}
+
 /// How a reported run stands: the Python package's words (Pending while the job
 /// runs, then Finished, or Failed).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

@@ -591,6 +591,7 @@ pub fn run(st: ReportSettings) -> anyhow::Result<i32> {
         combined,
         server,
         notes: notes.clone(),
+        hints: st.hints,
     };
     let size = write_page(&st.output, &page, None)?;
     for n in &notes {

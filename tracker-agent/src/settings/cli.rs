@@ -69,6 +69,10 @@ pub struct ReportOpts {
     /// code; none without one].
     #[arg(long, value_parser = ["pending", "finished", "failed"])]
     pub status: Option<String>,
+    /// Whose terms the page's hints use: cli (the tracker's flags) or python (the
+    /// Python package's arguments; the package passes it).
+    #[arg(long, value_parser = ["cli", "python"], default_value = "cli")]
+    pub hints: String,
 }
 
 #[derive(Args, Debug, Clone)]

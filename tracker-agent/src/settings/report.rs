@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use crate::model::report::RunStatus;
+use crate::model::report::{Hints, RunStatus};
 
 use super::{
     cli::ReportOpts,
@@ -22,6 +22,8 @@ pub struct ReportSettings {
     pub title: Option<String>,
     /// How the run stands, when given; else from its summary.
     pub status: Option<RunStatus>,
+    /// Whose terms the page's hints use.
+    pub hints: Hints,
 }
 
 /// Keeper's base URL: `TRACKER_KEEPER_URL`, else Spare Cores' own.
@@ -50,6 +52,11 @@ pub fn resolve(o: ReportOpts, get_env: GetEnv) -> Result<ReportSettings, String>
         Some("failed") => Some(RunStatus::Failed),
         Some(other) => return Err(format!("--status {other}: not pending, finished or failed")),
     };
+    let hints = match o.hints.as_str() {
+        "cli" => Hints::Cli,
+        "python" => Hints::Python,
+        other => return Err(format!("--hints {other}: not cli or python")),
+    };
     if o.title.as_deref().is_some_and(|t| t.trim().is_empty()) {
         return Err("--title: empty; leave it out for the run's file name".to_string());
     }
@@ -59,5 +66,6 @@ pub fn resolve(o: ReportOpts, get_env: GetEnv) -> Result<ReportSettings, String>
         keeper: ask.then(|| keeper_url(get_env)).transpose()?,
         title: o.title,
         status,
+        hints,
     })
 }

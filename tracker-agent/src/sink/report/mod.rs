@@ -15,7 +15,7 @@ use crate::{
     fsafe::{self, Owner},
     model::{
         reading::unix_now,
-        report::{Combined, ProcEventIn, RunBuilder, RunData, RunStatus, TimelineBuilder},
+        report::{Combined, Hints, ProcEventIn, RunBuilder, RunData, RunStatus, TimelineBuilder},
         stats::ServerAdvice,
         ProcEvent, Sample, Summary,
     },
@@ -42,6 +42,8 @@ pub struct Page {
     pub server: Option<ServerAdvice>,
     /// What the reader skipped or could not match, one line each.
     pub notes: Vec<String>,
+    /// Whose terms the hints use (flags or the Python package's arguments).
+    pub hints: Hints,
 }
 
 fn escape_html(s: &str) -> String {
@@ -243,6 +245,7 @@ impl Sink for ReportSink {
                 combined: None,
                 server: summary.recommended_server.clone(),
                 notes: Vec::new(),
+                hints: Hints::Cli,
             };
             self.html = Some(render(&page)?);
         }
@@ -296,6 +299,7 @@ mod tests {
             combined: None,
             server: None,
             notes: vec![],
+            hints: Hints::Cli,
         };
         let html = render(&page).unwrap();
         assert!(!html.contains("</script><script>alert"));

@@ -57,6 +57,8 @@
   }
 
   var first = D.runs[0] || {};
+  // Made by the Python package: hints name its arguments, not the tracker's flags.
+  var PY = D.hints === "python";
   var sum = first.summary || {};
   var host = sum.host || {};
   var cloud = sum.cloud || null;
@@ -83,7 +85,7 @@
     ["instance type", cloud.cloud_instance_type || "–"],
     D.server && D.server.current_price_usd_per_hour !== null && D.server.current_price_usd_per_hour !== undefined
       ? ["cost of this run", usd(D.server.current_run_cost_usd)] : null
-  ] : [["cloud", "not discovered (run with --discover)"]];
+  ] : [["cloud", PY ? "not discovered (ResourceTracker(discover_cloud=True))" : "not discovered (run with --discover)"]];
   root.appendChild(el("div", { cls: "cards" }, [
     card("Run", runRows), card("Server", serverRows), card("Cloud", cloudRows)
   ]));
@@ -101,10 +103,13 @@
       st.process_gpu_usage ? ["GPU usage", mm(st.process_gpu_usage, num)] : null,
       st.process_gpu_vram_mib ? ["VRAM", mm(st.process_gpu_vram_mib, function (x) { return num(x, 0) + " MiB"; })] : null,
       st.process_gpu_utilized ? ["GPUs in use", mm(st.process_gpu_utilized, num)] : null,
+      ["duration", secs(st.duration_secs)]
+    ]));
+    // Disk space and network are the host's (no per-tree figure exists for them).
+    cards.push(card("The host during the run", [
       ["disk space used", st.system_disk_space_used_gb !== null ? num(st.system_disk_space_used_gb) + " GB max" : "–"],
       ["network received", bytes(st.system_net_recv_bytes)],
-      ["network sent", bytes(st.system_net_sent_bytes)],
-      ["duration", secs(st.duration_secs)]
+      ["network sent", bytes(st.system_net_sent_bytes)]
     ]));
   }
   if (rec) {
@@ -213,7 +218,9 @@
       drawn++;
     });
     if (r.timeline) timeline(r, ri);
-    else root.appendChild(el("div", { cls: "warn", text: "No process timeline: it is drawn from the eBPF backend's process events (run as root, or give the run's --events file to `report`)." }));
+    else root.appendChild(el("div", { cls: "warn", text: PY
+      ? "No process timeline: it is drawn from the eBPF backend's process events (run Python as root, or have an administrator grant the package's resource-tracker binary CAP_BPF and CAP_PERFMON: docs/deploy.md, \"A capability grant on the binary\")."
+      : "No process timeline: it is drawn from the eBPF backend's process events (run as root, or give the run's --events file to `report`)." }));
   });
   document.body.dataset.charts = String(drawn);
 
