@@ -152,9 +152,10 @@ fi
 # --- moto (S3/IAM/STS server, SigV4 enforced) for the Sentinel streaming tests ---
 # tests/src/sentinel.rs starts target/moto/bin/moto_server; tests/fixtures/moto_ctl.py
 # drives it with boto3 (a dependency of moto). moto's iam/sts extras are empty in
-# 5.2.5 (pulled in for clarity); server mode needs flask and flask-cors.
+# 5.2.5 (pulled in for clarity); server mode needs flask and flask-cors. The OTLP
+# tests decode with the official opentelemetry-proto (tests/fixtures/otlp_receiver.py).
 moto_venv="$repo/target/moto"
-moto_pkgs=("moto[s3,iam,sts]==5.2.5" flask flask-cors)
+moto_pkgs=("moto[s3,iam,sts]==5.2.5" flask flask-cors "opentelemetry-proto==1.45.2")
 want_moto="${moto_pkgs[*]}"
 if [ -x "$moto_venv/bin/moto_server" ] && [ -f "$moto_venv/.installed" ] \
   && [ "$(cat "$moto_venv/.installed")" = "$want_moto" ] \

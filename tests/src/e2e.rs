@@ -257,7 +257,11 @@ impl HostTracker {
 pub fn clean_env(cmd: &mut Command) -> &mut Command {
     for (k, _) in std::env::vars_os() {
         let k = k.to_string_lossy().into_owned();
-        if k.starts_with("TRACKER_") || k.starts_with("SENTINEL_") || k == "RUST_LOG" {
+        if k.starts_with("TRACKER_")
+            || k.starts_with("SENTINEL_")
+            || k.starts_with("OTEL_")
+            || k == "RUST_LOG"
+        {
             cmd.env_remove(&k);
         }
     }

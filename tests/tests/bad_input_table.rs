@@ -284,6 +284,82 @@ fn cases() -> Vec<Case> {
             v.push(stream_env(var, bad, &[var]));
         }
     }
+    for var in [
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+    ] {
+        for bad in BAD_URLS {
+            v.push(env(var, bad, 2, &[var]));
+        }
+    }
+    for bad in BAD_URLS {
+        v.push(run_flag("--otlp-endpoint", bad, &["--otlp-endpoint"]));
+    }
+    v.push(config(
+        "[tracker]\notlp_endpoint = \"localhost:4318\"\n",
+        &["[tracker] otlp_endpoint", "localhost:4318"],
+    ));
+    // With an endpoint, so that the other OpenTelemetry variables are read; a
+    // header's value (a token) is never echoed.
+    for (var, bad, needles) in [
+        (
+            "OTEL_EXPORTER_OTLP_PROTOCOL",
+            "grpc",
+            &["OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"][..],
+        ),
+        (
+            "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",
+            "http/json",
+            &["OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "http/json"],
+        ),
+        (
+            "OTEL_EXPORTER_OTLP_HEADERS",
+            "t0ken",
+            &["OTEL_EXPORTER_OTLP_HEADERS", "no '='"],
+        ),
+        (
+            "OTEL_EXPORTER_OTLP_HEADERS",
+            "=t0ken",
+            &["OTEL_EXPORTER_OTLP_HEADERS", "empty key"],
+        ),
+        (
+            "OTEL_EXPORTER_OTLP_HEADERS",
+            "a b=t0ken",
+            &["OTEL_EXPORTER_OTLP_HEADERS", "not a header name"],
+        ),
+        (
+            "OTEL_EXPORTER_OTLP_METRICS_HEADERS",
+            "k=t0ken%zz",
+            &["OTEL_EXPORTER_OTLP_METRICS_HEADERS", "the value of 'k'"],
+        ),
+        (
+            "OTEL_RESOURCE_ATTRIBUTES",
+            "team",
+            &["OTEL_RESOURCE_ATTRIBUTES", "no '='"],
+        ),
+        (
+            "OTEL_RESOURCE_ATTRIBUTES",
+            "a=%e2%28",
+            &["OTEL_RESOURCE_ATTRIBUTES", "percent-encoded UTF-8"],
+        ),
+        (
+            "OTEL_EXPORTER_OTLP_TIMEOUT",
+            "10s",
+            &["OTEL_EXPORTER_OTLP_TIMEOUT", "milliseconds"],
+        ),
+        (
+            "OTEL_METRIC_EXPORT_INTERVAL",
+            "0",
+            &["OTEL_METRIC_EXPORT_INTERVAL", "milliseconds"],
+        ),
+    ] {
+        let mut c = env(var, bad, 2, needles);
+        c.env.push((
+            "OTEL_EXPORTER_OTLP_ENDPOINT".into(),
+            "http://127.0.0.1:9".into(),
+        ));
+        v.push(c);
+    }
     for bad in BAD_URLS {
         let mut c = env("TRACKER_KEEPER_URL", bad, 2, &["TRACKER_KEEPER_URL"]);
         c.env.push(("TRACKER_RECOMMEND_SERVER".into(), "1".into()));

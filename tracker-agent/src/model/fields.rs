@@ -177,6 +177,8 @@ pub struct TreeField<S: 'static> {
     pub python_csv: Option<&'static str>,
     /// The texts a text field may hold.
     pub names: &'static [&'static str],
+    /// The OTLP metric it is exported as (docs/otlp.md); None: not one.
+    pub otlp: Option<Otlp>,
     pub ty: fn() -> String,
     pub get: for<'a> fn(&'a S) -> Cell<'a>,
     /// Sets the field from a recorded cell; false when the cell is not of its type.
@@ -192,6 +194,7 @@ impl<S> TreeField<S> {
         csv: None,
         python_csv: None,
         names: &[],
+        otlp: None,
         ty: String::new,
         get: |_| Cell::Null,
         put: |_, _, _| false,
@@ -339,6 +342,55 @@ pub fn check_block(rel: &str, section: &str, is_row: fn(&str) -> bool, last: boo
         return;
     }
     panic!("{rel} ({section}) is not the registry's; TRACKER_BLESS=1 writes it:\n{want}");
+}
+
+// The OTLP metric of a field: model/otlp.rs makes points of them.
+
+/// How a field becomes a metric.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// A value now (OTLP Gauge).
+    Gauge,
+    /// Already a total since the start (a cumulative, monotonic Sum).
+    Total,
+    /// The growth over the interval: added up here into a cumulative Sum.
+    Growth,
+}
+
+/// A field's OTLP metric: its name (the semantic conventions' where they have
+/// one, else under `resource_tracker.`), unit (UCUM, as the conventions write
+/// it), the factor from the field's unit, its kind and fixed attributes.
+#[derive(Clone, Copy, Debug)]
+pub struct Otlp {
+    pub name: &'static str,
+    pub unit: &'static str,
+    pub scale: f64,
+    pub kind: Kind,
+    pub attrs: &'static [(&'static str, &'static str)],
+}
+
+pub const MIB: f64 = 1_048_576.0;
+
+impl Otlp {
+    pub const fn new(name: &'static str, unit: &'static str, kind: Kind) -> Otlp {
+        Otlp {
+            name,
+            unit,
+            scale: 1.0,
+            kind,
+            attrs: &[],
+        }
+    }
+    /// A figure in MiB, exported in bytes.
+    pub const fn mib(name: &'static str, kind: Kind) -> Otlp {
+        Otlp {
+            scale: MIB,
+            ..Otlp::new(name, "By", kind)
+        }
+    }
+    pub const fn with(self, attrs: &'static [(&'static str, &'static str)]) -> Otlp {
+        Otlp { attrs, ..self }
+    }
 }
 
 /// Defines `ProcessSample` (its fields in JSON order, each with its doc comment,

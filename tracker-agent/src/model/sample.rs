@@ -3,7 +3,10 @@
 
 use serde::Serialize;
 
-use super::{degraded::Degradation, fields::tree_fields};
+use super::{
+    degraded::Degradation,
+    fields::{tree_fields, Kind, Otlp},
+};
 
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Sample {
@@ -250,7 +253,7 @@ tree_fields! {
     /// system CPU of the tree in the interval
     stime_secs: f64 { unit: "s", python_csv: Some("process_stime") }
     /// tree CPU since tracking began, exited members included
-    cpu_secs_total: f64 { unit: "s", csv: Some(2) }
+    cpu_secs_total: f64 { unit: "s", csv: Some(2), otlp: Some(Otlp::new("process.cpu.time", "s", Kind::Total)) }
     /// `cgroup`: under `run`, the command joined a cgroup made for it before exec (a child
     /// of the tracker's own: v2 wherever a v2 hierarchy is mounted, `cpu.stat`'s
     /// `usage_usec`; else v1 `cpuacct.usage`), and the tree's CPU is the scheduler's charge
@@ -265,18 +268,18 @@ tree_fields! {
     cpu_source: &'static str { csv: Some(3), names: &["cgroup", "ebpf", "procfs"] }
     /// processes started in the tree in the interval (the root counts when the tracker
     /// started it)
-    processes_spawned: u64 { unit: "count", csv: Some(5) }
+    processes_spawned: u64 { unit: "count", csv: Some(5), otlp: Some(Otlp::new("resource_tracker.process.spawned", "{process}", Kind::Growth)) }
     /// processes of the tree whose last thread exited in the interval
-    processes_exited: u64 { unit: "count", csv: Some(6) }
+    processes_exited: u64 { unit: "count", csv: Some(6), otlp: Some(Otlp::new("resource_tracker.process.exited", "{process}", Kind::Growth)) }
     /// live (non-zombie) processes of the tree, root included
-    live_processes: u64 { unit: "count", csv: Some(4) }
+    live_processes: u64 { unit: "count", csv: Some(4), otlp: Some(Otlp::new("resource_tracker.process.count", "{process}", Kind::Gauge)) }
     /// their threads
-    live_threads: u64 { unit: "count" }
+    live_threads: u64 { unit: "count", otlp: Some(Otlp::new("process.thread.count", "{thread}", Kind::Gauge)) }
     /// the tree's memory now, as a container limit would need it, by `memory_source`:
     /// shared pages count once. With `cgroup`, the charge of a cgroup made for the command
     /// (v1 `memory.usage_in_bytes`, v2 `memory.current`: anonymous memory, page cache and
     /// kernel memory); with `pss`, Σ `memory_pss_mib`; with `rss`, Σ `memory_rss_mib`
-    memory_mib: f64 { unit: "MiB", python_csv: Some("process_memory_mib") }
+    memory_mib: f64 { unit: "MiB", python_csv: Some("process_memory_mib"), otlp: Some(Otlp::mib("process.memory.usage", Kind::Gauge)) }
     /// `cgroup`: `run` made a cgroup as a child of the one it runs in and the command
     /// joined it before exec; it holds exactly the tree (checked every sample: each live
     /// process's memory cgroup as the eBPF probe reads it, else the cgroup's `cgroup.procs`
@@ -292,24 +295,24 @@ tree_fields! {
     memory_source: &'static str { csv: Some(8), names: &["cgroup", "pss", "rss"] }
     /// the cgroup's own peak since the start (v1 `memory.max_usage_in_bytes`, v2
     /// `memory.peak`), between samples too; null unless `memory_source` is `cgroup`
-    memory_peak_mib: Option<f64> { unit: "MiB" }
+    memory_peak_mib: Option<f64> { unit: "MiB", otlp: Some(Otlp::mib("resource_tracker.process.memory.peak", Kind::Gauge)) }
     /// sum of the live members' RSS (`/proc/PID/stat`): a page shared by N members counts N
     /// times
-    memory_rss_mib: f64 { unit: "MiB", csv: Some(7) }
+    memory_rss_mib: f64 { unit: "MiB", csv: Some(7), otlp: Some(Otlp::mib("resource_tracker.process.memory.rss_sum", Kind::Gauge)) }
     /// sum of the live members' PSS (`smaps_rollup`: a page shared by N processes counts
     /// 1/N in each; a member whose file cannot be read is left out); read when it is the
     /// source, and every sample with `--pss`
-    memory_pss_mib: Option<f64> { unit: "MiB" }
+    memory_pss_mib: Option<f64> { unit: "MiB", otlp: Some(Otlp::mib("resource_tracker.process.memory.pss_sum", Kind::Gauge)) }
     /// largest RSS of any single member so far (`signal->maxrss` at exit for exited ones)
-    max_process_rss_mib: f64 { unit: "MiB" }
+    max_process_rss_mib: f64 { unit: "MiB", otlp: Some(Otlp::mib("resource_tracker.process.memory.max_member_rss", Kind::Gauge)) }
     /// anonymous memory of the command's cgroup (v2 `memory.stat` `anon`, v1
     /// `total_rss`): what a limit cannot take back without swap; null unless
     /// `memory_source` is `cgroup`
-    memory_anon_mib: Option<f64> { unit: "MiB", csv: Some(12) }
+    memory_anon_mib: Option<f64> { unit: "MiB", csv: Some(12), otlp: Some(Otlp::mib("resource_tracker.process.memory.anon", Kind::Gauge)) }
     /// page cache charged to the cgroup (v2 `file`, v1 `total_cache`; tmpfs and
     /// shared memory included): a limit reclaims it rather than fail, so it is
     /// reported beside what the job needs, not as part of it; null unless `cgroup`
-    memory_page_cache_mib: Option<f64> { unit: "MiB", csv: Some(13) }
+    memory_page_cache_mib: Option<f64> { unit: "MiB", csv: Some(13), otlp: Some(Otlp::mib("resource_tracker.process.memory.page_cache", Kind::Gauge)) }
     /// the part of `memory_page_cache_mib` the kernel found in use more than once
     /// lately (v2 `active_file`, v1 `total_active_file`): what the working set keeps
     /// of the page cache; null unless `cgroup`
@@ -317,14 +320,14 @@ tree_fields! {
     /// `memory_mib` but the cgroup's inactive page cache (`inactive_file`): the
     /// working set, as the kubelet and the Vertical Pod Autoscaler count it; null
     /// unless `cgroup`
-    memory_working_set_mib: Option<f64> { unit: "MiB", csv: Some(14) }
+    memory_working_set_mib: Option<f64> { unit: "MiB", csv: Some(14), otlp: Some(Otlp::mib("resource_tracker.process.memory.working_set", Kind::Gauge)) }
     /// `memory_mib` but anonymous memory and page cache: the kernel's own memory
     /// for the tree (stacks, page tables, slab, sockets); null unless `cgroup`
     memory_kernel_mib: Option<f64> { unit: "MiB" }
     /// seconds in the interval in which some of the tree's tasks waited for a CPU
     /// (PSI `cpu.pressure` `some` of the v2 cgroup made for the command); null
     /// without one
-    cpu_pressure_secs: Option<f64> { unit: "s", csv: Some(15) }
+    cpu_pressure_secs: Option<f64> { unit: "s", csv: Some(15), otlp: Some(Otlp::new("resource_tracker.process.pressure.time", "s", Kind::Growth).with(&[("pressure.resource", "cpu"), ("pressure.scope", "some")])) }
     /// seconds in the interval in which all of them did at once (`full`; null
     /// before 5.13, which keeps none for CPU)
     cpu_pressure_full_secs: Option<f64> { unit: "s" }
@@ -332,25 +335,25 @@ tree_fields! {
     /// (reclaim, swap-in, refaults of what was reclaimed: `memory.pressure` `some`):
     /// a job that stalls here ran short of memory, and its peak is lower than what
     /// it would take; null without a v2 cgroup
-    memory_pressure_secs: Option<f64> { unit: "s", csv: Some(16) }
+    memory_pressure_secs: Option<f64> { unit: "s", csv: Some(16), otlp: Some(Otlp::new("resource_tracker.process.pressure.time", "s", Kind::Growth).with(&[("pressure.resource", "memory"), ("pressure.scope", "some")])) }
     /// seconds in the interval in which all of them did at once (`full`)
     memory_pressure_full_secs: Option<f64> { unit: "s" }
     /// seconds in the interval in which some of the tree's tasks waited for I/O
     /// (`io.pressure` `some`); null without a v2 cgroup
-    io_pressure_secs: Option<f64> { unit: "s", csv: Some(17) }
+    io_pressure_secs: Option<f64> { unit: "s", csv: Some(17), otlp: Some(Otlp::new("resource_tracker.process.pressure.time", "s", Kind::Growth).with(&[("pressure.resource", "io"), ("pressure.scope", "some")])) }
     /// seconds in the interval in which all of them did at once (`full`)
     io_pressure_full_secs: Option<f64> { unit: "s" }
     /// storage bytes read by the tree in the interval: each thread's own `read_bytes`
     /// (eBPF: `/proc/PID/task/TID/io` while live, `task->ioac` once it is dead and off the
     /// CPU; never a parent's count of reaped children, so nested shells count once)
-    read_bytes: u64 = per_interval(read_bytes) { unit: "bytes", python_csv: Some("process_disk_read_bytes") }
+    read_bytes: u64 = per_interval(read_bytes) { unit: "bytes", python_csv: Some("process_disk_read_bytes"), otlp: Some(Otlp::new("process.disk.io", "By", Kind::Growth).with(&[("disk.io.direction", "read")])) }
     /// storage bytes written by the tree in the interval; 0 for writes that stay in a tmpfs
-    write_bytes: u64 = per_interval(write_bytes) { unit: "bytes", python_csv: Some("process_disk_write_bytes") }
+    write_bytes: u64 = per_interval(write_bytes) { unit: "bytes", python_csv: Some("process_disk_write_bytes"), otlp: Some(Otlp::new("process.disk.io", "By", Kind::Growth).with(&[("disk.io.direction", "write")])) }
     /// bytes the tree read through read-like system calls in the interval (`rchar`:
     /// page-cache hits, pipes and sockets included)
-    rchar_bytes: u64 = per_interval(rchar) { unit: "bytes", csv: Some(10) }
+    rchar_bytes: u64 = per_interval(rchar) { unit: "bytes", csv: Some(10), otlp: Some(Otlp::new("resource_tracker.process.io", "By", Kind::Growth).with(&[("io.direction", "read")])) }
     /// bytes the tree wrote through write-like system calls in the interval (`wchar`)
-    wchar_bytes: u64 = per_interval(wchar) { unit: "bytes", csv: Some(11) }
+    wchar_bytes: u64 = per_interval(wchar) { unit: "bytes", csv: Some(11), otlp: Some(Otlp::new("resource_tracker.process.io", "By", Kind::Growth).with(&[("io.direction", "write")])) }
     /// read-like system calls of the tree in the interval (`syscr`: read, pread,
     /// readv, sendfile and the like, on files, pipes and sockets alike)
     read_calls: u64 = per_interval(syscr) { unit: "count" }
@@ -359,18 +362,18 @@ tree_fields! {
     /// whether the root process is still running
     root_alive: bool { csv: Some(9) }
     /// tasks the kernel map had no room for (0 means exact; raise `--max-tasks`)
-    untracked_tasks: u64 { unit: "count" }
+    untracked_tasks: u64 { unit: "count", otlp: Some(Otlp::new("resource_tracker.process.untracked_tasks", "{task}", Kind::Gauge)) }
     /// Σ over GPUs of the tree's utilisation fraction (0–1 per GPU); null without a GPU.
     /// NVIDIA: per live tree process the latest SM utilisation sample NVML took since the
     /// previous reading (`nvmlDeviceGetProcessUtilization`), summed per GPU (at most 1); no
     /// sample in that window counts 0, so nothing is reported beyond what NVML measured.
     /// AMD: Δ of the `drm-engine-gfx` + `drm-engine-compute` ns of the tree's DRM clients
     /// (fdinfo) ÷ elapsed ns (a client's first sighting is a baseline)
-    gpu_usage: Option<f64> { unit: "GPUs", python_csv: Some("process_gpu_usage") }
+    gpu_usage: Option<f64> { unit: "GPUs", python_csv: Some("process_gpu_usage"), otlp: Some(Otlp::new("resource_tracker.process.gpu.usage", "{gpu}", Kind::Gauge)) }
     /// GPU memory of the tree's live processes: NVML running compute + graphics processes
     /// (a process in both lists counts once); AMD `drm-memory-vram` of its DRM clients,
     /// each client once
-    gpu_vram_mib: Option<f64> { unit: "MiB", python_csv: Some("process_gpu_vram_mib") }
+    gpu_vram_mib: Option<f64> { unit: "MiB", python_csv: Some("process_gpu_vram_mib"), otlp: Some(Otlp::mib("resource_tracker.process.gpu.memory", Kind::Gauge)) }
     /// GPUs on which the tree's utilisation (above) is > 0
     gpu_utilized: Option<u64> { unit: "count", python_csv: Some("process_gpu_utilized") }
 }
@@ -537,6 +540,7 @@ mod tests {
             detail: "d".into(),
         });
         sum.streaming = Some(StreamReport::default());
+        sum.otlp = Some(crate::model::OtlpReport::default());
         sum.limits = Some(crate::model::summary::LimitsReport::default());
         sum.pressure = Some(crate::model::summary::PressureReport {
             cpu_full_secs: Some(0.0),

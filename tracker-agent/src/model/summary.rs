@@ -132,6 +132,8 @@ pub struct Summary {
     pub cloud: Option<CloudInfo>,
     /// Sentinel streaming, when SENTINEL_API_TOKEN was set.
     pub streaming: Option<StreamReport>,
+    /// OTLP export (docs/otlp.md); null without an OTLP endpoint
+    pub otlp: Option<OtlpReport>,
     /// Where the samples went because stderr, their destination, was closed at
     /// start (`2>&-`); null otherwise.
     pub samples_kept_in: Option<PathBuf>,
@@ -194,6 +196,26 @@ pub struct LimitsReport {
     /// How a member of the tree left the cgroup that holds the limits; null
     /// while they held for the whole tree.
     pub escaped: Option<String>,
+}
+
+/// How the OTLP export went; in the summary as `otlp`.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct OtlpReport {
+    /// where the metrics went (`OTEL_EXPORTER_OTLP_ENDPOINT` and `/v1/metrics`, or
+    /// `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`)
+    pub endpoint: String,
+    /// requests the collector accepted
+    pub requests: u64,
+    /// data points in them
+    pub points_exported: u64,
+    /// data points never delivered: refused for good, or still queued when the end's
+    /// budget ran out, or dropped from a full queue
+    pub points_dropped: u64,
+    /// data points the collector accepted the requests of but rejected itself (its
+    /// partial-success answer)
+    pub points_rejected: u64,
+    /// the last failure, if any
+    pub last_error: Option<String>,
 }
 
 /// How streaming went; in the summary as `streaming`.
@@ -298,6 +320,7 @@ impl Summary {
             host: HostInfo::default(),
             cloud: None,
             streaming: None,
+            otlp: None,
             samples_kept_in: None,
             samples_lost: 0,
             stats: stats.usage.stats(),

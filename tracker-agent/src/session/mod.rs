@@ -501,8 +501,8 @@ fn event_sinks(
     Sinks::new(list)
 }
 
-/// Every sink of the run, in the order they finish (lines, Sentinel, the report,
-/// the summary), and the report's timeline feed, which comes from the eBPF
+/// Every sink of the run, in the order they finish (lines, Sentinel, OTLP, the
+/// report, the summary), and the report's timeline feed, which comes from the eBPF
 /// engine's events (`ebpf`).
 fn open_sinks(
     st: &Settings,
@@ -520,6 +520,12 @@ fn open_sinks(
             run,
             found_rx,
             guardian,
+        )?));
+    }
+    if let Some(cfg) = &st.otlp {
+        sinks.push(Box::new(sink::otlp::Exporter::start(
+            cfg.clone(),
+            &st.meta,
         )?));
     }
     let timeline: Option<TimelineFeed> = (st.report.is_some() && ebpf).then(Default::default);

@@ -186,6 +186,11 @@ pub struct Opts {
     /// recommend_server.
     #[arg(long)]
     pub recommend_server: bool,
+    /// Export the metrics over OTLP/HTTP (protobuf) to the collector at URL
+    /// (its base; `/v1/metrics` is appended), as OTEL_EXPORTER_OTLP_ENDPOINT does;
+    /// [tracker] otlp_endpoint. The other OTEL_* variables apply (docs/otlp.md).
+    #[arg(long, value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
     /// Do not use eBPF; poll /proc instead.
     #[arg(long)]
     pub no_ebpf: bool,
@@ -265,6 +270,7 @@ mod tests {
             ("event_ring_kib", "event ring"),
             ("report", "HTML report"),
             ("recommend_server", "Keeper"),
+            ("otlp_endpoint", "OTLP"),
         ];
         // The job metadata flags come from one struct (a new field needs no entry
         // here): each needs a help line of its own, not a listed word.

@@ -51,6 +51,8 @@ pub struct TrackerSection {
     pub renice: Option<i64>,
     pub aggregate_cpu_steal: Option<bool>,
     pub recommend_server: Option<bool>,
+    /// The OTLP collector's base URL (`--otlp-endpoint`).
+    pub otlp_endpoint: Option<String>,
 }
 
 /// 1-based line and column of a byte offset.

@@ -7,6 +7,7 @@ pub mod admin;
 pub mod cli;
 mod file;
 pub mod node;
+pub mod otlp;
 pub mod report;
 pub mod values;
 
@@ -71,6 +72,9 @@ pub struct Settings {
     pub share_identity: bool,
     /// Streaming, when `SENTINEL_API_TOKEN` is set and not empty.
     pub sentinel: Option<sentinel::Config>,
+    /// OTLP export, when an OTLP endpoint is set (`--otlp-endpoint`, the
+    /// OpenTelemetry variables).
+    pub otlp: Option<crate::sink::otlp::Config>,
     /// Cloud metadata services' base URLs (`TRACKER_METADATA_*_URL`).
     pub metadata: Endpoints,
     /// The config file that was read, if any.
@@ -191,6 +195,39 @@ fn sentinel_settings(
         spool_dir,
         upload_interval,
     }))
+}
+
+/// Keeper's base URL, when the cheapest fitting server is asked for.
+fn keeper_of(
+    opts: &Opts,
+    get_env: GetEnv,
+    tr: &file::TrackerSection,
+) -> Result<Option<String>, String> {
+    let ask = switch(
+        opts.recommend_server,
+        get_env,
+        "TRACKER_RECOMMEND_SERVER",
+        tr.recommend_server,
+    )?;
+    ask.then(|| report::keeper_url(get_env)).transpose()
+}
+
+/// OTLP export: the flag, else the OpenTelemetry variables, else the file's key
+/// (below the environment, as every key is).
+fn otlp_of(
+    get_env: GetEnv,
+    flag: Option<&str>,
+    tr: &file::TrackerSection,
+    in_file: &dyn Fn(&str) -> String,
+) -> Result<Option<crate::sink::otlp::Config>, String> {
+    match (flag, &tr.otlp_endpoint) {
+        (Some(f), _) => otlp::resolve(get_env, Some(f)),
+        (None, Some(k)) if otlp::resolve(get_env, None)?.is_none() => {
+            otlp::resolve(get_env, Some(k))
+                .map_err(|e| e.replace("--otlp-endpoint", &in_file("otlp_endpoint")))
+        }
+        _ => otlp::resolve(get_env, None),
+    }
 }
 
 /// What to track, from the command, `--pid` or the file's `[job] pid`.
@@ -483,6 +520,7 @@ pub fn resolve(cli: Cli, get_env: GetEnv) -> Result<Settings, String> {
         tr.share_identity,
     )?;
     let sentinel = streaming_of(&lay, tr.upload_interval_secs)?;
+    let otlp = otlp_of(get_env, opts.otlp_endpoint.as_deref(), tr, &in_file)?;
     let output = opts.output.clone().or(tr.output.clone());
     let renice = renice_of(&lay, opts.renice, tr.renice)?;
     let aggregate_cpu_steal = match opts.aggregate_cpu_steal {
@@ -498,15 +536,7 @@ pub fn resolve(cli: Cli, get_env: GetEnv) -> Result<Settings, String> {
         ("--report", opts.report.as_deref()),
         ("the config file", config_file.as_deref()),
     ])?;
-    let recommend_server = switch(
-        opts.recommend_server,
-        get_env,
-        "TRACKER_RECOMMEND_SERVER",
-        tr.recommend_server,
-    )?;
-    let keeper = recommend_server
-        .then(|| report::keeper_url(get_env))
-        .transpose()?;
+    let keeper = keeper_of(&opts, get_env, tr)?;
     if opts.events.is_some() && opts.no_ebpf {
         return Err(EVENTS_NEED_EBPF.into());
     }
@@ -541,6 +571,7 @@ pub fn resolve(cli: Cli, get_env: GetEnv) -> Result<Settings, String> {
         discover,
         share_identity,
         sentinel,
+        otlp,
         metadata: values::endpoints(get_env)?,
         config_file,
         renice,

@@ -287,7 +287,7 @@ pub fn url_setting(var: &str, v: &str) -> Result<String, String> {
 }
 
 /// `v` with whatever precedes an `@` in its authority shown as `***`.
-fn without_userinfo(v: &str) -> String {
+pub fn without_userinfo(v: &str) -> String {
     let Some((scheme, rest)) = v.split_once("://") else {
         return v.to_string();
     };

@@ -4,6 +4,7 @@
 pub mod base;
 pub mod jsonl;
 pub mod lines;
+pub mod otlp;
 pub mod prometheus;
 pub mod report;
 pub mod sentinel;

@@ -1,0 +1,516 @@
+//! OTLP/HTTP export of the samples' metrics (docs/otlp.md): protobuf, gzip, to
+//! the endpoint the OpenTelemetry variables name. Requests are built on a thread
+//! of their own, every export interval and at the end, so sampling never waits on
+//! the collector; a collector that is down or slow gets retries with back-off from
+//! a queue bounded in bytes, and what is never delivered is counted in the summary.
+//!
+//! The messages are opentelemetry-proto's (the opentelemetry-rust project's own);
+//! the SDK's meters and readers are not used: the samples already are the
+//! measurements, each with its time, and its periodic reader would resample them
+//! on a clock of its own (the last cumulative value exported would then not be
+//! the summary's).
+
+use std::{
+    collections::VecDeque,
+    io::Write as _,
+    thread::JoinHandle,
+    time::{Duration, Instant},
+};
+
+use opentelemetry_proto::tonic::{
+    collector::metrics::v1::{ExportMetricsServiceRequest, ExportMetricsServiceResponse},
+    common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue},
+    metrics::v1::{
+        metric::Data, number_data_point::Value, AggregationTemporality, Gauge, Metric,
+        NumberDataPoint, ResourceMetrics, ScopeMetrics, Sum,
+    },
+    resource::v1::Resource,
+};
+use prost::Message as _;
+use tokio::sync::mpsc;
+
+use super::base::Sink;
+use crate::{
+    model::{
+        fields::Kind,
+        otlp::{points, Point, Totals},
+        JobMeta, OtlpReport, Sample, Summary,
+    },
+    warn::say,
+};
+
+/// What the OpenTelemetry variables (or `--otlp-endpoint`) asked for.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The metrics URL, `/v1/metrics` included.
+    pub endpoint: String,
+    /// Sent to `endpoint` only (redirects are not followed); never logged.
+    pub headers: Headers,
+    pub timeout: Duration,
+    pub interval: Duration,
+    /// `OTEL_RESOURCE_ATTRIBUTES` and `OTEL_SERVICE_NAME`.
+    pub resource: Vec<(String, String)>,
+}
+
+/// Header names and values; the values are secrets (tokens), so Debug shows the
+/// names only.
+#[derive(Clone, Default, PartialEq)]
+pub struct Headers(pub Vec<(String, String)>);
+
+impl std::fmt::Debug for Headers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.0.iter().map(|(k, _)| format!("{k}: ***")))
+            .finish()
+    }
+}
+
+/// The most the queue of unsent requests holds (gzip'd bytes); past it the oldest
+/// request is dropped and counted.
+const QUEUE_BYTES: usize = 16 << 20;
+/// Samples in one request at most, however long the interval.
+const MAX_BATCH: usize = 600;
+/// How long the end may wait for the collector, all requests together.
+const END_BUDGET: Duration = Duration::from_secs(5);
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+enum Msg {
+    /// The sample's time (ns), the tracked pid, its points.
+    Sample(u64, Option<u32>, Vec<Point>),
+    Finish,
+}
+
+pub struct Exporter {
+    tx: mpsc::UnboundedSender<Msg>,
+    handle: Option<JoinHandle<OtlpReport>>,
+    totals: Totals,
+    endpoint: String,
+}
+
+impl Exporter {
+    /// Starts the export thread. The job's metadata goes into the resource beside
+    /// the user's attributes, and the tracked pid once the first sample has it.
+    pub fn start(cfg: Config, meta: &JobMeta) -> anyhow::Result<Exporter> {
+        let resource = resource(&cfg, meta);
+        let (tx, rx) = mpsc::unbounded_channel();
+        let endpoint = cfg.endpoint.clone();
+        let handle = std::thread::Builder::new()
+            .name("otlp".into())
+            .spawn(move || {
+                let rt = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(rt) => rt,
+                    Err(e) => {
+                        return OtlpReport {
+                            endpoint: cfg.endpoint.clone(),
+                            last_error: Some(format!("starting its runtime: {e}")),
+                            ..OtlpReport::default()
+                        }
+                    }
+                };
+                let report = rt.block_on(run(cfg, resource, rx));
+                rt.shutdown_background();
+                report
+            })?;
+        Ok(Exporter {
+            tx,
+            handle: Some(handle),
+            totals: Totals::default(),
+            endpoint,
+        })
+    }
+}
+
+impl Sink for Exporter {
+    /// The sample's points go to the export thread. Never blocks.
+    fn write(&mut self, s: &Sample) -> anyhow::Result<()> {
+        let pts = points(s, &mut self.totals);
+        let ns = (s.timestamp_secs.max(0.0) * 1e9) as u64;
+        let _ = self.tx.send(Msg::Sample(ns, s.tracked_pid, pts));
+        Ok(())
+    }
+
+    fn finish(&mut self, summary: &mut Summary) -> anyhow::Result<()> {
+        let Some(h) = self.handle.take() else {
+            return Ok(());
+        };
+        let _ = self.tx.send(Msg::Finish);
+        let report = h.join().unwrap_or_else(|_| OtlpReport {
+            endpoint: self.endpoint.clone(),
+            last_error: Some("the export thread panicked".into()),
+            ..OtlpReport::default()
+        });
+        if report.points_dropped > 0 {
+            say(format_args!(
+                "OTLP: {} data point(s) not delivered to {} ({})",
+                report.points_dropped,
+                report.endpoint,
+                report.last_error.as_deref().unwrap_or("queue full")
+            ));
+        }
+        summary.otlp = Some(report);
+        Ok(())
+    }
+}
+
+fn kv(k: &str, v: &str) -> KeyValue {
+    KeyValue {
+        key: k.to_string(),
+        value: Some(AnyValue {
+            value: Some(any_value::Value::StringValue(v.to_string())),
+        }),
+        ..KeyValue::default()
+    }
+}
+
+/// The resource: the user's attributes first (they win), then ours where the
+/// user gave none of the same key.
+fn resource(cfg: &Config, meta: &JobMeta) -> Resource {
+    let mut attrs: Vec<(String, String)> = cfg.resource.clone();
+    let mut ours = vec![
+        ("service.name".to_string(), "resource-tracker".to_string()),
+        (
+            "resource_tracker.version".to_string(),
+            env!("CARGO_PKG_VERSION").to_string(),
+        ),
+    ];
+    if let Ok(serde_json::Value::Object(m)) = serde_json::to_value(meta) {
+        for (k, v) in m {
+            match v {
+                serde_json::Value::String(s) => ours.push((format!("resource_tracker.job.{k}"), s)),
+                serde_json::Value::Object(tags) => {
+                    for (t, tv) in tags {
+                        if let serde_json::Value::String(s) = tv {
+                            ours.push((format!("resource_tracker.tag.{t}"), s));
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    for (k, v) in ours {
+        if !attrs.iter().any(|(a, _)| *a == k) {
+            attrs.push((k, v));
+        }
+    }
+    Resource {
+        attributes: attrs.iter().map(|(k, v)| kv(k, v)).collect(),
+        ..Resource::default()
+    }
+}
+
+fn has(r: &Resource, key: &str) -> bool {
+    r.attributes.iter().any(|a| a.key == key)
+}
+
+/// One request's metrics from a batch of samples: a metric per name, its points
+/// in time order; sums cumulative from `start_ns`.
+fn metrics(batch: &[(u64, Vec<Point>)], start_ns: u64) -> (Vec<Metric>, u64) {
+    let mut out: Vec<Metric> = Vec::new();
+    let mut n = 0;
+    for (ns, pts) in batch {
+        for p in pts {
+            let dp = NumberDataPoint {
+                attributes: p.attrs.iter().map(|(k, v)| kv(k, v)).collect(),
+                start_time_unix_nano: if p.kind == Kind::Gauge { 0 } else { start_ns },
+                time_unix_nano: *ns,
+                value: Some(if p.int {
+                    Value::AsInt(p.value.round() as i64)
+                } else {
+                    Value::AsDouble(p.value)
+                }),
+                ..NumberDataPoint::default()
+            };
+            n += 1;
+            let m = match out.iter_mut().position(|m| m.name == p.name) {
+                Some(i) => &mut out[i],
+                None => {
+                    let data = if p.kind == Kind::Gauge {
+                        Data::Gauge(Gauge::default())
+                    } else {
+                        Data::Sum(Sum {
+                            aggregation_temporality: AggregationTemporality::Cumulative as i32,
+                            is_monotonic: true,
+                            ..Sum::default()
+                        })
+                    };
+                    out.push(Metric {
+                        name: p.name.to_string(),
+                        unit: p.unit.to_string(),
+                        description: p.description.clone(),
+                        data: Some(data),
+                        ..Metric::default()
+                    });
+                    out.last_mut().expect("just pushed")
+                }
+            };
+            match &mut m.data {
+                Some(Data::Gauge(g)) => g.data_points.push(dp),
+                Some(Data::Sum(s)) => s.data_points.push(dp),
+                _ => {}
+            }
+        }
+    }
+    (out, n)
+}
+
+struct Pending {
+    body: Vec<u8>,
+    points: u64,
+}
+
+/// What one attempt came to.
+enum Sent {
+    Ok {
+        rejected: u64,
+    },
+    /// Worth another try (no answer, 429, 502, 503, 504).
+    Retry(String),
+    /// Refused for good.
+    Refused(String),
+}
+
+struct State {
+    cfg: Config,
+    client: Option<reqwest::Client>,
+    resource: Resource,
+    start_ns: Option<u64>,
+    batch: Vec<(u64, Vec<Point>)>,
+    queue: VecDeque<Pending>,
+    queued_bytes: usize,
+    report: OtlpReport,
+    said_failing: bool,
+    said_full: bool,
+}
+
+impl State {
+    /// The batch as one gzip'd request at the end of the queue; the oldest
+    /// requests dropped while the queue is over its bound.
+    fn seal(&mut self) {
+        if self.batch.is_empty() {
+            return;
+        }
+        let start = self.start_ns.unwrap_or(0);
+        let (metrics, n) = metrics(&self.batch, start);
+        self.batch.clear();
+        let req = ExportMetricsServiceRequest {
+            resource_metrics: vec![ResourceMetrics {
+                resource: Some(self.resource.clone()),
+                scope_metrics: vec![ScopeMetrics {
+                    scope: Some(InstrumentationScope {
+                        name: "resource-tracker".into(),
+                        version: env!("CARGO_PKG_VERSION").into(),
+                        ..InstrumentationScope::default()
+                    }),
+                    metrics,
+                    ..ScopeMetrics::default()
+                }],
+                ..ResourceMetrics::default()
+            }],
+        };
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        let body = match gz
+            .write_all(&req.encode_to_vec())
+            .and_then(|()| gz.finish())
+        {
+            Ok(b) => b,
+            Err(e) => {
+                self.report.points_dropped += n;
+                self.report.last_error = Some(format!("compressing a request: {e}"));
+                return;
+            }
+        };
+        self.queued_bytes += body.len();
+        self.queue.push_back(Pending { body, points: n });
+        while self.queued_bytes > QUEUE_BYTES && self.queue.len() > 1 {
+            let Some(old) = self.queue.pop_front() else {
+                break;
+            };
+            self.queued_bytes -= old.body.len();
+            self.report.points_dropped += old.points;
+            if !self.said_full {
+                self.said_full = true;
+                say(format_args!(
+                    "OTLP: {} is behind: the oldest points are dropped (the queue holds {} MiB; counted in the summary)",
+                    self.cfg.endpoint,
+                    QUEUE_BYTES >> 20
+                ));
+            }
+        }
+    }
+
+    async fn send(&mut self, timeout: Duration) -> Sent {
+        let Some(client) = &self.client else {
+            return Sent::Refused("no HTTP client".into());
+        };
+        let Some(head) = self.queue.front() else {
+            return Sent::Ok { rejected: 0 };
+        };
+        let mut req = client
+            .post(&self.cfg.endpoint)
+            .timeout(timeout)
+            .header("content-type", "application/x-protobuf")
+            .header("content-encoding", "gzip")
+            .body(head.body.clone());
+        for (k, v) in &self.cfg.headers.0 {
+            req = req.header(k.as_str(), v.as_str());
+        }
+        let resp = match req.send().await {
+            Ok(r) => r,
+            // reqwest's error names the URL, never a header.
+            Err(e) => return Sent::Retry(format!("{}: {}", self.cfg.endpoint, short(&e))),
+        };
+        let status = resp.status();
+        let body = resp.bytes().await.unwrap_or_default();
+        if status.is_success() {
+            let rejected = ExportMetricsServiceResponse::decode(body.as_ref())
+                .ok()
+                .and_then(|r| r.partial_success)
+                .map_or(0, |p| p.rejected_data_points.max(0) as u64);
+            return Sent::Ok { rejected };
+        }
+        let why = format!("{}: HTTP {}", self.cfg.endpoint, status.as_u16());
+        match status.as_u16() {
+            429 | 502 | 503 | 504 => Sent::Retry(why),
+            _ => Sent::Refused(why),
+        }
+    }
+
+    /// Sends the queue's head until it is empty or an attempt fails; on a failure
+    /// worth retrying, the time to wait before the next.
+    async fn drain(&mut self, timeout: Duration) -> Option<String> {
+        while !self.queue.is_empty() {
+            match self.send(timeout).await {
+                Sent::Ok { rejected } => {
+                    let Some(p) = self.queue.pop_front() else {
+                        break;
+                    };
+                    self.queued_bytes -= p.body.len();
+                    self.report.requests += 1;
+                    self.report.points_exported += p.points;
+                    self.report.points_rejected += rejected;
+                }
+                Sent::Refused(why) => {
+                    let Some(p) = self.queue.pop_front() else {
+                        break;
+                    };
+                    self.queued_bytes -= p.body.len();
+                    self.report.points_dropped += p.points;
+                    self.failing(&why, "its points are dropped");
+                }
+                Sent::Retry(why) => {
+                    self.failing(&why, "retrying with back-off");
+                    return Some(why);
+                }
+            }
+        }
+        None
+    }
+
+    fn failing(&mut self, why: &str, then: &str) {
+        if !self.said_failing {
+            self.said_failing = true;
+            say(format_args!(
+                "OTLP: {why}; {then} (said once; counted in the summary)"
+            ));
+        }
+        self.report.last_error = Some(why.to_string());
+    }
+}
+
+fn short(e: &reqwest::Error) -> String {
+    if e.is_timeout() {
+        "no answer in time".into()
+    } else if e.is_connect() {
+        "cannot connect".into()
+    } else {
+        let mut s = e.to_string();
+        s.truncate(200);
+        s
+    }
+}
+
+async fn run(cfg: Config, resource: Resource, mut rx: mpsc::UnboundedReceiver<Msg>) -> OtlpReport {
+    let client = reqwest::Client::builder()
+        // Headers carry tokens: they go to the configured endpoint and nowhere else.
+        .redirect(reqwest::redirect::Policy::none())
+        .build();
+    let mut st = State {
+        report: OtlpReport {
+            endpoint: cfg.endpoint.clone(),
+            ..OtlpReport::default()
+        },
+        client: client.ok(),
+        cfg,
+        resource,
+        start_ns: None,
+        batch: Vec::new(),
+        queue: VecDeque::new(),
+        queued_bytes: 0,
+        said_failing: false,
+        said_full: false,
+    };
+    let interval = st.cfg.interval;
+    let mut next = tokio::time::Instant::now() + interval;
+    let mut backoff = Duration::from_secs(1);
+    let mut retry_at: Option<tokio::time::Instant> = None;
+    loop {
+        let wake = retry_at.map_or(next, |r| r.min(next));
+        tokio::select! {
+            m = rx.recv() => match m {
+                Some(Msg::Sample(ns, pid, pts)) => {
+                    // Cumulative sums start at the first sample's time.
+                    if st.start_ns.is_none() {
+                        st.start_ns = Some(ns);
+                        if let Some(p) = pid.filter(|_| !has(&st.resource, "process.pid")) {
+                            st.resource.attributes.push(kv("process.pid", &p.to_string()));
+                        }
+                    }
+                    st.batch.push((ns, pts));
+                    if st.batch.len() >= MAX_BATCH {
+                        st.seal();
+                    }
+                }
+                Some(Msg::Finish) | None => break,
+            },
+            () = tokio::time::sleep_until(wake) => {}
+        }
+        let now = tokio::time::Instant::now();
+        if now >= next {
+            st.seal();
+            next = now + interval;
+        }
+        if !st.queue.is_empty() && retry_at.is_none_or(|r| now >= r) {
+            match st.drain(st.cfg.timeout).await {
+                None => {
+                    retry_at = None;
+                    backoff = Duration::from_secs(1);
+                }
+                Some(_) => {
+                    retry_at = Some(tokio::time::Instant::now() + backoff);
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                }
+            }
+        }
+    }
+    // The end: what is left, within the budget.
+    st.seal();
+    let end = Instant::now() + END_BUDGET;
+    let mut pause = Duration::from_millis(250);
+    while !st.queue.is_empty() {
+        let left = end.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        if st.drain(st.cfg.timeout.min(left)).await.is_some() {
+            tokio::time::sleep(pause.min(end.saturating_duration_since(Instant::now()))).await;
+            pause = (pause * 2).min(Duration::from_secs(2));
+        }
+    }
+    let unsent: u64 = st.queue.iter().map(|p| p.points).sum();
+    st.report.points_dropped += unsent;
+    st.report
+}
