@@ -248,6 +248,17 @@ pub fn table() -> String {
     let mut out = String::from(
         "| our field | OTLP metric | unit | type | attributes |\n|---|---|---|---|---|\n",
     );
+    let mut row = |field: String, kind_: Kind, name: &str, unit: &str, attrs: &str| {
+        let growth = if kind_ == Kind::Growth {
+            " (its growth per interval, added up)"
+        } else {
+            ""
+        };
+        let k = kind(kind_);
+        out.push_str(&format!(
+            "| `{field}`{growth} | `{name}` | `{unit}` | {k} | {attrs} |\n"
+        ));
+    };
     for f in TREE_FIELDS {
         let Some(o) = f.otlp else { continue };
         let attrs = o
@@ -256,33 +267,16 @@ pub fn table() -> String {
             .map(|(k, v)| format!("`{k}`: `{v}`"))
             .collect::<Vec<_>>()
             .join(", ");
-        let growth = if o.kind == Kind::Growth {
-            " (its growth per interval, added up)"
-        } else {
-            ""
-        };
-        out.push_str(&format!(
-            "| `process.{}`{growth} | `{}` | `{}` | {} | {attrs} |\n",
-            f.name,
+        row(
+            format!("process.{}", f.name),
+            o.kind,
             o.name,
             o.unit,
-            kind(o.kind)
-        ));
+            &attrs,
+        );
     }
     for m in HOST_METRICS {
-        let growth = if m.kind == Kind::Growth {
-            " (per sample, added up)"
-        } else {
-            ""
-        };
-        out.push_str(&format!(
-            "| `{}`{growth} | `{}` | `{}` | {} | {} |\n",
-            m.field,
-            m.name,
-            m.unit,
-            kind(m.kind),
-            m.attrs
-        ));
+        row(m.field.to_string(), m.kind, m.name, m.unit, m.attrs);
     }
     out
 }
