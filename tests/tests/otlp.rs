@@ -15,7 +15,8 @@ use std::{
 use serde_json::Value;
 use tracker_tests::{
     closed_url,
-    e2e::{clean_env, require},
+    containers::FakeContainer,
+    e2e::{clean_env, is_root, require, Bg},
     ebpf_available,
     python::{fresh_venv, run_fixture_env, wheel},
     read_json, read_jsonl,
@@ -428,4 +429,77 @@ fn the_python_package_exports_through_the_same_variables() {
     );
     assert!(res.iter().any(|(k, _)| k == "process.pid"), "{res:?}");
     assert_eq!(sum["otlp"]["points_dropped"], 0, "{}", sum["otlp"]);
+}
+
+/// The node agent: each container under a resource of its own (its pod's UID and
+/// its container id from the cgroup's path), its CPU the cgroup's.
+#[test]
+fn the_node_exports_each_container_under_its_resource() {
+    if !require(is_root(), "the node test makes cgroups and needs root") || !moto_available() {
+        return;
+    }
+    let s = Scratch::new("otlp-node");
+    let rx = Receiver::start(&s, "ok");
+    let uid = "5e0d1c2b-3a4f-4e5d-8c6b-7a8f9e0d1c2b";
+    let id = "5e".repeat(32);
+    let mut c = Command::new(tracker());
+    clean_env(&mut c)
+        .args(["node", "-i", "0.2"])
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &rx.url)
+        .env("OTEL_METRIC_EXPORT_INTERVAL", "300")
+        .env("OTEL_RESOURCE_ATTRIBUTES", "k8s.node.name=node-1")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(s.path("node.err")).unwrap());
+    let mut bg = Bg::spawn(&mut c, "node agent");
+    let fc = FakeContainer::new(&format!("kubepods/burstable/pod{uid}/{id}"));
+    std::thread::sleep(Duration::from_millis(400));
+    assert!(fc.run(&["burner", "2", "600"]).success());
+    // Two more scans after the work, then the end's flush.
+    std::thread::sleep(Duration::from_millis(600));
+    let truth = fc.cpu_secs();
+    bg.signal(libc::SIGTERM);
+    assert!(bg.wait_for(Duration::from_secs(10)).success());
+    let err = std::fs::read_to_string(s.path("node.err")).unwrap_or_default();
+    let reqs = rx.requests();
+    assert!(!reqs.is_empty(), "no request: {err}");
+    let mut cpu = None;
+    let mut attrs = Vec::new();
+    for q in &reqs {
+        for rm in q["request"]["resourceMetrics"].as_array().unwrap() {
+            let res: Vec<(String, String)> = rm["resource"]["attributes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|a| {
+                    (
+                        a["key"].as_str().unwrap().to_string(),
+                        a["value"]["stringValue"].as_str().unwrap_or("").to_string(),
+                    )
+                })
+                .collect();
+            if !res.iter().any(|(k, v)| k == "container.id" && *v == id) {
+                continue;
+            }
+            let one = serde_json::json!([{ "request": { "resourceMetrics": [rm] } }]);
+            let pts = points(one.as_array().unwrap(), "container.cpu.time");
+            if let Some((_, v)) = pts.last() {
+                cpu = Some(*v);
+            }
+            attrs = res;
+        }
+    }
+    let cpu = cpu.unwrap_or_else(|| panic!("no container.cpu.time for the container: {err}"));
+    assert!(
+        (cpu - truth).abs() <= 0.02 * truth,
+        "container.cpu.time {cpu} s against the cgroup's {truth} s"
+    );
+    assert!(truth > 0.8, "the burner's 1.2 s: {truth}");
+    let has = |k: &str, v: &str| attrs.iter().any(|(a, b)| a == k && b == v);
+    assert!(has("k8s.pod.uid", uid), "{attrs:?}");
+    assert!(has("k8s.node.name", "node-1"), "{attrs:?}");
+    assert!(has("service.name", "resource-tracker"), "{attrs:?}");
+    eprintln!(
+        "node: container.cpu.time {cpu:.4} s, cgroup {truth:.4} s; {} requests",
+        reqs.len()
+    );
 }

@@ -5,6 +5,7 @@
 
 use super::{
     fields::{Kind, MIB},
+    node::{Current, NodeSnapshot},
     sample::{Sample, TREE_FIELDS},
 };
 
@@ -33,10 +34,10 @@ pub struct Point {
 /// A point's attributes.
 pub type Attrs = Vec<(&'static str, String)>;
 
-/// The host's and the tracker's metrics, which are not the tree's fields: name,
-/// unit, kind, attributes (as docs/otlp.md lists them), the sample's field it
-/// comes from and what it reads.
-pub struct HostMetric {
+/// The metrics that are not the tree's fields (the host's, the tracker's, a
+/// container's on the node): name, unit, kind, attributes (as docs/otlp.md lists
+/// them), the figure it comes from and what it reads of `S`.
+pub struct Mapped<S> {
     pub name: &'static str,
     pub unit: &'static str,
     pub kind: Kind,
@@ -46,8 +47,10 @@ pub struct HostMetric {
     #[cfg_attr(not(test), allow(dead_code))]
     pub field: &'static str,
     pub description: &'static str,
-    read: fn(&Sample) -> Vec<(Attrs, f64)>,
+    read: fn(&S) -> Vec<(Attrs, f64)>,
 }
+
+pub type HostMetric = Mapped<Sample>;
 
 fn one(v: Option<f64>) -> Vec<(Attrs, f64)> {
     v.map(|v| vec![(vec![], v)]).unwrap_or_default()
@@ -161,6 +164,182 @@ pub const HOST_METRICS: &[HostMetric] = &[
     },
 ];
 
+fn some_u(v: Option<u64>, scale: f64) -> Vec<(Attrs, f64)> {
+    one(v.map(|v| v as f64 * scale))
+}
+
+/// A container's metrics on the node, from its cgroup's counters (totals since
+/// the cgroup was made) and, with the BPF programs, its process life cycle.
+pub const CONTAINER_METRICS: &[Mapped<Current>] = &[
+    Mapped {
+        name: "container.cpu.time",
+        unit: "s",
+        kind: Kind::Total,
+        attrs: "",
+        field: "cpu.stat usage_usec (v1 cpuacct.usage)",
+        description: "the container's CPU since its cgroup was made",
+        read: |c| some_u(c.counters.cpu_usage_ns, 1e-9),
+    },
+    Mapped {
+        name: "resource_tracker.container.cpu.throttled_time",
+        unit: "s",
+        kind: Kind::Total,
+        attrs: "",
+        field: "cpu.stat throttled_usec",
+        description: "time the container's CPU quota held it back",
+        read: |c| some_u(c.counters.cfs_throttled_ns, 1e-9),
+    },
+    Mapped {
+        name: "container.memory.usage",
+        unit: "By",
+        kind: Kind::Gauge,
+        attrs: "",
+        field: "memory.current (v1 memory.usage_in_bytes)",
+        description: "the container's memory charge",
+        read: |c| some_u(c.counters.memory_bytes, 1.0),
+    },
+    Mapped {
+        name: "resource_tracker.container.memory.working_set",
+        unit: "By",
+        kind: Kind::Gauge,
+        attrs: "",
+        field: "memory.current − inactive_file",
+        description: "the container's working set, as the kubelet counts it",
+        read: |c| some_u(c.counters.working_set_bytes, 1.0),
+    },
+    Mapped {
+        name: "resource_tracker.container.memory.peak",
+        unit: "By",
+        kind: Kind::Gauge,
+        attrs: "",
+        field: "memory.peak (v1 memory.max_usage_in_bytes)",
+        description: "the container's memory peak",
+        read: |c| some_u(c.counters.memory_peak_bytes, 1.0),
+    },
+    Mapped {
+        name: "resource_tracker.container.oom_kills",
+        unit: "{process}",
+        kind: Kind::Total,
+        attrs: "",
+        field: "memory.events oom_kill",
+        description: "processes the OOM killer ended in the container",
+        read: |c| some_u(c.counters.oom_kills, 1.0),
+    },
+    Mapped {
+        name: "container.disk.io",
+        unit: "By",
+        kind: Kind::Total,
+        attrs: "`disk.io.direction`: `read`/`write`",
+        field: "io.stat rbytes, wbytes",
+        description: "bytes the container read from and wrote to storage",
+        read: |c| {
+            [
+                ("read", c.counters.read_bytes),
+                ("write", c.counters.write_bytes),
+            ]
+            .into_iter()
+            .filter_map(|(d, v)| Some((vec![("disk.io.direction", d.to_string())], v? as f64)))
+            .collect()
+        },
+    },
+    Mapped {
+        name: "resource_tracker.container.tasks",
+        unit: "{task}",
+        kind: Kind::Gauge,
+        attrs: "",
+        field: "pids.current",
+        description: "the container's tasks",
+        read: |c| some_u(c.counters.tasks, 1.0),
+    },
+    Mapped {
+        name: "resource_tracker.container.process.spawned",
+        unit: "{process}",
+        kind: Kind::Total,
+        attrs: "",
+        field: "the node's BPF programs",
+        description: "processes started in the container since the agent began",
+        read: |c| one(c.counters.life.map(|l| l.spawned as f64)),
+    },
+    Mapped {
+        name: "resource_tracker.container.process.exited",
+        unit: "{process}",
+        kind: Kind::Total,
+        attrs: "",
+        field: "the node's BPF programs",
+        description: "processes of the container that ended since the agent began",
+        read: |c| one(c.counters.life.map(|l| l.exited as f64)),
+    },
+];
+
+/// The container's resource attributes: the semantic conventions' `k8s.*` and
+/// `container.id` where the path or the kubelet named them, and its cgroup.
+pub fn container_resource(c: &Current) -> Attrs {
+    let f = &c.found;
+    let mut out = vec![("resource_tracker.cgroup", format!("/{}", f.rel))];
+    if let Some(u) = &f.pod_uid {
+        out.push(("k8s.pod.uid", u.clone()));
+    }
+    if let Some(i) = &f.container_id {
+        out.push(("container.id", i.clone()));
+    }
+    if let Some(q) = f.qos {
+        out.push(("resource_tracker.qos", q.to_string()));
+    }
+    if let Some(n) = &c.names {
+        out.push(("k8s.namespace.name", n.namespace.clone()));
+        out.push(("k8s.pod.name", n.pod.clone()));
+        out.push(("k8s.container.name", n.container.clone()));
+        out.push(("container.image.name", n.image.clone()));
+    }
+    out
+}
+
+/// The node's points: each container's under its resource, then the agent's own
+/// (no container attributes).
+pub fn node_points(n: &NodeSnapshot) -> Vec<(Attrs, Vec<Point>)> {
+    let mut out = Vec::with_capacity(n.containers.len() + 1);
+    let mut none = Totals::default();
+    for c in &n.containers {
+        let mut pts = Vec::new();
+        for m in CONTAINER_METRICS {
+            for (attrs, v) in (m.read)(c) {
+                let int = m.unit != "s";
+                let meta = (m.name, m.unit, m.kind, m.description.to_string());
+                pts.push(point(&mut none, meta, attrs, v, int));
+            }
+        }
+        out.push((container_resource(c), pts));
+    }
+    let own = vec![
+        point(
+            &mut none,
+            (
+                "resource_tracker.tracker.cpu.time",
+                "s",
+                Kind::Total,
+                "the agent's own CPU since its start".into(),
+            ),
+            vec![],
+            n.agent_cpu_secs,
+            false,
+        ),
+        point(
+            &mut none,
+            (
+                "resource_tracker.tracker.memory.usage",
+                "By",
+                Kind::Gauge,
+                "the agent's own resident memory".into(),
+            ),
+            vec![],
+            n.agent_rss_bytes as f64,
+            true,
+        ),
+    ];
+    out.push((vec![], own));
+    out
+}
+
 /// The running totals of the `Growth` metrics, by metric and attributes.
 #[derive(Default)]
 pub struct Totals {
@@ -255,9 +434,12 @@ pub fn table() -> String {
             ""
         };
         let k = kind(kind_);
-        out.push_str(&format!(
-            "| `{field}`{growth} | `{name}` | `{unit}` | {k} | {attrs} |\n"
-        ));
+        // A row without a metric heads the rows after it.
+        out.push_str(&if name.is_empty() {
+            format!("| **{field}** | | | | |\n")
+        } else {
+            format!("| `{field}`{growth} | `{name}` | `{unit}` | {k} | {attrs} |\n")
+        });
     };
     for f in TREE_FIELDS {
         let Some(o) = f.otlp else { continue };
@@ -276,6 +458,10 @@ pub fn table() -> String {
         );
     }
     for m in HOST_METRICS {
+        row(m.field.to_string(), m.kind, m.name, m.unit, m.attrs);
+    }
+    row("the node, per container".into(), Kind::Gauge, "", "", "");
+    for m in CONTAINER_METRICS {
         row(m.field.to_string(), m.kind, m.name, m.unit, m.attrs);
     }
     out

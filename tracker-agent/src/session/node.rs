@@ -155,6 +155,10 @@ fn background(
         };
         list.push(Box::new(Endpoint::start(&bg, addr, stale, names)?));
     }
+    if let Some(cfg) = st.otlp.clone() {
+        let meta = crate::model::JobMeta::default();
+        list.push(Box::new(sink::otlp::Exporter::start(cfg, &meta)?));
+    }
     if let Some(cfg) = st.kubelet.clone() {
         ask_kubelet(&bg, cfg, names, ask);
     }

@@ -27,6 +27,8 @@ pub struct NodeSettings {
     /// Under sudo, the invoking user: the files they name (`-o`, the kubelet's
     /// token and CA) are opened with their rights.
     pub owner: Option<crate::fsafe::Owner>,
+    /// OTLP export, from the OpenTelemetry variables (docs/otlp.md).
+    pub otlp: Option<crate::sink::otlp::Config>,
 }
 
 /// The kubelet's URL: `--kubelet-url`, else the node's (HOST_IP, port 10250), else
@@ -141,5 +143,6 @@ pub fn resolve(o: NodeOpts, get_env: GetEnv) -> Result<NodeSettings, String> {
         cadvisor_names: o.cadvisor_names
             || env_bool(get_env, "TRACKER_CADVISOR_NAMES")?.unwrap_or(false),
         owner,
+        otlp: super::otlp::resolve(get_env, None)?,
     })
 }

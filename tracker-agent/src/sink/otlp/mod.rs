@@ -33,7 +33,8 @@ use super::base::Sink;
 use crate::{
     model::{
         fields::Kind,
-        otlp::{points, Point, Totals},
+        node::NodeScan,
+        otlp::{node_points, points, Attrs, Point, Totals},
         JobMeta, OtlpReport, Sample, Summary,
     },
     warn::say,
@@ -68,15 +69,23 @@ impl std::fmt::Debug for Headers {
 /// The most the queue of unsent requests holds (gzip'd bytes); past it the oldest
 /// request is dropped and counted.
 const QUEUE_BYTES: usize = 16 << 20;
-/// Samples in one request at most, however long the interval.
+/// Samples (or scans) in one request at most, however long the interval, and
+/// points: a node's scan has every container's.
 const MAX_BATCH: usize = 600;
+const MAX_BATCH_POINTS: usize = 20_000;
 /// How long the end may wait for the collector, all requests together.
 const END_BUDGET: Duration = Duration::from_secs(5);
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
+/// Points under one resource: the attributes it adds to the run's (a
+/// container's on the node, the tracked pid), and the points.
+type Group = (Attrs, Vec<Point>);
+/// Points by the time of their sample, in ns.
+type Batch = Vec<(u64, Vec<Point>)>;
+
 enum Msg {
-    /// The sample's time (ns), the tracked pid, its points.
-    Sample(u64, Option<u32>, Vec<Point>),
+    /// One sample's (or scan's) time in ns, and its points.
+    Points(u64, Vec<Group>),
     Finish,
 }
 
@@ -128,14 +137,37 @@ impl Sink for Exporter {
     fn write(&mut self, s: &Sample) -> anyhow::Result<()> {
         let pts = points(s, &mut self.totals);
         let ns = (s.timestamp_secs.max(0.0) * 1e9) as u64;
-        let _ = self.tx.send(Msg::Sample(ns, s.tracked_pid, pts));
+        let pid = s.tracked_pid.map(|p| ("process.pid", p.to_string()));
+        let _ = self
+            .tx
+            .send(Msg::Points(ns, vec![(pid.into_iter().collect(), pts)]));
         Ok(())
     }
 
     fn finish(&mut self, summary: &mut Summary) -> anyhow::Result<()> {
-        let Some(h) = self.handle.take() else {
-            return Ok(());
-        };
+        summary.otlp = self.end();
+        Ok(())
+    }
+}
+
+/// The node agent's scans: each container under a resource of its own.
+impl Sink<NodeScan, ()> for Exporter {
+    fn write(&mut self, scan: &NodeScan) -> anyhow::Result<()> {
+        let ns = (crate::model::reading::unix_now() * 1e9) as u64;
+        let _ = self.tx.send(Msg::Points(ns, node_points(&scan.snapshot)));
+        Ok(())
+    }
+
+    fn finish(&mut self, _: &mut ()) -> anyhow::Result<()> {
+        self.end();
+        Ok(())
+    }
+}
+
+impl Exporter {
+    /// Sends what is left (within the end's budget) and says what was lost.
+    fn end(&mut self) -> Option<OtlpReport> {
+        let h = self.handle.take()?;
         let _ = self.tx.send(Msg::Finish);
         let report = h.join().unwrap_or_else(|_| OtlpReport {
             endpoint: self.endpoint.clone(),
@@ -150,8 +182,7 @@ impl Sink for Exporter {
                 report.last_error.as_deref().unwrap_or("queue full")
             ));
         }
-        summary.otlp = Some(report);
-        Ok(())
+        Some(report)
     }
 }
 
@@ -200,10 +231,6 @@ fn resource(cfg: &Config, meta: &JobMeta) -> Resource {
         attributes: attrs.iter().map(|(k, v)| kv(k, v)).collect(),
         ..Resource::default()
     }
-}
-
-fn has(r: &Resource, key: &str) -> bool {
-    r.attributes.iter().any(|a| a.key == key)
 }
 
 /// One request's metrics from a batch of samples: a metric per name, its points
@@ -278,7 +305,8 @@ struct State {
     client: Option<reqwest::Client>,
     resource: Resource,
     start_ns: Option<u64>,
-    batch: Vec<(u64, Vec<Point>)>,
+    batch: Vec<(u64, Vec<Group>)>,
+    batch_points: usize,
     queue: VecDeque<Pending>,
     queued_bytes: usize,
     report: OtlpReport,
@@ -294,11 +322,29 @@ impl State {
             return;
         }
         let start = self.start_ns.unwrap_or(0);
-        let (metrics, n) = metrics(&self.batch, start);
-        self.batch.clear();
-        let req = ExportMetricsServiceRequest {
-            resource_metrics: vec![ResourceMetrics {
-                resource: Some(self.resource.clone()),
+        // The batch's points by resource, each in time order.
+        self.batch_points = 0;
+        let mut by: Vec<(Attrs, Batch)> = Vec::new();
+        for (ns, groups) in self.batch.drain(..) {
+            for (extra, pts) in groups {
+                match by.iter_mut().find(|(e, _)| *e == extra) {
+                    Some((_, b)) => b.push((ns, pts)),
+                    None => by.push((extra, vec![(ns, pts)])),
+                }
+            }
+        }
+        let mut n = 0;
+        let mut resource_metrics = Vec::with_capacity(by.len());
+        for (extra, b) in by {
+            let (metrics, k) = metrics(&b, start);
+            n += k;
+            let mut resource = self.resource.clone();
+            for (key, v) in &extra {
+                resource.attributes.retain(|a| a.key != *key);
+                resource.attributes.push(kv(key, v));
+            }
+            resource_metrics.push(ResourceMetrics {
+                resource: Some(resource),
                 scope_metrics: vec![ScopeMetrics {
                     scope: Some(InstrumentationScope {
                         name: "resource-tracker".into(),
@@ -309,8 +355,9 @@ impl State {
                     ..ScopeMetrics::default()
                 }],
                 ..ResourceMetrics::default()
-            }],
-        };
+            });
+        }
+        let req = ExportMetricsServiceRequest { resource_metrics };
         let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
         let body = match gz
             .write_all(&req.encode_to_vec())
@@ -448,6 +495,7 @@ async fn run(cfg: Config, resource: Resource, mut rx: mpsc::UnboundedReceiver<Ms
         resource,
         start_ns: None,
         batch: Vec::new(),
+        batch_points: 0,
         queue: VecDeque::new(),
         queued_bytes: 0,
         said_failing: false,
@@ -461,16 +509,12 @@ async fn run(cfg: Config, resource: Resource, mut rx: mpsc::UnboundedReceiver<Ms
         let wake = retry_at.map_or(next, |r| r.min(next));
         tokio::select! {
             m = rx.recv() => match m {
-                Some(Msg::Sample(ns, pid, pts)) => {
+                Some(Msg::Points(ns, groups)) => {
                     // Cumulative sums start at the first sample's time.
-                    if st.start_ns.is_none() {
-                        st.start_ns = Some(ns);
-                        if let Some(p) = pid.filter(|_| !has(&st.resource, "process.pid")) {
-                            st.resource.attributes.push(kv("process.pid", &p.to_string()));
-                        }
-                    }
-                    st.batch.push((ns, pts));
-                    if st.batch.len() >= MAX_BATCH {
+                    st.start_ns.get_or_insert(ns);
+                    st.batch_points += groups.iter().map(|(_, p)| p.len()).sum::<usize>();
+                    st.batch.push((ns, groups));
+                    if st.batch.len() >= MAX_BATCH || st.batch_points >= MAX_BATCH_POINTS {
                         st.seal();
                     }
                 }
