@@ -177,8 +177,9 @@ fn last(reqs: &[Value], name: &str, attrs: &str) -> f64 {
         .unwrap_or_else(|| panic!("no {name} {{{attrs}}} point exported"))
 }
 
-fn resource(reqs: &[Value]) -> Vec<(String, String)> {
-    reqs[0]["request"]["resourceMetrics"][0]["resource"]["attributes"]
+/// A resource's attributes as (key, string value).
+fn attrs_of(resource: &Value) -> Vec<(String, String)> {
+    resource["attributes"]
         .as_array()
         .expect("resource attributes")
         .iter()
@@ -189,6 +190,10 @@ fn resource(reqs: &[Value]) -> Vec<(String, String)> {
             )
         })
         .collect()
+}
+
+fn resource(reqs: &[Value]) -> Vec<(String, String)> {
+    attrs_of(&reqs[0]["request"]["resourceMetrics"][0]["resource"])
 }
 
 fn workload_cmd() -> String {
@@ -466,17 +471,7 @@ fn the_node_exports_each_container_under_its_resource() {
     let mut attrs = Vec::new();
     for q in &reqs {
         for rm in q["request"]["resourceMetrics"].as_array().unwrap() {
-            let res: Vec<(String, String)> = rm["resource"]["attributes"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|a| {
-                    (
-                        a["key"].as_str().unwrap().to_string(),
-                        a["value"]["stringValue"].as_str().unwrap_or("").to_string(),
-                    )
-                })
-                .collect();
+            let res = attrs_of(&rm["resource"]);
             if !res.iter().any(|(k, v)| k == "container.id" && *v == id) {
                 continue;
             }
