@@ -65,10 +65,16 @@ fn cost_run(
     w: &Path,
     backend: &str,
     secs: &str,
+    otlp: &str,
 ) -> anyhow::Result<(Vec<f64>, Option<f64>, f64)> {
     let out = std::env::temp_dir().join("rt-bench-samples.jsonl");
     let n: u64 = secs.parse().unwrap_or(4);
     let mut cmd = Command::new(tr);
+    if backend == OTLP_ROW {
+        // One OTLP request a sample, the most the variables can ask at `-i 1`.
+        cmd.env("OTEL_EXPORTER_OTLP_ENDPOINT", otlp)
+            .env("OTEL_METRIC_EXPORT_INTERVAL", "1000");
+    }
     if backend == "host only" {
         // No tree: host collectors alone, stopped with SIGTERM.
         cmd.args(["-q", "-i", "1", "-o"]).arg(&out);
@@ -119,18 +125,66 @@ fn cost_run(
 /// Section 2: the cost per sample. Each cell pools the samples of several runs, the
 /// backends interleaved (A B C A B C …): one run per cell moved by 40 % with what
 /// else the shared machine did meanwhile.
+/// The cost table's row with the OTLP export on (eBPF).
+const OTLP_ROW: &str = "ebpf, OTLP export";
+
+/// A collector that answers every OTLP/HTTP request with 200 and an empty body,
+/// on 127.0.0.1, for the cost bench's OTLP row: the tracker's side of the export
+/// alone. Its URL.
+fn otlp_sink() -> anyhow::Result<String> {
+    use std::io::{BufRead as _, Read as _, Write as _};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").context("binding 127.0.0.1:0")?;
+    let url = format!("http://{}", l.local_addr()?);
+    std::thread::spawn(move || {
+        for conn in l.incoming().flatten() {
+            std::thread::spawn(move || {
+                let Ok(w) = conn.try_clone() else { return };
+                let (mut r, mut w) = (std::io::BufReader::new(conn), w);
+                loop {
+                    let mut len = 0usize;
+                    let mut line = String::new();
+                    loop {
+                        line.clear();
+                        if r.read_line(&mut line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        if line == "\r\n" {
+                            break;
+                        }
+                        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                            len = v.trim().parse().unwrap_or(0);
+                        }
+                    }
+                    let mut body = vec![0; len];
+                    if r.read_exact(&mut body).is_err()
+                        || w.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
+                            .is_err()
+                    {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    Ok(url)
+}
+
 fn cost_section(tr: &Path, w: &Path, quick: bool) -> anyhow::Result<Vec<String>> {
+    let m = crate::measure::Machine::read();
     let mut md = vec![
         format!("{COST_MARK} (goal: ≤ 0.25 ms CPU per sample at 1 s by the scheduler's clock, RSS ≤ 10 MiB)"),
         String::new(),
-        "Tree: `workload sleepers 49 SECS` (root + 49 children = 50 processes), `--interval 1`. Samples other than the first and the last are counted, pooled over the runs (backends interleaved run by run). Every sample includes the host collectors (cpu, memory, disk, network); `host only` runs them without a tree, which is what a system-only sample costs. Two measures: the samples' own `tracker.cpu_secs` (user + system time, `getrusage`), and every thread's time by the scheduler's clock (`/proc/PID/task/*/schedstat`) over a steady stretch of each run, per second (a sample's worth). The `floor` row is a loop in the bench itself that makes only the kernel calls every host sample needs (the timer's wake-up and read, one read each of /proc/stat, meminfo, diskstats and net/dev, `statfs` of /, a 3 KB write), parses nothing, and is timed the same way, one sample a second: what this machine charges before any of the tracker's own work. Where the time goes: docs/cost.md.".into(),
+        format!("Measured on {} vCPU ({}), kernel {}, tracker {}.", m.vcpus, m.cpu, m.kernel, m.commit),
+        String::new(),
+        "Tree: `workload sleepers 49 SECS` (root + 49 children = 50 processes), `--interval 1`. Samples other than the first and the last are counted, pooled over the runs (backends interleaved run by run). Every sample includes the host collectors (cpu, memory, disk, network); `host only` runs them without a tree, which is what a system-only sample costs; `ebpf, OTLP export` is the eBPF run with the OTLP export on, one request a sample (`OTEL_METRIC_EXPORT_INTERVAL=1000`, gzip'd protobuf) to a collector on 127.0.0.1 that answers 200 at once: its difference from the `ebpf` row is the export's cost per sample. Two measures: the samples' own `tracker.cpu_secs` (user + system time, `getrusage`), and every thread's time by the scheduler's clock (`/proc/PID/task/*/schedstat`) over a steady stretch of each run, per second (a sample's worth). The `floor` row is a loop in the bench itself that makes only the kernel calls every host sample needs (the timer's wake-up and read, one read each of /proc/stat, meminfo, diskstats and net/dev, `statfs` of /, a 3 KB write), parses nothing, and is timed the same way, one sample a second: what this machine charges before any of the tracker's own work. Where the time goes: docs/cost.md.".into(),
         String::new(),
         "| unrelated host processes | backend | runs | CPU per sample, median (min–max) | by schedstat, ms per s, median (min–max) | tracker RSS (MiB) |".into(),
         "|---|---|---|---|---|---|".into(),
     ];
     let secs = if quick { "4" } else { "8" };
     let runs = if quick { 1 } else { 3 };
-    const BACKENDS: [&str; 3] = ["ebpf", "procfs", "host only"];
+    const BACKENDS: [&str; 4] = ["ebpf", OTLP_ROW, "procfs", "host only"];
+    let otlp = otlp_sink()?;
     for unrelated in [0usize, 3000] {
         let _bg = if unrelated > 0 {
             Some(unrelated_sleepers(w, unrelated, "600", unrelated)?)
@@ -138,14 +192,14 @@ fn cost_section(tr: &Path, w: &Path, quick: bool) -> anyhow::Result<Vec<String>>
             None
         };
         let hostn = count_procs();
-        let mut cpu: [Vec<f64>; 3] = Default::default();
-        let mut sched: [Vec<f64>; 3] = Default::default();
-        let mut rss = [0.0f64; 3];
+        let mut cpu: [Vec<f64>; 4] = Default::default();
+        let mut sched: [Vec<f64>; 4] = Default::default();
+        let mut rss = [0.0f64; 4];
         let mut floor = Vec::new();
         let floor_samples = secs.parse::<u32>().unwrap_or(4).saturating_sub(3).max(1);
         for _ in 0..runs {
             for (i, backend) in BACKENDS.iter().enumerate() {
-                let (c, by_sched, r) = cost_run(tr, w, backend, secs)?;
+                let (c, by_sched, r) = cost_run(tr, w, backend, secs, &otlp)?;
                 cpu[i].extend(c);
                 sched[i].extend(by_sched);
                 rss[i] = rss[i].max(r);

@@ -23,7 +23,9 @@ pub fn description(doc: &str) -> String {
 pub struct Point {
     pub name: &'static str,
     pub unit: &'static str,
-    pub description: String,
+    /// The field's doc comment or the metric's description: `description()`
+    /// makes the metric's of it, once per request.
+    pub description: &'static str,
     pub kind: Kind,
     pub attrs: Vec<(&'static str, String)>,
     pub value: f64,
@@ -304,7 +306,7 @@ pub fn node_points(n: &NodeSnapshot) -> Vec<(Attrs, Vec<Point>)> {
         for m in CONTAINER_METRICS {
             for (attrs, v) in (m.read)(c) {
                 let int = m.unit != "s";
-                let meta = (m.name, m.unit, m.kind, m.description.to_string());
+                let meta = (m.name, m.unit, m.kind, m.description);
                 pts.push(point(&mut none, meta, attrs, v, int));
             }
         }
@@ -367,7 +369,7 @@ impl Totals {
 
 fn point(
     totals: &mut Totals,
-    (name, unit, kind, description): (&'static str, &'static str, Kind, String),
+    (name, unit, kind, description): (&'static str, &'static str, Kind, &'static str),
     attrs: Vec<(&'static str, String)>,
     v: f64,
     int: bool,
@@ -402,14 +404,14 @@ pub fn points(s: &Sample, totals: &mut Totals) -> Vec<Point> {
                 Cell::Null | Cell::Text(_) => continue,
             };
             let attrs = o.attrs.iter().map(|(k, v)| (*k, v.to_string())).collect();
-            let meta = (o.name, o.unit, o.kind, description(f.doc));
+            let meta = (o.name, o.unit, o.kind, f.doc);
             out.push(point(totals, meta, attrs, v * o.scale, int));
         }
     }
     for m in HOST_METRICS {
         for (attrs, v) in (m.read)(s) {
             let int = matches!(m.unit, "{event}") || (m.unit == "By" && m.kind == Kind::Total);
-            let meta = (m.name, m.unit, m.kind, m.description.to_string());
+            let meta = (m.name, m.unit, m.kind, m.description);
             out.push(point(totals, meta, attrs, v, int));
         }
     }
