@@ -498,3 +498,45 @@ fn the_node_exports_each_container_under_its_resource() {
         reqs.len()
     );
 }
+
+/// Host-only (no command, no pid): the host's metrics, none of a tree's, until
+/// SIGTERM, and the end's flush.
+#[test]
+fn host_only_exports_the_hosts_metrics() {
+    if !moto_available() {
+        return;
+    }
+    let s = Scratch::new("otlp-host");
+    let rx = Receiver::start(&s, "ok");
+    let mut c = Command::new(tracker());
+    clean_env(&mut c)
+        .args(["-q", "-i", "0.2"])
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &rx.url)
+        .env("OTEL_METRIC_EXPORT_INTERVAL", "60000")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(s.path("host.err")).unwrap());
+    let mut bg = Bg::spawn(&mut c, "host-only tracker");
+    std::thread::sleep(Duration::from_millis(1200));
+    bg.signal(libc::SIGTERM);
+    assert!(bg.wait_for(Duration::from_secs(10)).success());
+    let err = std::fs::read_to_string(s.path("host.err")).unwrap_or_default();
+    // The interval is a minute: everything came in the end's one request.
+    let reqs = rx.requests();
+    assert_eq!(reqs.len(), 1, "{err}");
+    let mem = points(&reqs, "system.memory.usage");
+    assert!(
+        mem.len() >= 4,
+        "{} points of system.memory.usage: {err}",
+        mem.len()
+    );
+    assert!(mem
+        .iter()
+        .all(|(a, v)| a == "system.memory.state=used" && *v > 0.0));
+    assert!(!points(&reqs, "system.network.io").is_empty());
+    assert!(
+        points(&reqs, "process.cpu.time").is_empty(),
+        "a tree's metric without a tree"
+    );
+    let res = resource(&reqs);
+    assert!(!res.iter().any(|(k, _)| k == "process.pid"), "{res:?}");
+}
