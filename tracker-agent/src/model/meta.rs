@@ -84,21 +84,27 @@ impl JobMeta {
         merged
     }
 
+    /// The fields that are set, by their serialised names, in their order; the
+    /// tags are apart (`tags`). Field-generic through serde.
+    pub fn set_fields(&self) -> Vec<(String, String)> {
+        fields(self)
+            .into_iter()
+            .filter_map(|(k, v)| match v {
+                Value::String(s) => Some((k, s)),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// The first field (by its serialised name) whose text is not acceptable.
     pub fn check(&self) -> Result<(), (String, String)> {
-        for (k, v) in fields(self) {
-            match v {
-                Value::String(s) => meta_text(&s).map(drop).map_err(|e| (k, e))?,
-                Value::Object(tags) => {
-                    for (tk, tv) in tags {
-                        let tv = tv.as_str().unwrap_or_default();
-                        meta_text(&tk)
-                            .and_then(|_| meta_text(tv))
-                            .map_err(|e| (format!("tags.{tk}"), e))?;
-                    }
-                }
-                _ => {}
-            }
+        for (k, s) in self.set_fields() {
+            meta_text(&s).map_err(|e| (k, e))?;
+        }
+        for (tk, tv) in &self.tags {
+            meta_text(tk)
+                .and_then(|_| meta_text(tv))
+                .map_err(|e| (format!("tags.{tk}"), e))?;
         }
         Ok(())
     }

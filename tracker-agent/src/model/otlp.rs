@@ -296,48 +296,59 @@ pub fn container_resource(c: &Current) -> Attrs {
     out
 }
 
+/// The node agent's own cost, under the node's resource alone.
+pub const AGENT_METRICS: &[Mapped<NodeSnapshot>] = &[
+    Mapped {
+        name: "resource_tracker.tracker.cpu.time",
+        unit: "s",
+        kind: Kind::Total,
+        attrs: "",
+        field: "the agent's CPU (getrusage)",
+        description: "the agent's own CPU since its start",
+        read: |n| one(Some(n.agent_cpu_secs)),
+    },
+    Mapped {
+        name: "resource_tracker.tracker.memory.usage",
+        unit: "By",
+        kind: Kind::Gauge,
+        attrs: "",
+        field: "the agent's resident set (/proc/self/statm)",
+        description: "the agent's own resident memory",
+        read: |n| some_u(Some(n.agent_rss_bytes), 1.0),
+    },
+];
+
+/// The points `table` reads of `s`, appended to `out`; `int` says which are
+/// whole numbers.
+fn mapped<S>(
+    table: &[Mapped<S>],
+    s: &S,
+    int: fn(&Mapped<S>) -> bool,
+    totals: &mut Totals,
+    out: &mut Vec<Point>,
+) {
+    for m in table {
+        for (attrs, v) in (m.read)(s) {
+            let meta = (m.name, m.unit, m.kind, m.description);
+            out.push(point(totals, meta, attrs, v, int(m)));
+        }
+    }
+}
+
 /// The node's points: each container's under its resource, then the agent's own
-/// (no container attributes).
-pub fn node_points(n: &NodeSnapshot) -> Vec<(Attrs, Vec<Point>)> {
+/// (no container attributes). The node's figures are the kernel's totals: none
+/// is a growth to add up in `totals`.
+pub fn node_points(n: &NodeSnapshot, totals: &mut Totals) -> Vec<(Attrs, Vec<Point>)> {
+    // Counters and byte counts from the cgroups are whole; seconds are not.
+    let int = |m: &Mapped<Current>| m.unit != "s";
     let mut out = Vec::with_capacity(n.containers.len() + 1);
-    let mut none = Totals::default();
     for c in &n.containers {
         let mut pts = Vec::new();
-        for m in CONTAINER_METRICS {
-            for (attrs, v) in (m.read)(c) {
-                let int = m.unit != "s";
-                let meta = (m.name, m.unit, m.kind, m.description);
-                pts.push(point(&mut none, meta, attrs, v, int));
-            }
-        }
+        mapped(CONTAINER_METRICS, c, int, totals, &mut pts);
         out.push((container_resource(c), pts));
     }
-    let own = vec![
-        point(
-            &mut none,
-            (
-                "resource_tracker.tracker.cpu.time",
-                "s",
-                Kind::Total,
-                "the agent's own CPU since its start",
-            ),
-            vec![],
-            n.agent_cpu_secs,
-            false,
-        ),
-        point(
-            &mut none,
-            (
-                "resource_tracker.tracker.memory.usage",
-                "By",
-                Kind::Gauge,
-                "the agent's own resident memory",
-            ),
-            vec![],
-            n.agent_rss_bytes as f64,
-            true,
-        ),
-    ];
+    let mut own = Vec::new();
+    mapped(AGENT_METRICS, n, |m| m.unit != "s", totals, &mut own);
     out.push((vec![], own));
     out
 }
@@ -408,13 +419,10 @@ pub fn points(s: &Sample, totals: &mut Totals) -> Vec<Point> {
             out.push(point(totals, meta, attrs, v * o.scale, int));
         }
     }
-    for m in HOST_METRICS {
-        for (attrs, v) in (m.read)(s) {
-            let int = matches!(m.unit, "{event}") || (m.unit == "By" && m.kind == Kind::Total);
-            let meta = (m.name, m.unit, m.kind, m.description);
-            out.push(point(totals, meta, attrs, v, int));
-        }
-    }
+    // The host's byte counters and event counts are whole; its memory, from
+    // MiB, and seconds are not.
+    let int = |m: &HostMetric| m.unit == "{event}" || (m.unit == "By" && m.kind == Kind::Total);
+    mapped(HOST_METRICS, s, int, totals, &mut out);
     out
 }
 
@@ -464,6 +472,9 @@ pub fn table() -> String {
     }
     row("the node, per container".into(), Kind::Gauge, "", "", "");
     for m in CONTAINER_METRICS {
+        row(m.field.to_string(), m.kind, m.name, m.unit, m.attrs);
+    }
+    for m in AGENT_METRICS {
         row(m.field.to_string(), m.kind, m.name, m.unit, m.attrs);
     }
     out

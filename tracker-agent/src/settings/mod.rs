@@ -220,13 +220,13 @@ fn otlp_of(
     tr: &file::TrackerSection,
     in_file: &dyn Fn(&str) -> String,
 ) -> Result<Option<crate::sink::otlp::Config>, String> {
-    match (flag, &tr.otlp_endpoint) {
-        (Some(f), _) => otlp::resolve(get_env, Some(f)),
-        (None, Some(k)) if otlp::resolve(get_env, None)?.is_none() => {
-            otlp::resolve(get_env, Some(k))
-                .map_err(|e| e.replace("--otlp-endpoint", &in_file("otlp_endpoint")))
-        }
-        _ => otlp::resolve(get_env, None),
+    if let Some(f) = flag {
+        return otlp::resolve(get_env, Some(f));
+    }
+    match (otlp::resolve(get_env, None)?, &tr.otlp_endpoint) {
+        (None, Some(k)) => otlp::resolve(get_env, Some(k))
+            .map_err(|e| e.replace("--otlp-endpoint", &in_file("otlp_endpoint"))),
+        (from_env, _) => Ok(from_env),
     }
 }
 

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::values::{base_url, env_var, without_userinfo, GetEnv};
+use super::values::{env_var, url_of, GetEnv};
 use crate::sink::otlp::{Config, Headers};
 
 /// The SDKs' defaults: export every 60 s, wait 10 s for an answer.
@@ -17,9 +17,9 @@ pub fn resolve(get_env: GetEnv, flag: Option<&str>) -> Result<Option<Config>, St
     let endpoint = match (flag, signal) {
         (Some(f), _) => with_path(f, "--otlp-endpoint")?,
         // The per-signal variable is the whole URL, as given.
-        (None, Some(s)) if !s.trim().is_empty() => url(
-            &s,
+        (None, Some(s)) if !s.trim().is_empty() => url_of(
             "environment variable OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+            s.trim(),
         )?,
         _ => match env_var(get_env, "OTEL_EXPORTER_OTLP_ENDPOINT")? {
             Some(b) if !b.trim().is_empty() => {
@@ -122,20 +122,10 @@ fn millis(get_env: GetEnv, vars: &[&'static str], default: u64) -> Result<u64, S
     }
 }
 
-/// A full URL from `origin` (the OTLP endpoint itself, path included).
-fn url(v: &str, origin: &str) -> Result<String, String> {
-    base_url(v).map_err(|why| {
-        format!(
-            "{origin}: '{}' {why}",
-            without_userinfo(v.trim()).escape_debug()
-        )
-    })
-}
-
 /// The base endpoint `v` with the metrics path the OTLP/HTTP specification
 /// appends to it.
 fn with_path(v: &str, origin: &str) -> Result<String, String> {
-    Ok(format!("{}/v1/metrics", url(v, origin)?))
+    Ok(format!("{}/v1/metrics", url_of(origin, v.trim())?))
 }
 
 /// `key=value,key=value` (W3C Baggage without properties, values percent-encoded)

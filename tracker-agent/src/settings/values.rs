@@ -278,16 +278,17 @@ pub fn base_url(s: &str) -> Result<String, &'static str> {
 
 /// A base URL from the environment variable `var` (value `v`).
 pub fn url_setting(var: &str, v: &str) -> Result<String, String> {
-    base_url(v).map_err(|why| {
-        format!(
-            "environment variable {var}: '{}' {why}",
-            without_userinfo(v).escape_debug()
-        )
-    })
+    url_of(&format!("environment variable {var}"), v)
+}
+
+/// A base URL from `origin` (a flag, a variable, a file's key); the error echoes
+/// it without its credentials.
+pub fn url_of(origin: &str, v: &str) -> Result<String, String> {
+    base_url(v).map_err(|why| format!("{origin}: '{}' {why}", without_userinfo(v).escape_debug()))
 }
 
 /// `v` with whatever precedes an `@` in its authority shown as `***`.
-pub fn without_userinfo(v: &str) -> String {
+fn without_userinfo(v: &str) -> String {
     let Some((scheme, rest)) = v.split_once("://") else {
         return v.to_string();
     };

@@ -153,7 +153,8 @@ impl Sink for Exporter {
 impl Sink<NodeScan, ()> for Exporter {
     fn write(&mut self, scan: &NodeScan) -> anyhow::Result<()> {
         let ns = (crate::model::reading::unix_now() * 1e9) as u64;
-        let _ = self.tx.send(Msg::Points(ns, node_points(&scan.snapshot)));
+        let pts = node_points(&scan.snapshot, &mut self.totals);
+        let _ = self.tx.send(Msg::Points(ns, pts));
         Ok(())
     }
 
@@ -206,20 +207,11 @@ fn resource(cfg: &Config, meta: &JobMeta) -> Resource {
             env!("CARGO_PKG_VERSION").to_string(),
         ),
     ];
-    if let Ok(serde_json::Value::Object(m)) = serde_json::to_value(meta) {
-        for (k, v) in m {
-            match v {
-                serde_json::Value::String(s) => ours.push((format!("resource_tracker.job.{k}"), s)),
-                serde_json::Value::Object(tags) => {
-                    for (t, tv) in tags {
-                        if let serde_json::Value::String(s) = tv {
-                            ours.push((format!("resource_tracker.tag.{t}"), s));
-                        }
-                    }
-                }
-                _ => {}
-            }
-        }
+    for (k, v) in meta.set_fields() {
+        ours.push((format!("resource_tracker.job.{k}"), v));
+    }
+    for (t, v) in &meta.tags {
+        ours.push((format!("resource_tracker.tag.{t}"), v.clone()));
     }
     for (k, v) in ours {
         if !attrs.iter().any(|(a, _)| *a == k) {
@@ -453,9 +445,9 @@ impl State {
         }
     }
 
-    /// Sends the queue's head until it is empty or an attempt fails; on a failure
-    /// worth retrying, the time to wait before the next.
-    async fn drain(&mut self, timeout: Duration) -> Option<String> {
+    /// Sends the queue's head until it is empty or an attempt fails; whether one
+    /// failed that is worth another try (the caller waits before it).
+    async fn drain(&mut self, timeout: Duration) -> bool {
         while !self.queue.is_empty() {
             match self.send(timeout).await {
                 Sent::Ok { rejected } => {
@@ -477,11 +469,11 @@ impl State {
                 }
                 Sent::Retry(why) => {
                     self.failing(&why, "retrying with back-off");
-                    return Some(why);
+                    return true;
                 }
             }
         }
-        None
+        false
     }
 
     fn failing(&mut self, why: &str, then: &str) {
@@ -557,15 +549,12 @@ async fn run(cfg: Config, resource: Resource, mut rx: mpsc::UnboundedReceiver<Ms
             next = now + interval;
         }
         if !st.queue.is_empty() && retry_at.is_none_or(|r| now >= r) {
-            match st.drain(st.cfg.timeout).await {
-                None => {
-                    retry_at = None;
-                    backoff = Duration::from_secs(1);
-                }
-                Some(_) => {
-                    retry_at = Some(tokio::time::Instant::now() + backoff);
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
-                }
+            if st.drain(st.cfg.timeout).await {
+                retry_at = Some(tokio::time::Instant::now() + backoff);
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+            } else {
+                retry_at = None;
+                backoff = Duration::from_secs(1);
             }
         }
     }
@@ -578,7 +567,7 @@ async fn run(cfg: Config, resource: Resource, mut rx: mpsc::UnboundedReceiver<Ms
         if left.is_zero() {
             break;
         }
-        if st.drain(st.cfg.timeout.min(left)).await.is_some() {
+        if st.drain(st.cfg.timeout.min(left)).await {
             tokio::time::sleep(pause.min(end.saturating_duration_since(Instant::now()))).await;
             pause = (pause * 2).min(Duration::from_secs(2));
         }
